@@ -1,0 +1,33 @@
+// Helpers shared by the tests: where ../shared is, and skipping when it is absent.
+#pragma once
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <doctest/doctest.h>
+
+namespace towers::test {
+
+// TOWERS_SHARED overrides the build-time default (<source>/../shared).
+inline std::filesystem::path shared_dir() {
+  if (const char* env = std::getenv("TOWERS_SHARED"); env && *env) return env;
+  return TOWERS_SHARED_DEFAULT;
+}
+
+// Path of a file under shared/, or empty (with a printed reason) when it is not there.
+inline std::filesystem::path shared_file(const std::string& rel) {
+  auto p = shared_dir() / rel;
+  if (!std::filesystem::exists(p)) {
+    MESSAGE("SKIP: " << p.string() << " not found (set TOWERS_SHARED to the shared/ data folder)");
+    return {};
+  }
+  return p;
+}
+
+inline std::filesystem::path temp_dir() {
+  auto p = std::filesystem::path(TOWERS_BINARY_DIR) / "test-tmp";
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+}  // namespace towers::test
