@@ -1,0 +1,209 @@
+#include "engine/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/quant.h"
+#include "simd/ops.h"
+
+namespace towers {
+
+Forward::Forward(const Model& model, ThreadPool& pool)
+    : model_(model), cfg_(model.config()), pool_(pool) {
+  const int half = cfg_.n_rot / 2;
+  inv_freq_.resize(half);
+  for (int i = 0; i < half; ++i) {
+    double f = std::pow(static_cast<double>(cfg_.rope_base), -2.0 * i / cfg_.n_rot);
+    if (!cfg_.rope_freq_factors.empty()) f /= cfg_.rope_freq_factors[i];
+    inv_freq_[i] = static_cast<float>(f / cfg_.rope_scale);
+  }
+  scratch_.resize(pool.size());
+}
+
+Status Forward::eval(KvCache& cache, std::span<const int32_t> tokens, Logits which,
+                     std::vector<float>& logits) {
+  const int T = static_cast<int>(tokens.size());
+  if (T == 0) return Status::Error("eval: no tokens");
+  if (cache.size() + T > cache.capacity()) {
+    return Status::Error("context full: " + std::to_string(cache.size()) + " + " +
+                         std::to_string(T) + " tokens exceed the capacity of " +
+                         std::to_string(cache.capacity()));
+  }
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= cfg_.n_vocab) {
+      return Status::Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                           std::to_string(cfg_.n_vocab - 1) + ")");
+    }
+  }
+  const int d = cfg_.n_embd, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.n_ff;
+  x_.resize(size_t(T) * d); xb_.resize(size_t(T) * d);
+  q_.resize(size_t(T) * qd); k_.resize(size_t(T) * kvd); v_.resize(size_t(T) * kvd);
+  att_.resize(size_t(T) * qd);
+  hb_.resize(size_t(T) * ff); hb2_.resize(size_t(T) * ff);
+  const int32_t pos0 = cache.next_pos();
+
+  embed(tokens);
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const LayerWeights& L = model_.layers[l];
+
+    // Attention block: x += Wo · attention(rope(Wq·norm(x)), cache + rope(Wk·norm(x)), Wv·norm(x))
+    rmsnorm(x_.data(), L.attn_norm, xb_.data(), T);
+    matmul(L.wq, xb_.data(), T, q_.data());
+    matmul(L.wk, xb_.data(), T, k_.data());
+    matmul(L.wv, xb_.data(), T, v_.data());
+    if (cfg_.qkv_bias) {
+      add_bias(L.bq, q_.data(), T);
+      add_bias(L.bk, k_.data(), T);
+      add_bias(L.bv, v_.data(), T);
+    }
+    rope(q_.data(), T, cfg_.n_head, pos0);
+    rope(k_.data(), T, cfg_.n_head_kv, pos0);
+    for (int t = 0; t < T; ++t) {
+      std::memcpy(cache.pending_k(l, t), &k_[size_t(t) * kvd], kvd * sizeof(float));
+      std::memcpy(cache.pending_v(l, t), &v_[size_t(t) * kvd], kvd * sizeof(float));
+    }
+    attention(cache, l, T, pos0);
+    matmul(L.wo, att_.data(), T, xb_.data());
+    for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
+
+    // Feed-forward block (SwiGLU): x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
+    rmsnorm(x_.data(), L.ffn_norm, xb_.data(), T);
+    matmul(L.w_gate, xb_.data(), T, hb_.data());
+    matmul(L.w_up, xb_.data(), T, hb2_.data());
+    for (size_t i = 0; i < size_t(T) * ff; ++i) {
+      float g = hb_[i];
+      hb_[i] = g / (1.0f + std::exp(-g)) * hb2_[i];
+    }
+    matmul(L.w_down, hb_.data(), T, xb_.data());
+    for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
+  }
+  cache.commit(T);
+
+  // Final norm and output projection, for the rows the caller wants.
+  const int first = which == Logits::All ? 0 : T - 1;
+  const int rows = T - first;
+  rmsnorm(x_.data() + size_t(first) * d, model_.output_norm, xb_.data(), rows);
+  logits.resize(size_t(rows) * cfg_.n_vocab);
+  matmul(model_.output, xb_.data(), rows, logits.data());
+  return Status::Ok();
+}
+
+void Forward::embed(std::span<const int32_t> tokens) {
+  const int d = cfg_.n_embd;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    dequantize_row(model_.tok_embd.type, model_.tok_embd.row(tokens[t]), &x_[t * d], d);
+  }
+}
+
+void Forward::rmsnorm(const float* x, const Weight& w, float* out, int T) {
+  const int d = cfg_.n_embd;
+  const float* g = reinterpret_cast<const float*>(w.data);
+  for (int t = 0; t < T; ++t) {
+    const float* xt = x + size_t(t) * d;
+    float ss = simd::dot_f32(xt, xt, d) / d;
+    float scale = 1.0f / std::sqrt(ss + cfg_.norm_eps);
+    float* o = out + size_t(t) * d;
+    for (int i = 0; i < d; ++i) o[i] = xt[i] * scale * g[i];
+  }
+}
+
+// y[t][r] = W[r] · x[t]. Each row of W is dequantized once and used for all T tokens.
+void Forward::matmul(const Weight& w, const float* x, int T, float* y) {
+  const int64_t cols = w.cols, rows = w.rows;
+  pool_.parallel_for(static_cast<size_t>(rows), [&](size_t r0, size_t r1, int thread) {
+    std::vector<float>& buf = scratch_[thread];
+    if (buf.size() < static_cast<size_t>(cols)) buf.resize(cols);
+    for (size_t r = r0; r < r1; ++r) {
+      const float* wr;
+      if (w.type == GgmlType::F32) {
+        wr = reinterpret_cast<const float*>(w.row(r));
+      } else {
+        dequantize_row(w.type, w.row(r), buf.data(), cols);
+        wr = buf.data();
+      }
+      for (int t = 0; t < T; ++t) y[size_t(t) * rows + r] = simd::dot_f32(wr, x + size_t(t) * cols, cols);
+    }
+  });
+}
+
+void Forward::add_bias(const Weight& b, float* y, int T) {
+  const float* bias = reinterpret_cast<const float*>(b.data);
+  for (int t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < b.cols; ++i) y[size_t(t) * b.cols + i] += bias[i];
+  }
+}
+
+// Rotates the first n_rot dimensions of every head of token t by angle (pos0+t) * inv_freq[i].
+void Forward::rope(float* vecs, int T, int n_heads, int32_t pos0) {
+  const int hd = cfg_.head_dim, half = cfg_.n_rot / 2;
+  const bool neox = cfg_.rope_style == RopeStyle::Neox;
+  std::vector<float> cos_t(half), sin_t(half);
+  for (int t = 0; t < T; ++t) {
+    const float pos = static_cast<float>(pos0 + t);
+    for (int i = 0; i < half; ++i) {
+      float angle = pos * inv_freq_[i];
+      cos_t[i] = std::cos(angle);
+      sin_t[i] = std::sin(angle);
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = vecs + (size_t(t) * n_heads + h) * hd;
+      for (int i = 0; i < half; ++i) {
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      }
+    }
+  }
+}
+
+// Causal attention of the T new queries over every cached row at a position <= the query's,
+// walking the cache's spans with an online (streaming) softmax.
+void Forward::attention(const KvCache& cache, int layer, int T, int32_t pos0) {
+  const int hd = cfg_.head_dim, kvd = cfg_.kv_dim();
+  const int group = cfg_.n_head / cfg_.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  cache.spans(layer, T, spans_);
+  constexpr int kBlock = 128;
+  pool_.parallel_for(size_t(T) * cfg_.n_head, [&](size_t i0, size_t i1, int thread) {
+    std::vector<float>& buf = scratch_[thread];
+    if (buf.size() < size_t(kBlock + hd)) buf.resize(kBlock + hd);
+    float* scores = buf.data();
+    float* acc = buf.data() + kBlock;
+    for (size_t i = i0; i < i1; ++i) {
+      const int t = static_cast<int>(i / cfg_.n_head), h = static_cast<int>(i % cfg_.n_head);
+      const int kvh = h / group;
+      const int32_t qpos = pos0 + t;
+      const float* q = &q_[(size_t(t) * cfg_.n_head + h) * hd];
+      float m = -INFINITY, l = 0.0f;
+      std::fill(acc, acc + hd, 0.0f);
+      for (const KvSpan& s : spans_) {
+        const int32_t visible = std::min<int32_t>(s.n, qpos - s.pos0 + 1);
+        for (int32_t j0 = 0; j0 < visible; j0 += kBlock) {
+          const int32_t nb = std::min<int32_t>(kBlock, visible - j0);
+          float bmax = -INFINITY;
+          for (int32_t j = 0; j < nb; ++j) {
+            scores[j] = simd::dot_f32(q, s.k + size_t(j0 + j) * kvd + size_t(kvh) * hd, hd) * scale;
+            bmax = std::max(bmax, scores[j]);
+          }
+          if (bmax > m) {
+            const float c = std::exp(m - bmax);  // 0 on the first block
+            for (int e = 0; e < hd; ++e) acc[e] *= c;
+            l *= c;
+            m = bmax;
+          }
+          for (int32_t j = 0; j < nb; ++j) {
+            const float p = std::exp(scores[j] - m);
+            l += p;
+            simd::axpy_f32(p, s.v + size_t(j0 + j) * kvd + size_t(kvh) * hd, acc, hd);
+          }
+        }
+      }
+      float* out = &att_[(size_t(t) * cfg_.n_head + h) * hd];
+      for (int e = 0; e < hd; ++e) out[e] = acc[e] / l;
+    }
+  });
+}
+
+}  // namespace towers

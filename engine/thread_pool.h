@@ -1,0 +1,40 @@
+// A persistent pool of worker threads for data-parallel loops.
+// parallel_for splits [0, n) into one contiguous chunk per thread. Callers make every output element
+// the work of exactly one call with a fixed inner order, so results never depend on the thread count.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace towers {
+
+class ThreadPool {
+ public:
+  // n_threads <= 0 means "all hardware threads". The calling thread works too, so n-1 are spawned.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+  // fn(begin, end, thread_index). Returns when every chunk is done. Not reentrant.
+  using Body = std::function<void(size_t, size_t, int)>;
+  void parallel_for(size_t n, const Body& fn);
+
+ private:
+  void worker(int index);
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const Body* body_ = nullptr;
+  size_t n_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace towers

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds Towers into build/ (or $TOWERS_BUILD_DIR). Release-grade optimisation.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${TOWERS_BUILD_DIR:-$root/build}"
+jobs="$(nproc 2>/dev/null || echo 2)"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$build" -j "$jobs"

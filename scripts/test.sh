@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: install dependencies, build, run every test.
+# Tests that need ../shared (models, reference outputs, tokenizer vectors) skip with a message when it
+# is absent; point TOWERS_SHARED at it when it lives elsewhere.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/install-deps.sh"
+"$root/scripts/build.sh"
+build="${TOWERS_BUILD_DIR:-$root/build}"
+cd "$build"
+ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)"
