@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -17,6 +19,9 @@ namespace {
 
 constexpr uint64_t kMaxKeyBytes = 65535;  // GGUF spec limit on key length
 constexpr uint32_t kMaxDims = 4;
+// Counts are only bounded by the file size; never reserve more than this up front (a count edited
+// in a multi-GB file must not turn into a tens-of-GB allocation). Vectors grow with real entries.
+constexpr uint64_t kMaxReserve = 1024;
 
 // Size in bytes of a fixed-size metadata value type, 0 for STRING/ARRAY/unknown.
 uint64_t scalar_size(GgufValueType t) {
@@ -118,7 +123,7 @@ Status read_value(Cursor& c, uint32_t raw_type, GgufValue* v, uint64_t type_at) 
   }
   v->type = static_cast<GgufValueType>(raw_type);
   if (v->type == GgufValueType::STRING) {
-    return c.read_string(&v->str, "string value", c.remaining());
+    return c.read_string(&v->str, "string value", std::numeric_limits<uint64_t>::max());
   }
   if (v->type != GgufValueType::ARRAY) return read_scalar(c, v->type, v);
 
@@ -141,10 +146,13 @@ Status read_value(Cursor& c, uint32_t raw_type, GgufValue* v, uint64_t type_at) 
                                       " cannot fit in the " + std::to_string(c.remaining()) +
                                       " bytes left");
     }
-    v->strings.reserve(v->count);
+    v->strings.reserve(std::min<uint64_t>(v->count, kMaxReserve));
     for (uint64_t k = 0; k < v->count; ++k) {
       std::string_view sv;
-      if (auto s = c.read_string(&sv, "string array element", c.remaining()); !s) return s;
+      if (auto s = c.read_string(&sv, "string array element", std::numeric_limits<uint64_t>::max());
+          !s) {
+        return s;
+      }
       v->strings.push_back(sv);
     }
     return Status::Ok();
@@ -189,6 +197,15 @@ double array_elem_as_double(const GgufValue& v, uint64_t k) {
   }
 }
 
+// Float to integer without undefined behaviour: NaN gives 0, out-of-range values saturate.
+template <class I>
+I saturate(double x) {
+  if (std::isnan(x)) return 0;
+  if (x <= static_cast<double>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
+  if (x >= static_cast<double>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
+  return static_cast<I>(x);
+}
+
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
 }  // namespace
@@ -216,7 +233,7 @@ int64_t GgufValue::as_int() const {
   switch (type) {
     case GgufValueType::INT8: case GgufValueType::INT16: case GgufValueType::INT32:
     case GgufValueType::INT64: return i;
-    case GgufValueType::FLOAT32: case GgufValueType::FLOAT64: return static_cast<int64_t>(f);
+    case GgufValueType::FLOAT32: case GgufValueType::FLOAT64: return saturate<int64_t>(f);
     default: return static_cast<int64_t>(u);
   }
 }
@@ -262,12 +279,9 @@ std::string GgufValue::to_display(size_t max_items) const {
       if (count > max_items) out += ", …";
       return out;
     }
-    default: return std::to_string(is_integer() && (type == GgufValueType::INT8 ||
-                                                     type == GgufValueType::INT16 ||
-                                                     type == GgufValueType::INT32 ||
-                                                     type == GgufValueType::INT64)
-                                        ? i
-                                        : static_cast<int64_t>(u));
+    case GgufValueType::INT8: case GgufValueType::INT16: case GgufValueType::INT32:
+    case GgufValueType::INT64: return std::to_string(i);
+    default: return std::to_string(u);
   }
 }
 
@@ -347,7 +361,7 @@ Status GgufFile::parse() {
     return c.error_at(at, "metadata count " + std::to_string(n_kv) + " cannot fit in the file");
   }
 
-  kv_.reserve(n_kv);
+  kv_.reserve(std::min<uint64_t>(n_kv, kMaxReserve));
   std::unordered_set<std::string_view> keys;
   for (uint64_t k = 0; k < n_kv; ++k) {
     GgufKV kv;
@@ -363,19 +377,19 @@ Status GgufFile::parse() {
     if (auto s = read_value(c, raw_type, &kv.value, type_at); !s) {
       return Status::Error(s.message() + " (key '" + std::string(kv.key) + "')");
     }
+    if (kv.key == "general.alignment") {
+      const GgufValue& a = kv.value;
+      if (!a.is_integer() || a.as_int() <= 0 || (a.as_int() & (a.as_int() - 1)) != 0 ||
+          a.as_int() > (1 << 20)) {
+        return c.error_at(type_at, "general.alignment must be a power of two integer ≤ 1 MiB, got " +
+                                       a.to_display());
+      }
+      alignment_ = static_cast<uint64_t>(a.as_int());
+    }
     kv_.push_back(std::move(kv));
   }
 
-  if (const GgufValue* a = find("general.alignment")) {
-    if (!a->is_integer() || a->as_int() <= 0 || (a->as_int() & (a->as_int() - 1)) != 0 ||
-        a->as_int() > (1 << 20)) {
-      return Status::Error("general.alignment must be a power of two integer ≤ 1 MiB, got " +
-                           a->to_display());
-    }
-    alignment_ = static_cast<uint64_t>(a->as_int());
-  }
-
-  tensors_.reserve(n_tensors);
+  tensors_.reserve(std::min<uint64_t>(n_tensors, kMaxReserve));
   std::unordered_set<std::string_view> names;
   for (uint64_t t = 0; t < n_tensors; ++t) {
     GgufTensorInfo ti;
@@ -490,7 +504,7 @@ std::optional<std::vector<int32_t>> GgufFile::get_i32_array(std::string_view key
   const GgufValue* v = find(key);
   if (!v || v->type != GgufValueType::ARRAY || v->elem_type == GgufValueType::STRING) return std::nullopt;
   std::vector<int32_t> out(v->count);
-  for (uint64_t k = 0; k < v->count; ++k) out[k] = static_cast<int32_t>(array_elem_as_double(*v, k));
+  for (uint64_t k = 0; k < v->count; ++k) out[k] = saturate<int32_t>(array_elem_as_double(*v, k));
   return out;
 }
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {

@@ -8,6 +8,7 @@ PKGS=(
   # Added beyond the brief (see docs/dependencies.md for why):
   nlohmann-json3-dev   # JSON: tokenizer.json in tests, the daemon's HTTP API later
   libpcre2-dev         # Unicode-property regexes (\p{L}, \p{N}, lookahead) for BPE pre-tokenizers
+  clang libclang-rt-14-dev  # libFuzzer target (-DTOWERS_FUZZ=ON) and sanitizer runtimes
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
