@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   towers::cli::add_generate(app);
   towers::cli::add_perplexity(app);
   towers::cli::add_model(app);
+  towers::cli::add_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,11 +6,12 @@
 
 #include "engine/quant.h"
 #include "simd/ops.h"
+#include "simd/quant_dot.h"
 
 namespace towers {
 
-Forward::Forward(const Model& model, ThreadPool& pool)
-    : model_(model), cfg_(model.config()), pool_(pool) {
+Forward::Forward(const Model& model, ThreadPool& pool, Kernels kernels)
+    : model_(model), cfg_(model.config()), pool_(pool), kernels_(kernels) {
   const int half = cfg_.n_rot / 2;
   inv_freq_.resize(half);
   for (int i = 0; i < half; ++i) {
@@ -23,27 +24,43 @@ Forward::Forward(const Model& model, ThreadPool& pool)
 
 Status Forward::eval(KvCache& cache, std::span<const int32_t> tokens, Logits which,
                      std::vector<float>& logits) {
-  const int T = static_cast<int>(tokens.size());
-  if (T == 0) return Status::Error("eval: no tokens");
-  if (cache.size() + T > cache.capacity()) {
-    return Status::Error("context full: " + std::to_string(cache.size()) + " + " +
-                         std::to_string(T) + " tokens exceed the capacity of " +
-                         std::to_string(cache.capacity()));
-  }
-  for (int32_t t : tokens) {
-    if (t < 0 || t >= cfg_.n_vocab) {
-      return Status::Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
-                           std::to_string(cfg_.n_vocab - 1) + ")");
+  const Sequence one{&cache, tokens, which};
+  return eval_batch(std::span<const Sequence>(&one, 1), logits);
+}
+
+Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& logits) {
+  tok_.clear(), seq_of_.clear(), pos_.clear();
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const Sequence& q = batch[s];
+    const int32_t n = static_cast<int32_t>(q.tokens.size());
+    if (n == 0) return Status::Error("eval: sequence " + std::to_string(s) + " has no tokens");
+    if (q.cache->size() + n > q.cache->capacity()) {
+      return Status::Error("context full: " + std::to_string(q.cache->size()) + " + " + std::to_string(n) +
+                           " tokens exceed the capacity of " + std::to_string(q.cache->capacity()));
+    }
+    for (size_t j = 0; j < s; ++j) {
+      if (batch[j].cache == q.cache) return Status::Error("eval: a cache appears twice in one batch");
+    }
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t t = q.tokens[i];
+      if (t < 0 || t >= cfg_.n_vocab) {
+        return Status::Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                             std::to_string(cfg_.n_vocab - 1) + ")");
+      }
+      tok_.push_back(t);
+      seq_of_.push_back(static_cast<int32_t>(s));
+      pos_.push_back(q.cache->next_pos() + i);
     }
   }
+  const int T = static_cast<int>(tok_.size());
+  if (T == 0) return Status::Error("eval: no tokens");
   const int d = cfg_.n_embd, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.n_ff;
   x_.resize(size_t(T) * d); xb_.resize(size_t(T) * d);
   q_.resize(size_t(T) * qd); k_.resize(size_t(T) * kvd); v_.resize(size_t(T) * kvd);
   att_.resize(size_t(T) * qd);
   hb_.resize(size_t(T) * ff); hb2_.resize(size_t(T) * ff);
-  const int32_t pos0 = cache.next_pos();
 
-  embed(tokens);
+  embed();
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerWeights& L = model_.layers[l];
 
@@ -57,13 +74,15 @@ Status Forward::eval(KvCache& cache, std::span<const int32_t> tokens, Logits whi
       add_bias(L.bk, k_.data(), T);
       add_bias(L.bv, v_.data(), T);
     }
-    rope(q_.data(), T, cfg_.n_head, pos0);
-    rope(k_.data(), T, cfg_.n_head_kv, pos0);
+    rope(q_.data(), T, cfg_.n_head);
+    rope(k_.data(), T, cfg_.n_head_kv);
     for (int t = 0; t < T; ++t) {
-      std::memcpy(cache.pending_k(l, t), &k_[size_t(t) * kvd], kvd * sizeof(float));
-      std::memcpy(cache.pending_v(l, t), &v_[size_t(t) * kvd], kvd * sizeof(float));
+      KvCache& cache = *batch[seq_of_[t]].cache;
+      const int32_t i = pos_[t] - cache.next_pos();
+      std::memcpy(cache.pending_k(l, i), &k_[size_t(t) * kvd], kvd * sizeof(float));
+      std::memcpy(cache.pending_v(l, i), &v_[size_t(t) * kvd], kvd * sizeof(float));
     }
-    attention(cache, l, T, pos0);
+    attention(batch, l, T);
     matmul(L.wo, att_.data(), T, xb_.data());
     for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
 
@@ -78,21 +97,27 @@ Status Forward::eval(KvCache& cache, std::span<const int32_t> tokens, Logits whi
     matmul(L.w_down, hb_.data(), T, xb_.data());
     for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
   }
-  cache.commit(T);
+  for (const Sequence& q : batch) q.cache->commit(static_cast<int32_t>(q.tokens.size()));
 
-  // Final norm and output projection, for the rows the caller wants.
-  const int first = which == Logits::All ? 0 : T - 1;
-  const int rows = T - first;
-  rmsnorm(x_.data() + size_t(first) * d, model_.output_norm, xb_.data(), rows);
+  // Final norm and output projection, for the rows the callers want (gathered into xb).
+  int rows = 0;
+  for (int t = 0; t < T; ++t) {
+    const Sequence& q = batch[seq_of_[t]];
+    const bool last = t + 1 == T || seq_of_[t + 1] != seq_of_[t];
+    if (q.which == Logits::All || last) {
+      rmsnorm(&x_[size_t(t) * d], model_.output_norm, &xb_[size_t(rows) * d], 1);
+      ++rows;
+    }
+  }
   logits.resize(size_t(rows) * cfg_.n_vocab);
   matmul(model_.output, xb_.data(), rows, logits.data());
   return Status::Ok();
 }
 
-void Forward::embed(std::span<const int32_t> tokens) {
+void Forward::embed() {
   const int d = cfg_.n_embd;
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    dequantize_row(model_.tok_embd.type, model_.tok_embd.row(tokens[t]), &x_[t * d], d);
+  for (size_t t = 0; t < tok_.size(); ++t) {
+    dequantize_row(model_.tok_embd.type, model_.tok_embd.row(tok_[t]), &x_[t * d], d);
   }
 }
 
@@ -108,9 +133,24 @@ void Forward::rmsnorm(const float* x, const Weight& w, float* out, int T) {
   }
 }
 
-// y[t][r] = W[r] · x[t]. Each row of W is dequantized once and used for all T tokens.
+// y[t][r] = W[r] · x[t]. Each row of W is read once and used for all T tokens.
 void Forward::matmul(const Weight& w, const float* x, int T, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
+  const auto type = static_cast<uint32_t>(w.type);
+  if (kernels_ == Kernels::Fast && simd::has_quant_dot(type)) {
+    // Activation rows are quantized independently of each other, so batching does not change them.
+    const size_t stride = (simd::act_bytes(type, cols) + 63) / 64 * 64;
+    act_.resize(stride * T + 64);
+    uint8_t* act = act_.data() + (64 - reinterpret_cast<uintptr_t>(act_.data()) % 64) % 64;
+    pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
+      for (size_t t = t0; t < t1; ++t) simd::quantize_act(type, x + t * cols, act + t * stride, cols);
+    });
+    const size_t rstride = w.row_stride();
+    pool_.parallel_for(static_cast<size_t>(rows), [&](size_t r0, size_t r1, int) {
+      simd::gemm_q(type, w.row(r0), rstride, r1 - r0, act, stride, T, cols, y + r0, rows);
+    });
+    return;
+  }
   pool_.parallel_for(static_cast<size_t>(rows), [&](size_t r0, size_t r1, int thread) {
     std::vector<float>& buf = scratch_[thread];
     if (buf.size() < static_cast<size_t>(cols)) buf.resize(cols);
@@ -134,13 +174,13 @@ void Forward::add_bias(const Weight& b, float* y, int T) {
   }
 }
 
-// Rotates the first n_rot dimensions of every head of token t by angle (pos0+t) * inv_freq[i].
-void Forward::rope(float* vecs, int T, int n_heads, int32_t pos0) {
+// Rotates the first n_rot dimensions of every head of token t by angle pos[t] * inv_freq[i].
+void Forward::rope(float* vecs, int T, int n_heads) {
   const int hd = cfg_.head_dim, half = cfg_.n_rot / 2;
   const bool neox = cfg_.rope_style == RopeStyle::Neox;
   std::vector<float> cos_t(half), sin_t(half);
   for (int t = 0; t < T; ++t) {
-    const float pos = static_cast<float>(pos0 + t);
+    const float pos = static_cast<float>(pos_[t]);
     for (int i = 0; i < half; ++i) {
       float angle = pos * inv_freq_[i];
       cos_t[i] = std::cos(angle);
@@ -158,13 +198,16 @@ void Forward::rope(float* vecs, int T, int n_heads, int32_t pos0) {
   }
 }
 
-// Causal attention of the T new queries over every cached row at a position <= the query's,
-// walking the cache's spans with an online (streaming) softmax.
-void Forward::attention(const KvCache& cache, int layer, int T, int32_t pos0) {
+// Causal attention of the T new queries over every row of their own sequence's cache at a position
+// <= the query's, walking the cache's spans with an online (streaming) softmax.
+void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
   const int hd = cfg_.head_dim, kvd = cfg_.kv_dim();
   const int group = cfg_.n_head / cfg_.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  cache.spans(layer, T, spans_);
+  spans_.resize(batch.size());
+  for (size_t s = 0; s < batch.size(); ++s) {
+    batch[s].cache->spans(layer, static_cast<int32_t>(batch[s].tokens.size()), spans_[s]);
+  }
   constexpr int kBlock = 128;
   pool_.parallel_for(size_t(T) * cfg_.n_head, [&](size_t i0, size_t i1, int thread) {
     std::vector<float>& buf = scratch_[thread];
@@ -174,11 +217,11 @@ void Forward::attention(const KvCache& cache, int layer, int T, int32_t pos0) {
     for (size_t i = i0; i < i1; ++i) {
       const int t = static_cast<int>(i / cfg_.n_head), h = static_cast<int>(i % cfg_.n_head);
       const int kvh = h / group;
-      const int32_t qpos = pos0 + t;
+      const int32_t qpos = pos_[t];
       const float* q = &q_[(size_t(t) * cfg_.n_head + h) * hd];
       float m = -INFINITY, l = 0.0f;
       std::fill(acc, acc + hd, 0.0f);
-      for (const KvSpan& s : spans_) {
+      for (const KvSpan& s : spans_[seq_of_[t]]) {
         const int32_t visible = std::min<int32_t>(s.n, qpos - s.pos0 + 1);
         for (int32_t j0 = 0; j0 < visible; j0 += kBlock) {
           const int32_t nb = std::min<int32_t>(kBlock, visible - j0);

@@ -1,0 +1,114 @@
+// towerctl bench: prefill and decode speed of a model on this machine, next to the machine's measured
+// memory bandwidth and the decode roofline it implies (decode streams every weight once per token).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+
+#include "cli/commands.h"
+#include "engine/forward.h"
+#include "engine/membw.h"
+#include "engine/tokenizer.h"
+
+namespace towers::cli {
+namespace {
+
+struct Stats {
+  double median, min, max;
+};
+Stats summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// Bytes a decode step reads: every weight matrix once (the embedding table only one row, unless it
+// doubles as the output projection).
+uint64_t bytes_per_decode_token(const Model& m) {
+  uint64_t total = 0;
+  for (const auto& t : m.file().tensors()) {
+    if (t.name == "token_embd.weight" && !m.config().tied_embeddings) continue;
+    total += t.nbytes;
+  }
+  return total;
+}
+
+std::string dominant_type(const Model& m) {
+  std::map<std::string, uint64_t> bytes;
+  for (const auto& t : m.file().tensors()) bytes[std::string(ggml_type_name(t.type))] += t.nbytes;
+  return std::max_element(bytes.begin(), bytes.end(), [](auto& a, auto& b) { return a.second < b.second; })
+      ->first;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  struct Opts {
+    std::string model;
+    int threads = 0, prompt = 512, gen = 128, runs = 5, batch = 1;
+    bool reference = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Measure prefill (pp) and decode (tg) tokens/s: median, min and max of --runs runs, plus this "
+      "machine's memory bandwidth (a STREAM-triad loop) and the decode roofline bandwidth / bytes read "
+      "per token. The last line is exactly:\n"
+      "  bench model=NAME type=TYPE threads=T pp=<tok/s> tg=<tok/s> roofline_tg=<tok/s> bw_gbs=<GB/s>");
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-t,--threads", o->threads, "Worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--prompt", o->prompt, "Prompt tokens for the prefill test")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--gen", o->gen, "Tokens for the decode test")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--runs", o->runs, "Repetitions (median reported)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--batch", o->batch, "Sequences decoding together (tg counts all of their tokens)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_flag("--reference", o->reference, "Use the reference kernels (dequantize + f32 dot)");
+  cmd->callback([o] {
+    auto loaded = Model::load(o->model);
+    if (!loaded) std::exit(fail(loaded.error()));
+    const Model& model = **loaded;
+    const ModelConfig& cfg = model.config();
+    ThreadPool pool(o->threads);
+    Forward fwd(model, pool, o->reference ? Kernels::Reference : Kernels::Fast);
+    const int ctx = std::min(cfg.n_ctx_train, o->prompt + o->gen + 1);
+    // Token ids spread over the vocabulary, fixed for reproducibility.
+    std::vector<int32_t> prompt(o->prompt);
+    for (int i = 0; i < o->prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919u + 13) % cfg.n_vocab);
+    std::vector<float> logits;
+    using clock = std::chrono::steady_clock;
+    std::vector<double> pp, tg;
+    for (int run = 0; run < o->runs; ++run) {
+      DenseKvCache cache(cfg, ctx);
+      auto t0 = clock::now();
+      if (auto s = fwd.eval(cache, prompt, Logits::Last, logits); !s) std::exit(fail(s.message()));
+      double dt = std::chrono::duration<double>(clock::now() - t0).count();
+      pp.push_back(o->prompt / dt);
+
+      DenseKvCache dcache(cfg, o->gen + 1);
+      int32_t tok = prompt[0];
+      t0 = clock::now();
+      for (int i = 0; i < o->gen; ++i) {
+        if (auto s = fwd.eval(dcache, std::span<const int32_t>(&tok, 1), Logits::Last, logits); !s) {
+          std::exit(fail(s.message()));
+        }
+        tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      dt = std::chrono::duration<double>(clock::now() - t0).count();
+      tg.push_back(o->gen / dt);
+      std::fprintf(stderr, "run %d/%d: pp %.1f tok/s, tg %.2f tok/s\n", run + 1, o->runs, pp.back(), tg.back());
+    }
+    const double bw = measure_memory_bandwidth(pool);
+    const uint64_t bytes = bytes_per_decode_token(model);
+    const double roofline = bw * 1e9 / bytes;
+    Stats p = summarize(pp), g = summarize(tg);
+    std::printf("prefill %d tokens: median %.1f tok/s (min %.1f, max %.1f)\n", o->prompt, p.median, p.min, p.max);
+    std::printf("decode  %d tokens: median %.2f tok/s (min %.2f, max %.2f)\n", o->gen, g.median, g.min, g.max);
+    std::printf("memory bandwidth %.2f GB/s (triad, %d threads); %.1f MB read per decode token; "
+                "roofline %.2f tok/s; achieved %.0f%%\n",
+                bw, pool.size(), bytes / 1e6, roofline, 100.0 * g.median / roofline);
+    std::string name = std::filesystem::path(o->model).stem().string();
+    std::printf("bench model=%s type=%s threads=%d pp=%.2f tg=%.2f roofline_tg=%.2f bw_gbs=%.2f\n", name.c_str(),
+                dominant_type(model).c_str(), pool.size(), p.median, g.median, roofline, bw);
+  });
+}
+
+}  // namespace towers::cli

@@ -1,0 +1,175 @@
+#include "engine/model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/tokenizer.h"
+
+namespace towers {
+
+std::string_view supported_architectures() { return "llama, qwen2"; }
+
+Model::~Model() = default;
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
+  auto file = GgufFile::open(path);
+  if (!file) return file.status();
+  auto model = from_gguf(std::move(file.value()));
+  if (!model) return Status::Error(path + ": " + model.error());
+  return model;
+}
+
+namespace {
+
+// Reads "<arch>.<suffix>" as a positive integer.
+Status read_int(const GgufFile& f, const std::string& arch, const char* suffix, int* out,
+                bool required, int64_t max = 1 << 24) {
+  std::string key = arch + "." + suffix;
+  auto v = f.get_int(key);
+  if (!v) {
+    if (required) return Status::Error("missing metadata key " + key);
+    return Status::Ok();
+  }
+  if (*v <= 0 || *v > max) {
+    return Status::Error("metadata " + key + " = " + std::to_string(*v) + " is out of range (1.." +
+                         std::to_string(max) + ")");
+  }
+  *out = static_cast<int>(*v);
+  return Status::Ok();
+}
+
+Status bind_weight(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows, Weight* w,
+            bool required = true) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (!t) return required ? Status::Error("missing tensor " + name) : Status::Ok();
+  auto tr = ggml_type_traits(static_cast<uint32_t>(t->type));
+  if (!tr || !tr->supported) {
+    return Status::Error("tensor " + name + " has type " + std::string(ggml_type_name(t->type)) +
+                         ", which is not supported (supported: " +
+                         std::string(supported_ggml_types()) + ")");
+  }
+  uint64_t got_rows = t->ne[1] * t->ne[2] * t->ne[3];
+  if (static_cast<int64_t>(t->ne[0]) != cols || static_cast<int64_t>(got_rows) != rows) {
+    return Status::Error("tensor " + name + " has shape " + t->shape_string() + ", expected [" +
+                         std::to_string(cols) + (rows > 1 ? ", " + std::to_string(rows) : "") + "]");
+  }
+  *w = Weight{t->data, t->type, rows, cols};
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  const GgufFile& f = *m->file_;
+  ModelConfig& c = m->config_;
+
+  auto arch = f.get_string("general.architecture");
+  if (!arch) return Status::Error("missing metadata key general.architecture");
+  c.arch_name = std::string(*arch);
+  if (c.arch_name == "llama") {
+    c.arch = Arch::Llama;
+    c.rope_style = RopeStyle::Normal;
+  } else if (c.arch_name == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.rope_style = RopeStyle::Neox;
+    c.qkv_bias = true;
+  } else {
+    return Status::Error("unsupported architecture '" + c.arch_name +
+                         "' (supported: " + std::string(supported_architectures()) + ")");
+  }
+  if (auto n = f.get_string("general.name")) c.name = std::string(*n);
+  const std::string& a = c.arch_name;
+
+  if (auto s = read_int(f, a, "embedding_length", &c.n_embd, true); !s) return s;
+  if (auto s = read_int(f, a, "block_count", &c.n_layer, true, 4096); !s) return s;
+  if (auto s = read_int(f, a, "feed_forward_length", &c.n_ff, true); !s) return s;
+  if (auto s = read_int(f, a, "attention.head_count", &c.n_head, true, 4096); !s) return s;
+  c.n_head_kv = c.n_head;
+  if (auto s = read_int(f, a, "attention.head_count_kv", &c.n_head_kv, false, 4096); !s) return s;
+  c.n_ctx_train = 2048;
+  if (auto s = read_int(f, a, "context_length", &c.n_ctx_train, false, 1 << 24); !s) return s;
+  if (c.n_embd % c.n_head != 0) {
+    return Status::Error("embedding_length " + std::to_string(c.n_embd) +
+                         " is not divisible by head_count " + std::to_string(c.n_head));
+  }
+  if (c.n_head % c.n_head_kv != 0) {
+    return Status::Error("head_count " + std::to_string(c.n_head) +
+                         " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
+  }
+  c.head_dim = c.n_embd / c.n_head;
+  if (auto s = read_int(f, a, "attention.key_length", &c.head_dim, false, 4096); !s) return s;
+  int v_len = c.head_dim;
+  if (auto s = read_int(f, a, "attention.value_length", &v_len, false, 4096); !s) return s;
+  if (v_len != c.head_dim) return Status::Error("attention.value_length != key_length is not supported");
+  c.n_rot = c.head_dim;
+  if (auto s = read_int(f, a, "rope.dimension_count", &c.n_rot, false, 4096); !s) return s;
+  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
+    return Status::Error("rope.dimension_count " + std::to_string(c.n_rot) +
+                         " must be even and at most the head size " + std::to_string(c.head_dim));
+  }
+  if (auto v = f.get_float(a + ".rope.freq_base")) c.rope_base = static_cast<float>(*v);
+  if (auto v = f.get_float(a + ".attention.layer_norm_rms_epsilon")) c.norm_eps = static_cast<float>(*v);
+  if (!(c.rope_base > 0) || !(c.norm_eps > 0)) return Status::Error("rope.freq_base and rms epsilon must be positive");
+  if (auto type = f.get_string(a + ".rope.scaling.type")) {
+    if (*type == "linear") {
+      auto factor = f.get_float(a + ".rope.scaling.factor");
+      if (factor && *factor > 0) c.rope_scale = static_cast<float>(*factor);
+    } else if (*type != "none" && *type != "llama3") {
+      return Status::Error("unsupported rope.scaling.type '" + std::string(*type) +
+                           "' (supported: none, linear, llama3)");
+    }
+  }
+
+  auto tok = Tokenizer::from_gguf(f);
+  if (!tok) return tok.status();
+  m->tokenizer_ = std::move(tok.value());
+  c.n_vocab = m->tokenizer_->n_vocab();
+
+  const int64_t d = c.n_embd, q = c.q_dim(), kv = c.kv_dim(), ff = c.n_ff;
+  if (auto s = bind_weight(f, "token_embd.weight", d, c.n_vocab, &m->tok_embd); !s) return s;
+  if (auto s = bind_weight(f, "output_norm.weight", d, 1, &m->output_norm); !s) return s;
+  if (auto s = bind_weight(f, "output.weight", d, c.n_vocab, &m->output, false); !s) return s;
+  c.tied_embeddings = !m->output;
+  if (c.tied_embeddings) m->output = m->tok_embd;
+  if (m->output_norm.type != GgmlType::F32) return Status::Error("output_norm.weight must be F32");
+
+  if (const GgufTensorInfo* rf = f.find_tensor("rope_freqs.weight")) {
+    if (rf->type != GgmlType::F32 || rf->n_elements() != static_cast<uint64_t>(c.n_rot / 2)) {
+      return Status::Error("rope_freqs.weight must be F32 with rope.dimension_count/2 = " +
+                           std::to_string(c.n_rot / 2) + " elements, got " + rf->shape_string());
+    }
+    c.rope_freq_factors.resize(c.n_rot / 2);
+    std::memcpy(c.rope_freq_factors.data(), rf->data, c.rope_freq_factors.size() * sizeof(float));
+  }
+
+  m->layers.resize(c.n_layer);
+  for (int l = 0; l < c.n_layer; ++l) {
+    LayerWeights& L = m->layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Status s;
+    if (!(s = bind_weight(f, p + "attn_norm.weight", d, 1, &L.attn_norm))) return s;
+    if (!(s = bind_weight(f, p + "attn_q.weight", d, q, &L.wq))) return s;
+    if (!(s = bind_weight(f, p + "attn_k.weight", d, kv, &L.wk))) return s;
+    if (!(s = bind_weight(f, p + "attn_v.weight", d, kv, &L.wv))) return s;
+    if (!(s = bind_weight(f, p + "attn_output.weight", q, d, &L.wo))) return s;
+    if (!(s = bind_weight(f, p + "ffn_norm.weight", d, 1, &L.ffn_norm))) return s;
+    if (!(s = bind_weight(f, p + "ffn_gate.weight", d, ff, &L.w_gate))) return s;
+    if (!(s = bind_weight(f, p + "ffn_up.weight", d, ff, &L.w_up))) return s;
+    if (!(s = bind_weight(f, p + "ffn_down.weight", ff, d, &L.w_down))) return s;
+    if (c.qkv_bias) {
+      if (!(s = bind_weight(f, p + "attn_q.bias", q, 1, &L.bq))) return s;
+      if (!(s = bind_weight(f, p + "attn_k.bias", kv, 1, &L.bk))) return s;
+      if (!(s = bind_weight(f, p + "attn_v.bias", kv, 1, &L.bv))) return s;
+    }
+    for (const Weight* v : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv}) {
+      if (*v && v->type != GgmlType::F32) {
+        return Status::Error("layer " + std::to_string(l) + ": norm weights and biases must be F32");
+      }
+    }
+  }
+  return m;
+}
+
+}  // namespace towers

@@ -1,0 +1,562 @@
+#include "simd/quant_dot.h"
+
+#include <algorithm>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/quant_dot.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+// Type ids and block geometry, shared by all targets (defined once).
+#ifndef TOWERS_SIMD_QUANT_DOT_CONSTANTS
+#define TOWERS_SIMD_QUANT_DOT_CONSTANTS
+namespace towers::simd::qd {
+constexpr uint32_t kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
+constexpr bool is_k(uint32_t t) { return t == kQ4_K || t == kQ5_K || t == kQ6_K; }
+constexpr size_t block_bytes(uint32_t t) {
+  switch (t) {
+    case kQ4_0: return 18;
+    case kQ4_1: return 20;
+    case kQ5_0: return 22;
+    case kQ8_0: return 34;
+    case kQ4_K: return 144;
+    case kQ5_K: return 176;
+    case kQ6_K: return 210;
+    default: return 0;
+  }
+}
+// Activation rows processed together per unpacked weight block.
+constexpr size_t kMaxR = 4;
+
+// Pointers into one quantized activation row (see the layouts in quant_dot.h).
+struct ActRow {
+  const int16_t* q;
+  const float* d;
+  const float* ds;      // A32 only
+  const int16_t* bs;    // A256 only: 8 sums of 32 per block
+};
+inline ActRow act_row(uint32_t type, const uint8_t* a, size_t n) {
+  ActRow r{};
+  r.q = reinterpret_cast<const int16_t*>(a);
+  r.d = reinterpret_cast<const float*>(a + 2 * n);
+  if (is_k(type)) {
+    r.bs = reinterpret_cast<const int16_t*>(a + 2 * n + 4 * (n / 256));
+  } else {
+    r.ds = r.d + n / 32;
+  }
+  return r;
+}
+
+alignas(64) inline constexpr uint16_t kBitSel[16] = {1,     2,     4,     8,      16,     32,
+                                                     64,    128,   256,   512,    1024,   2048,
+                                                     4096,  8192,  16384, 32768};
+}  // namespace towers::simd::qd
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace towers::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace qd;  // NOLINT
+
+// Expands X(i) for every activation row i < R of the current kernel (R is a template parameter).
+// Named variables rather than arrays: SVE vectors cannot live in arrays.
+#define TOWERS_EACH_R(X)     \
+  X(0)                       \
+  if constexpr (R > 1) {     \
+    X(1)                     \
+  }                          \
+  if constexpr (R > 2) {     \
+    X(2)                     \
+  }                          \
+  if constexpr (R > 3) {     \
+    X(3)                     \
+  }
+
+#define TOWERS_ACT_PTRS(i)          \
+  const int16_t* HWY_RESTRICT aq##i = A[i].q; \
+  const float* HWY_RESTRICT ad##i = A[i].d;  \
+  (void)aq##i;                       \
+  (void)ad##i;
+
+// ---------------------------------------------------------------------------------------------
+// Q4_0, Q4_1, Q5_0, Q8_0 (blocks of 32) against A32 activations.
+// Per block: int32 lanes of q_w * q_x, converted to f32, times (d_w * d_x), added to an f32 vector.
+// Even and odd blocks go to separate accumulators (two dependency chains), summed at the end.
+
+// One f32 from an unaligned fp16.
+HWY_INLINE float LoadF16(const uint8_t* p) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(p))));
+}
+
+// Scales as int16 pairs in uint32 (s | s << 16), so that broadcasting one to all int16 lanes is a
+// 32-bit broadcast load rather than a scalar-to-vector move plus a shuffle.
+template <size_t kCount, typename T>
+HWY_INLINE void ScalePairs(const T* HWY_RESTRICT src, uint32_t* HWY_RESTRICT dst) {
+  const hn::CappedTag<int32_t, kCount> d32;
+  const hn::Rebind<T, decltype(d32)> ds;
+  const auto lo16 = hn::Set(d32, 0xFFFF);
+  for (size_t k = 0; k < kCount; k += hn::Lanes(d32)) {
+    const auto v = hn::PromoteTo(d32, hn::LoadU(ds, src + k));
+    hn::StoreU(hn::Or(hn::And(v, lo16), hn::ShiftLeft<16>(v)), d32, reinterpret_cast<int32_t*>(dst) + k);
+  }
+}
+// All int16 lanes = the scale stored by ScalePairs.
+template <class D16>
+HWY_INLINE hn::Vec<D16> SetPair(D16 d16, uint32_t pair) {
+  const hn::Repartition<uint32_t, D16> du32;
+  return hn::BitCast(d16, hn::Set(du32, pair));
+}
+
+// Integer dot products of one weight block with up to 4 activation blocks (aq_i point at them).
+template <uint32_t kType, size_t R, class D16, class V32>
+HWY_INLINE void LegacyBlockDots(D16 d16, const uint8_t* HWY_RESTRICT blk,
+                                const int16_t* HWY_RESTRICT aq0, const int16_t* HWY_RESTRICT aq1,
+                                const int16_t* HWY_RESTRICT aq2, const int16_t* HWY_RESTRICT aq3,
+                                V32& s0, V32& s1, V32& s2, V32& s3) {
+  const hn::RebindToUnsigned<D16> du16;
+  const hn::Rebind<uint8_t, D16> du8;
+  const hn::Rebind<int8_t, D16> di8;
+  const hn::Repartition<int32_t, D16> d32;
+  const size_t N = hn::Lanes(d16);
+  s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
+  auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+  if constexpr (kType == kQ8_0) {
+    const int8_t* HWY_RESTRICT qs = reinterpret_cast<const int8_t*>(blk + 2);
+    for (size_t j = 0; j < 32; j += N) {
+      const auto wv = hn::PromoteTo(d16, hn::LoadU(di8, qs + j));
+#define TOWERS_MAC(i) s##i = hn::ReorderWidenMulAccumulate(d32, wv, hn::LoadU(d16, aq##i + j), s##i, u##i);
+      TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+  } else {
+    const uint8_t* HWY_RESTRICT qs = blk + (kType == kQ4_0 ? 2 : kType == kQ4_1 ? 4 : 6);
+    uint32_t qh = 0;
+    if constexpr (kType == kQ5_0) std::memcpy(&qh, blk + 2, 4);
+    const auto k15 = hn::Set(du16, uint16_t{15});
+    for (size_t j = 0; j < 16; j += N) {
+      const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qs + j));
+      auto lo = hn::And(bytes, k15);       // elements j..
+      auto hi = hn::ShiftRight<4>(bytes);  // elements 16+j..
+      if constexpr (kType == kQ5_0) {
+        const auto k16 = hn::Set(du16, uint16_t{16});
+        const auto sel = hn::LoadU(du16, kBitSel);
+        const auto hl = hn::Set(du16, static_cast<uint16_t>(qh >> j));
+        const auto hh = hn::Set(du16, static_cast<uint16_t>(qh >> (16 + j)));
+        // (q | bit*16) - 16 == q - (bit ? 0 : 16)
+        lo = hn::Sub(lo, hn::IfThenZeroElse(hn::TestBit(hl, sel), k16));
+        hi = hn::Sub(hi, hn::IfThenZeroElse(hn::TestBit(hh, sel), k16));
+      } else if constexpr (kType == kQ4_0) {
+        const auto k8 = hn::Set(du16, uint16_t{8});
+        lo = hn::Sub(lo, k8);
+        hi = hn::Sub(hi, k8);
+      }
+      const auto wl = hn::BitCast(d16, lo);
+      const auto wh = hn::BitCast(d16, hi);
+#define TOWERS_MAC(i)                                                                         \
+  s##i = hn::ReorderWidenMulAccumulate(d32, wl, hn::LoadU(d16, aq##i + j), s##i, u##i);      \
+  s##i = hn::ReorderWidenMulAccumulate(d32, wh, hn::LoadU(d16, aq##i + 16 + j), s##i, u##i);
+      TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+  }
+#define TOWERS_FIN(i) s##i = hn::RearrangeToOddPlusEven(s##i, u##i);
+  TOWERS_EACH_R(TOWERS_FIN)
+#undef TOWERS_FIN
+}
+
+template <uint32_t kType, size_t R>
+HWY_NOINLINE void RowLegacy(const uint8_t* HWY_RESTRICT w, const ActRow* A, size_t nb,
+                            float* HWY_RESTRICT out) {
+  constexpr size_t kCap = (kType == kQ8_0) ? 32 : 16;
+  constexpr size_t kBB = block_bytes(kType);
+  const hn::CappedTag<int16_t, kCap> d16;
+  const hn::Repartition<float, decltype(d16)> df;
+
+  TOWERS_ACT_PTRS(0)
+  TOWERS_ACT_PTRS(1)
+  TOWERS_ACT_PTRS(2)
+  TOWERS_ACT_PTRS(3)
+  const float* HWY_RESTRICT ds0 = A[0].ds;
+  const float* HWY_RESTRICT ds1 = A[1].ds;
+  const float* HWY_RESTRICT ds2 = A[2].ds;
+  const float* HWY_RESTRICT ds3 = A[3].ds;
+  (void)ds1, (void)ds2, (void)ds3;
+
+  auto accA0 = hn::Zero(df), accA1 = accA0, accA2 = accA0, accA3 = accA0;
+  auto accB0 = accA0, accB1 = accA0, accB2 = accA0, accB3 = accA0;
+  float mA0 = 0.f, mA1 = 0.f, mA2 = 0.f, mA3 = 0.f;  // Q4_1 min terms
+  float mB0 = 0.f, mB1 = 0.f, mB2 = 0.f, mB3 = 0.f;
+  (void)mA1, (void)mA2, (void)mA3, (void)mB1, (void)mB2, (void)mB3;
+  hn::Vec<hn::Repartition<int32_t, decltype(d16)>> s0, s1, s2, s3;
+
+#define TOWERS_BLOCK(AB, bi)                                                                    \
+  {                                                                                             \
+    const size_t bb = (bi);                                                                     \
+    const uint8_t* HWY_RESTRICT blk = w + bb * kBB;                                             \
+    const size_t e = bb * 32;                                                                   \
+    LegacyBlockDots<kType, R>(d16, blk, aq0 + e, aq1 + e, aq2 + e, aq3 + e, s0, s1, s2, s3);    \
+    const float dw = LoadF16(blk);                                                              \
+    float mw = 0.f;                                                                             \
+    if constexpr (kType == kQ4_1) mw = LoadF16(blk + 2);                                        \
+    (void)mw;                                                                                   \
+    TOWERS_EACH_R(TOWERS_ACC_##AB)                                                              \
+  }
+#define TOWERS_ACC_A(i)                                                                    \
+  accA##i = hn::MulAdd(hn::Set(df, dw * ad##i[bb]), hn::ConvertTo(df, s##i), accA##i);     \
+  if constexpr (kType == kQ4_1) mA##i += mw * ds##i[bb];
+#define TOWERS_ACC_B(i)                                                                    \
+  accB##i = hn::MulAdd(hn::Set(df, dw * ad##i[bb]), hn::ConvertTo(df, s##i), accB##i);     \
+  if constexpr (kType == kQ4_1) mB##i += mw * ds##i[bb];
+
+  size_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    TOWERS_BLOCK(A, b)
+    TOWERS_BLOCK(B, b + 1)
+  }
+  if (b < nb) TOWERS_BLOCK(A, b)
+#undef TOWERS_ACC_A
+#undef TOWERS_ACC_B
+#undef TOWERS_BLOCK
+
+#define TOWERS_OUT(i) out[i] = hn::GetLane(hn::SumOfLanes(df, hn::Add(accA##i, accB##i))) + (mA##i + mB##i);
+  TOWERS_EACH_R(TOWERS_OUT)
+#undef TOWERS_OUT
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q4_K and Q5_K (blocks of 256 = 8 sub-blocks of 32, 6-bit scale and min each) against A256.
+// The sub-block scale multiplies the weights in int16 (q*sc <= 31*63), so the whole block sums
+// in int32; the min term is an int16 dot of the 8 mins with the activation's 32-element sums.
+
+// Unpacks the 12 bytes of 6-bit scales and mins (ggml's get_scale_min_k4 for j = 0..7).
+// Little-endian (as are all ggml files and every Highway target we build).
+HWY_INLINE void ScaleMinK4(const uint8_t* HWY_RESTRICT q, uint8_t* HWY_RESTRICT sc,
+                           uint8_t* HWY_RESTRICT mn) {
+  uint32_t u[3];
+  std::memcpy(u, q, 12);
+  constexpr uint32_t k6 = 0x3F3F3F3Fu, k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
+  const uint32_t sc_lo = u[0] & k6;                                  // sc[0..3] = q[0..3] & 63
+  const uint32_t mn_lo = u[1] & k6;                                  // mn[0..3] = q[4..7] & 63
+  const uint32_t sc_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);    // q[8..11] low | q[0..3] top
+  const uint32_t mn_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);  // q[8..11] high | q[4..7] top
+  std::memcpy(sc, &sc_lo, 4);
+  std::memcpy(sc + 4, &sc_hi, 4);
+  std::memcpy(mn, &mn_lo, 4);
+  std::memcpy(mn + 4, &mn_hi, 4);
+}
+
+template <uint32_t kType, size_t R>
+HWY_NOINLINE void RowK45(const uint8_t* HWY_RESTRICT w, const ActRow* A, size_t nb,
+                         float* HWY_RESTRICT out) {
+  constexpr size_t kBB = block_bytes(kType);
+  const hn::CappedTag<int16_t, 32> d16;
+  const hn::RebindToUnsigned<decltype(d16)> du16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const hn::Repartition<float, decltype(d16)> df;
+  const size_t N = hn::Lanes(d16);
+  // The min term: 8 int16 lanes (or fewer, looped).
+  const hn::CappedTag<int16_t, 8> m16;
+  const hn::Rebind<uint8_t, decltype(m16)> mu8;
+  const hn::Repartition<int32_t, decltype(m16)> m32;
+  const hn::Repartition<float, decltype(m16)> mf;
+  const size_t NM = hn::Lanes(m16);
+
+  TOWERS_ACT_PTRS(0)
+  TOWERS_ACT_PTRS(1)
+  TOWERS_ACT_PTRS(2)
+  TOWERS_ACT_PTRS(3)
+  const int16_t* HWY_RESTRICT bs0 = A[0].bs;
+  const int16_t* HWY_RESTRICT bs1 = A[1].bs;
+  const int16_t* HWY_RESTRICT bs2 = A[2].bs;
+  const int16_t* HWY_RESTRICT bs3 = A[3].bs;
+  (void)bs1, (void)bs2, (void)bs3;
+
+  auto acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  auto macc0 = hn::Zero(mf), macc1 = macc0, macc2 = macc0, macc3 = macc0;
+  const auto k15 = hn::Set(du16, uint16_t{15});
+  const auto k16 = hn::Set(du16, uint16_t{16});
+  (void)k16;
+
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* HWY_RESTRICT blk = w + b * kBB;
+    const float d = LoadF16(blk);
+    const float dmin = LoadF16(blk + 2);
+    HWY_ALIGN uint8_t sc[8];
+    HWY_ALIGN uint8_t mn[8];
+    ScaleMinK4(blk + 4, sc, mn);
+    HWY_ALIGN uint32_t sc2[16];
+    ScalePairs<8>(sc, sc2);
+    const uint8_t* HWY_RESTRICT qh = blk + 16;
+    const uint8_t* HWY_RESTRICT qs = blk + (kType == kQ5_K ? 48 : 16);
+    const size_t e0 = b * 256;
+    auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
+    auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+#define TOWERS_MAC(i)                                                                         \
+  s##i = hn::ReorderWidenMulAccumulate(d32, wl, hn::LoadU(d16, aq##i + e), s##i, u##i);       \
+  s##i = hn::ReorderWidenMulAccumulate(d32, wh, hn::LoadU(d16, aq##i + e + 32), s##i, u##i);
+#define TOWERS_K45_LOOPS(UNROLL)                                                              \
+  UNROLL for (size_t c = 0; c < 4; ++c) {                                                    \
+    const auto vsl = SetPair(du16, sc2[2 * c]);                                              \
+    const auto vsh = SetPair(du16, sc2[2 * c + 1]);                                          \
+    UNROLL for (size_t j = 0; j < 32; j += N) {                                              \
+      const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qs + 32 * c + j));               \
+      auto lo = hn::And(bytes, k15);      /* elements 64c + j.. */                           \
+      auto hi = hn::ShiftRight<4>(bytes); /* elements 64c + 32 + j.. */                      \
+      if constexpr (kType == kQ5_K) {                                                        \
+        const auto h = hn::ShiftRightSame(hn::PromoteTo(du16, hn::LoadU(du8, qh + j)),       \
+                                          static_cast<int>(2 * c));                          \
+        lo = hn::Or(lo, hn::And(hn::ShiftLeft<4>(h), k16));                                  \
+        hi = hn::Or(hi, hn::And(hn::ShiftLeft<3>(h), k16));                                  \
+      }                                                                                      \
+      const auto wl = hn::BitCast(d16, hn::Mul(lo, vsl));                                    \
+      const auto wh = hn::BitCast(d16, hn::Mul(hi, vsh));                                    \
+      const size_t e = e0 + 64 * c + j;                                                      \
+      TOWERS_EACH_R(TOWERS_MAC)                                                              \
+    }                                                                                        \
+  }
+    // One activation row: fully unrolled (measurably faster). Four: rolled (unrolling spills).
+    if constexpr (R == 1) {
+      TOWERS_K45_LOOPS(_Pragma("GCC unroll 16"))
+    } else {
+      TOWERS_K45_LOOPS()
+    }
+#undef TOWERS_K45_LOOPS
+#undef TOWERS_MAC
+    // sum_g mn[g] * bsum32[g], as int32 lanes (exact).
+    auto ms0 = hn::Zero(m32), ms1 = ms0, ms2 = ms0, ms3 = ms0;
+    auto mu0 = ms0, mu1 = ms0, mu2 = ms0, mu3 = ms0;
+    for (size_t g = 0; g < 8; g += NM) {
+      const auto mv = hn::BitCast(m16, hn::PromoteTo(hn::RebindToUnsigned<decltype(m16)>(), hn::LoadU(mu8, mn + g)));
+#define TOWERS_MIN(i) ms##i = hn::ReorderWidenMulAccumulate(m32, mv, hn::LoadU(m16, bs##i + b * 8 + g), ms##i, mu##i);
+      TOWERS_EACH_R(TOWERS_MIN)
+#undef TOWERS_MIN
+    }
+#define TOWERS_ACC(i)                                                                          \
+  {                                                                                            \
+    const float dx = ad##i[b];                                                                 \
+    acc##i = hn::MulAdd(hn::Set(df, d * dx),                                                   \
+                        hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s##i, u##i)), acc##i);    \
+    macc##i = hn::MulAdd(hn::Set(mf, dmin * dx),                                               \
+                         hn::ConvertTo(mf, hn::RearrangeToOddPlusEven(ms##i, mu##i)), macc##i); \
+  }
+    TOWERS_EACH_R(TOWERS_ACC)
+#undef TOWERS_ACC
+  }
+#define TOWERS_OUT(i) \
+  out[i] = hn::GetLane(hn::SumOfLanes(df, acc##i)) - hn::GetLane(hn::SumOfLanes(mf, macc##i));
+  TOWERS_EACH_R(TOWERS_OUT)
+#undef TOWERS_OUT
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q6_K (blocks of 256 = 16 groups of 16 with int8 scales) against A256. (q-32)*sc fits int16.
+template <size_t R>
+HWY_NOINLINE void RowQ6K(const uint8_t* HWY_RESTRICT w, const ActRow* A, size_t nb,
+                         float* HWY_RESTRICT out) {
+  constexpr size_t kBB = block_bytes(kQ6_K);
+  const hn::CappedTag<int16_t, 16> d16;  // a vector never straddles two 16-element groups
+  const hn::RebindToUnsigned<decltype(d16)> du16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const hn::Repartition<float, decltype(d16)> df;
+  const size_t N = hn::Lanes(d16);
+
+  TOWERS_ACT_PTRS(0)
+  TOWERS_ACT_PTRS(1)
+  TOWERS_ACT_PTRS(2)
+  TOWERS_ACT_PTRS(3)
+
+  auto acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  const auto k15 = hn::Set(du16, uint16_t{15});
+  const auto k48 = hn::Set(du16, uint16_t{48});
+  const auto k32 = hn::Set(du16, uint16_t{32});
+
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* HWY_RESTRICT blk = w + b * kBB;
+    const int8_t* HWY_RESTRICT scales = reinterpret_cast<const int8_t*>(blk + 192);
+    const float d = LoadF16(blk + 208);
+    HWY_ALIGN uint32_t sc2[16];
+    ScalePairs<16>(scales, sc2);
+    const size_t e0 = b * 256;
+    auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
+    auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+    for (size_t h = 0; h < 2; ++h) {
+      const uint8_t* HWY_RESTRICT ql = blk + 64 * h;
+      const uint8_t* HWY_RESTRICT qh = blk + 128 + 32 * h;
+      for (size_t j = 0; j < 32; j += N) {
+        const auto la = hn::PromoteTo(du16, hn::LoadU(du8, ql + j));
+        const auto lb = hn::PromoteTo(du16, hn::LoadU(du8, ql + 32 + j));
+        const auto hb = hn::PromoteTo(du16, hn::LoadU(du8, qh + j));
+        const auto q1 = hn::Sub(hn::Or(hn::And(la, k15), hn::And(hn::ShiftLeft<4>(hb), k48)), k32);
+        const auto q2 = hn::Sub(hn::Or(hn::And(lb, k15), hn::And(hn::ShiftLeft<2>(hb), k48)), k32);
+        const auto q3 = hn::Sub(hn::Or(hn::ShiftRight<4>(la), hn::And(hb, k48)), k32);
+        const auto q4 = hn::Sub(hn::Or(hn::ShiftRight<4>(lb), hn::And(hn::ShiftRight<2>(hb), k48)), k32);
+        const size_t is = j / 16;
+        const auto w1 = hn::Mul(hn::BitCast(d16, q1), SetPair(d16, sc2[8 * h + is + 0]));
+        const auto w2 = hn::Mul(hn::BitCast(d16, q2), SetPair(d16, sc2[8 * h + is + 2]));
+        const auto w3 = hn::Mul(hn::BitCast(d16, q3), SetPair(d16, sc2[8 * h + is + 4]));
+        const auto w4 = hn::Mul(hn::BitCast(d16, q4), SetPair(d16, sc2[8 * h + is + 6]));
+        const size_t e = e0 + 128 * h + j;
+#define TOWERS_MAC(i)                                                                         \
+  s##i = hn::ReorderWidenMulAccumulate(d32, w1, hn::LoadU(d16, aq##i + e), s##i, u##i);       \
+  s##i = hn::ReorderWidenMulAccumulate(d32, w2, hn::LoadU(d16, aq##i + e + 32), s##i, u##i);  \
+  s##i = hn::ReorderWidenMulAccumulate(d32, w3, hn::LoadU(d16, aq##i + e + 64), s##i, u##i);  \
+  s##i = hn::ReorderWidenMulAccumulate(d32, w4, hn::LoadU(d16, aq##i + e + 96), s##i, u##i);
+        TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+    }
+#define TOWERS_ACC(i)                                                                       \
+  acc##i = hn::MulAdd(hn::Set(df, d * ad##i[b]),                                            \
+                      hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s##i, u##i)), acc##i);
+    TOWERS_EACH_R(TOWERS_ACC)
+#undef TOWERS_ACC
+  }
+#define TOWERS_OUT(i) out[i] = hn::GetLane(hn::SumOfLanes(df, acc##i));
+  TOWERS_EACH_R(TOWERS_OUT)
+#undef TOWERS_OUT
+}
+
+#undef TOWERS_ACT_PTRS
+#undef TOWERS_EACH_R
+
+template <uint32_t kType, size_t R>
+HWY_INLINE void RowDot(const uint8_t* w, const ActRow* A, size_t n, float* out) {
+  if constexpr (kType == kQ4_K || kType == kQ5_K) {
+    RowK45<kType, R>(w, A, n / 256, out);
+  } else if constexpr (kType == kQ6_K) {
+    RowQ6K<R>(w, A, n / 256, out);
+  } else {
+    RowLegacy<kType, R>(w, A, n / 32, out);
+  }
+}
+
+template <uint32_t kType>
+void GemmType(const uint8_t* w, size_t row_stride, size_t rows, const uint8_t* act,
+              size_t act_stride, size_t T, size_t n, float* y, size_t ldy) {
+  // Tiling for large T: keep a panel of activation rows and a panel of weight rows within L2.
+  // It only changes which (row, t) pairs are computed when, never how.
+  constexpr size_t kActBudget = 384 * 1024, kWeightBudget = 256 * 1024;
+  size_t tb = T, rb = rows;
+  if (T * act_stride > kActBudget) {
+    tb = std::max<size_t>(kMaxR, (kActBudget / act_stride) / kMaxR * kMaxR);
+    rb = std::max<size_t>(1, kWeightBudget / std::max<size_t>(1, row_stride));
+  }
+  for (size_t r0 = 0; r0 < rows; r0 += rb) {
+    const size_t r1 = std::min(rows, r0 + rb);
+    for (size_t t0 = 0; t0 < T; t0 += tb) {
+      const size_t t1 = std::min(T, t0 + tb);
+      for (size_t r = r0; r < r1; ++r) {
+        const uint8_t* wr = w + r * row_stride;
+        for (size_t t = t0; t < t1; t += kMaxR) {
+          const size_t cnt = std::min(kMaxR, t1 - t);
+          ActRow A[kMaxR];
+          for (size_t i = 0; i < kMaxR; ++i) {
+            A[i] = act_row(kType, act + (t + (i < cnt ? i : 0)) * act_stride, n);
+          }
+          float out[kMaxR];
+          switch (cnt) {
+            case 4: RowDot<kType, 4>(wr, A, n, out); break;
+            case 3: RowDot<kType, 3>(wr, A, n, out); break;
+            case 2: RowDot<kType, 2>(wr, A, n, out); break;
+            default: RowDot<kType, 1>(wr, A, n, out); break;
+          }
+          for (size_t i = 0; i < cnt; ++i) y[(t + i) * ldy + r] = out[i];
+        }
+      }
+    }
+  }
+}
+
+void GemmQ(uint32_t type, const void* w, size_t row_stride, size_t rows, const void* act,
+           size_t act_stride, size_t T, size_t n, float* y, size_t ldy) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  switch (type) {
+    case kQ4_0: return GemmType<kQ4_0>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kQ4_1: return GemmType<kQ4_1>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kQ5_0: return GemmType<kQ5_0>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kQ8_0: return GemmType<kQ8_0>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kQ4_K: return GemmType<kQ4_K>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kQ5_K: return GemmType<kQ5_K>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kQ6_K: return GemmType<kQ6_K>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    default: return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantization: per block d = amax/127, q = nearest_even(x * 127/amax).
+void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n) {
+  const size_t B = is_k(type) ? 256 : 32;
+  const size_t nb = n / B;
+  auto* p = static_cast<uint8_t*>(act);
+  int16_t* HWY_RESTRICT q = reinterpret_cast<int16_t*>(p);
+  float* HWY_RESTRICT d = reinterpret_cast<float*>(p + 2 * n);
+  float* HWY_RESTRICT ds = d + nb;                                           // A32
+  int16_t* HWY_RESTRICT bs = reinterpret_cast<int16_t*>(p + 2 * n + 4 * nb);  // A256
+  const hn::CappedTag<float, 32> df;
+  const hn::Rebind<int32_t, decltype(df)> di32;
+  const hn::Rebind<int16_t, decltype(df)> di16;
+  const size_t N = hn::Lanes(df);
+  for (size_t b = 0; b < nb; ++b) {
+    const float* HWY_RESTRICT xb = x + b * B;
+    int16_t* HWY_RESTRICT qb = q + b * B;
+    auto vmax = hn::Zero(df);
+    for (size_t i = 0; i < B; i += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + i)));
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    // Blocks below 1e-30 (and only those) become zeros, so 127/amax stays finite.
+    const bool zero = !(amax >= 1e-30f);
+    const float db = zero ? 0.f : amax / 127.0f;
+    const auto vid = hn::Set(df, zero ? 0.f : 127.0f / amax);
+    d[b] = db;
+    for (size_t g = 0; g < B; g += 32) {  // 32-element groups: quantize, store, sum
+      auto vsum = hn::Zero(di32);
+      for (size_t i = g; i < g + 32; i += N) {
+        const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + i), vid));
+        vsum = hn::Add(vsum, qi);
+        hn::StoreU(hn::DemoteTo(di16, qi), di16, qb + i);
+      }
+      const int32_t sum = hn::GetLane(hn::SumOfLanes(di32, vsum));
+      if (B == 32) {
+        ds[b] = db * static_cast<float>(sum);
+      } else {
+        bs[b * 8 + g / 32] = static_cast<int16_t>(sum);
+      }
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace towers::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace towers::simd {
+HWY_EXPORT(GemmQ);
+HWY_EXPORT(QuantizeAct);
+
+bool has_quant_dot(uint32_t t) { return qd::block_bytes(t) != 0; }
+
+size_t act_bytes(uint32_t t, size_t n) {
+  if (!has_quant_dot(t)) return 0;
+  if (qd::is_k(t)) return 2 * n + (4 + 16) * (n / 256);
+  return 2 * n + 8 * (n / 32);
+}
+
+void quantize_act(uint32_t t, const float* x, void* act, size_t n) {
+  if (!has_quant_dot(t)) return;
+  HWY_DYNAMIC_DISPATCH(QuantizeAct)(t, x, act, n);
+}
+
+void gemm_q(uint32_t t, const void* w, size_t row_stride, size_t rows, const void* act,
+            size_t act_stride, size_t T, size_t n, float* y, size_t ldy) {
+  if (!has_quant_dot(t) || rows == 0 || T == 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmQ)(t, w, row_stride, rows, act, act_stride, T, n, y, ldy);
+}
+}  // namespace towers::simd
+#endif

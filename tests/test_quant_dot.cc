@@ -1,0 +1,354 @@
+// simd/quant_dot: quantized weight rows times quantized activations, against scalar references built
+// from engine/quant's dequantizer; bit-identity across batch shapes and row splits; extreme inputs.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <hwy/targets.h>
+
+#include "engine/ggml_type.h"
+#include "engine/quant.h"
+#include "simd/ops.h"
+#include "simd/quant_dot.h"
+
+using namespace towers;
+
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
+                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+uint32_t id(GgmlType t) { return static_cast<uint32_t>(t); }
+size_t block_elems(GgmlType t) { return traits(t).block_elems; }
+bool affine(GgmlType t) { return t == GgmlType::Q4_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K; }
+size_t act_block(GgmlType t) { return block_elems(t) == 256 ? 256 : 32; }
+
+// Sizes per type: one block, an odd number of blocks, many blocks (crossing internal chunking).
+std::vector<size_t> sizes_for(GgmlType t) {
+  const size_t b = block_elems(t);
+  if (b == 256) return {256, 3 * 256, 17 * 256};
+  return {32, 7 * 32, 67 * 32, 4096};
+}
+
+struct Weights {
+  size_t rows = 0, n = 0, stride = 0;
+  std::vector<uint8_t> bytes;
+  std::vector<float> deq;  // rows * n, dequantized with engine/quant (ggml's formulas)
+  const uint8_t* row(size_t r) const { return bytes.data() + r * stride; }
+};
+
+// Quantizes src (rows x n) with quantize_row; rows are padded by 24 bytes to exercise row_stride.
+Weights make_weights(GgmlType t, const std::vector<float>& src, size_t rows, size_t n) {
+  Weights w;
+  w.rows = rows;
+  w.n = n;
+  w.stride = row_bytes(t, n) + 24;
+  w.bytes.assign(rows * w.stride, 0xA5);
+  w.deq.resize(rows * n);
+  for (size_t r = 0; r < rows; ++r) {
+    quantize_row(t, src.data() + r * n, w.bytes.data() + r * w.stride, n);
+    dequantize_row(t, w.bytes.data() + r * w.stride, w.deq.data() + r * n, n);
+  }
+  return w;
+}
+
+struct Acts {
+  size_t T = 0, n = 0, stride = 0;
+  std::vector<float> x;  // T * n originals
+  std::vector<uint8_t> bytes;
+};
+
+Acts make_acts(GgmlType t, std::vector<float> x, size_t T, size_t n) {
+  Acts a;
+  a.T = T;
+  a.n = n;
+  a.stride = (simd::act_bytes(id(t), n) + 63) / 64 * 64;
+  a.x = std::move(x);
+  a.bytes.assign(T * a.stride + 64, 0);
+  for (size_t i = 0; i < T; ++i)
+    simd::quantize_act(id(t), a.x.data() + i * n, a.bytes.data() + i * a.stride, n);
+  return a;
+}
+
+// Our activation layout (quant_dot.h), decoded: int16 q[n], then float d[n / block], then either
+// float ds[nb] (A32) or int16 bsums[nb * 8], sums of 32 (A256).
+struct ActView {
+  const int16_t* q;
+  const float* d;
+  const float* ds;
+  const int16_t* bs;
+};
+ActView view(GgmlType t, const uint8_t* p, size_t n) {
+  const size_t nb = n / act_block(t);
+  ActView v{};
+  v.q = reinterpret_cast<const int16_t*>(p);
+  v.d = reinterpret_cast<const float*>(p + 2 * n);
+  if (act_block(t) == 32)
+    v.ds = v.d + nb;
+  else
+    v.bs = reinterpret_cast<const int16_t*>(p + 2 * n + 4 * nb);
+  return v;
+}
+std::vector<double> dequant_act(GgmlType t, const uint8_t* p, size_t n) {
+  const ActView v = view(t, p, n);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(v.d[i / act_block(t)]) * v.q[i];
+  return out;
+}
+
+std::vector<float> gemm(GgmlType t, const Weights& w, const Acts& a, size_t r0, size_t rows, size_t t0,
+                        size_t T) {
+  std::vector<float> y(T * rows, std::nanf(""));
+  simd::gemm_q(id(t), w.row(r0), w.stride, rows, a.bytes.data() + t0 * a.stride, a.stride, T, w.n,
+               y.data(), rows);
+  return y;
+}
+
+// Checks (a) against sum dequant(w) * dequant_act(x) in double and (b) against the float dot of
+// dequant(w) with the unquantized x, within the activation-quantization bound.
+void check_against_references(GgmlType t, const Weights& w, const Acts& a) {
+  const size_t n = w.n;
+  const auto y = gemm(t, w, a, 0, w.rows, 0, a.T);
+  const size_t B = act_block(t);
+  for (size_t ti = 0; ti < a.T; ++ti) {
+    const uint8_t* ap = a.bytes.data() + ti * a.stride;
+    const auto xa = dequant_act(t, ap, n);
+    const ActView v = view(t, ap, n);
+    const float* x = a.x.data() + ti * n;
+    for (size_t r = 0; r < w.rows; ++r) {
+      const float* wr = w.deq.data() + r * n;
+      double ref = 0, mag = 0, bound = 0, mag_x = 0;
+      for (size_t i = 0; i < n; ++i) {
+        ref += static_cast<double>(wr[i]) * xa[i];
+        // Affine types (x = d*q + m) sum d*q and m separately, so rounding scales with |m| too;
+        // the smallest weight of the 32-element sub-block is that m.
+        const double offs = affine(t) ? std::fabs(*std::min_element(wr + i / 32 * 32, wr + i / 32 * 32 + 32)) : 0.0;
+        mag += (std::fabs(static_cast<double>(wr[i])) + offs) * std::fabs(xa[i]);
+        mag_x += std::fabs(static_cast<double>(wr[i]) * x[i]);
+        // |x - d*q| <= d/2 (plus rounding of x * 127/amax), per element.
+        bound += std::fabs(static_cast<double>(wr[i])) * 0.5 * v.d[i / B];
+      }
+      const float got = y[ti * w.rows + r];
+      CAPTURE(ggml_type_name(t));
+      CAPTURE(n);
+      CAPTURE(r);
+      CAPTURE(ti);
+      CAPTURE(ref);
+      CAPTURE(got);
+      // (a) same math, different rounding only.
+      CHECK(std::fabs(got - ref) <= 1e-5 * mag + 1e-30);
+      // (b) against the unquantized activations.
+      const float fdot = simd::dot_f32(wr, x, n);
+      CHECK(std::fabs(static_cast<double>(got) - fdot) <= bound * (1 + 1e-4) + 2e-5 * (mag + mag_x) + 1e-30);
+    }
+  }
+}
+
+std::vector<float> randn(std::mt19937& rng, size_t count, float scale = 1.0f) {
+  std::normal_distribution<float> nd(0.f, scale);
+  std::vector<float> v(count);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("quant_dot: API basics") {
+  for (GgmlType t : kTypes) {
+    CHECK(simd::has_quant_dot(id(t)));
+    const size_t n = 4 * 256;
+    const size_t nb = n / act_block(t);
+    CHECK(simd::act_bytes(id(t), n) == 2 * n + (act_block(t) == 32 ? 8 * nb : 20 * nb));
+  }
+  CHECK_FALSE(simd::has_quant_dot(0));
+  CHECK_FALSE(simd::has_quant_dot(1));
+  CHECK_FALSE(simd::has_quant_dot(id(GgmlType::Q5_1)));
+  CHECK_FALSE(simd::has_quant_dot(id(GgmlType::Q2_K)));
+  MESSAGE("Highway target: " << std::string(simd::target_name()));
+}
+
+TEST_CASE("quant_dot: activation layout") {
+  std::mt19937 rng(7);
+  for (GgmlType t : kTypes) {
+    for (size_t n : sizes_for(t)) {
+      auto x = randn(rng, n, 3.0f);
+      x[n / 2] = -40.f;
+      const Acts a = make_acts(t, x, 1, n);
+      const ActView v = view(t, a.bytes.data(), n);
+      const size_t B = act_block(t), nb = n / B;
+      for (size_t b = 0; b < nb; ++b) {
+        float amax = 0;
+        for (size_t i = 0; i < B; ++i) amax = std::max(amax, std::fabs(x[b * B + i]));
+        CHECK(v.d[b] == amax / 127.0f);
+        int32_t sum = 0;
+        for (size_t i = 0; i < B; ++i) {
+          const int q = v.q[b * B + i];
+          CHECK(q >= -127);
+          CHECK(q <= 127);
+          CHECK(std::fabs(x[b * B + i] - v.d[b] * q) <= v.d[b] * 0.5001f);
+          sum += q;
+        }
+        if (B == 32) {
+          CHECK(v.ds[b] == v.d[b] * static_cast<float>(sum));
+        } else {
+          for (size_t g = 0; g < 8; ++g) {
+            int32_t s32 = 0;
+            for (size_t i = 0; i < 32; ++i) s32 += v.q[b * B + 32 * g + i];
+            CHECK(v.bs[b * 8 + g] == s32);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("quant_dot: one activation layout per family") {
+  std::mt19937 rng(3);
+  const size_t n = 3 * 256;
+  const auto x = randn(rng, n);
+  auto bytes = [&](GgmlType t) {
+    std::vector<uint8_t> a(simd::act_bytes(id(t), n));
+    simd::quantize_act(id(t), x.data(), a.data(), n);
+    return a;
+  };
+  CHECK(bytes(GgmlType::Q4_K) == bytes(GgmlType::Q6_K));
+  CHECK(bytes(GgmlType::Q5_K) == bytes(GgmlType::Q6_K));
+  CHECK(bytes(GgmlType::Q4_0) == bytes(GgmlType::Q8_0));
+  CHECK(bytes(GgmlType::Q4_1) == bytes(GgmlType::Q5_0));
+}
+
+TEST_CASE("quant_dot: matches the scalar references") {
+  std::mt19937 rng(1234);
+  for (GgmlType t : kTypes) {
+    for (size_t n : sizes_for(t)) {
+      const size_t rows = 7, T = 5;
+      auto ws = randn(rng, rows * n, 0.05f);
+      // Rows of different magnitude and a biased row (exercises Q4_1/Q4_K mins).
+      for (size_t i = 0; i < n; ++i) {
+        ws[1 * n + i] *= 40.f;
+        ws[2 * n + i] += 0.03f;
+      }
+      const Weights w = make_weights(t, ws, rows, n);
+      auto xs = randn(rng, T * n, 1.0f);
+      for (size_t i = 0; i < n; ++i) xs[3 * n + i] = std::fabs(xs[3 * n + i]) + 0.5f;  // one-signed row
+      const Acts a = make_acts(t, xs, T, n);
+      check_against_references(t, w, a);
+    }
+  }
+}
+
+TEST_CASE("quant_dot: bit-identical whatever the batch shape and row split") {
+  std::mt19937 rng(99);
+  for (GgmlType t : kTypes) {
+    const size_t n = block_elems(t) == 256 ? 17 * 256 : 67 * 32;
+    const size_t rows = 9, T = 5;
+    const Weights w = make_weights(t, randn(rng, rows * n, 0.1f), rows, n);
+    const Acts a = make_acts(t, randn(rng, T * n), T, n);
+    CAPTURE(ggml_type_name(t));
+    const auto all = gemm(t, w, a, 0, rows, 0, T);
+    // T = 1, one activation row at a time.
+    for (size_t ti = 0; ti < T; ++ti) {
+      const auto one = gemm(t, w, a, 0, rows, ti, 1);
+      CHECK(std::memcmp(one.data(), all.data() + ti * rows, rows * sizeof(float)) == 0);
+    }
+    // T = 2 and 3 (other remainders of the groups of 4).
+    const auto two = gemm(t, w, a, 0, rows, 3, 2);
+    CHECK(std::memcmp(two.data(), all.data() + 3 * rows, 2 * rows * sizeof(float)) == 0);
+    const auto three = gemm(t, w, a, 0, rows, 1, 3);
+    CHECK(std::memcmp(three.data(), all.data() + 1 * rows, 3 * rows * sizeof(float)) == 0);
+    // Rows split as threads would split them.
+    for (size_t split : {1, 4, 8}) {
+      const auto lo = gemm(t, w, a, 0, split, 0, T);
+      const auto hi = gemm(t, w, a, split, rows - split, 0, T);
+      for (size_t ti = 0; ti < T; ++ti) {
+        CHECK(std::memcmp(lo.data() + ti * split, all.data() + ti * rows, split * sizeof(float)) == 0);
+        CHECK(std::memcmp(hi.data() + ti * (rows - split), all.data() + ti * rows + split,
+                          (rows - split) * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("quant_dot: large T (tiled path) equals T = 1") {
+  std::mt19937 rng(5);
+  for (GgmlType t : kTypes) {
+    const size_t n = 8192, rows = 6, T = 51;  // T * act_bytes > the internal tile budget
+    CAPTURE(ggml_type_name(t));
+    const Weights w = make_weights(t, randn(rng, rows * n, 0.1f), rows, n);
+    const Acts a = make_acts(t, randn(rng, T * n), T, n);
+    REQUIRE(T * a.stride > 512 * 1024);
+    const auto all = gemm(t, w, a, 0, rows, 0, T);
+    for (size_t ti = 0; ti < T; ++ti) {
+      const auto one = gemm(t, w, a, 0, rows, ti, 1);
+      CHECK(std::memcmp(one.data(), all.data() + ti * rows, rows * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("quant_dot: extreme inputs") {
+  std::mt19937 rng(42);
+  for (GgmlType t : kTypes) {
+    for (size_t n : sizes_for(t)) {
+      CAPTURE(ggml_type_name(t));
+      CAPTURE(n);
+      const size_t rows = 5;
+      auto ws = randn(rng, rows * n, 0.2f);
+      std::fill(ws.begin() + 4 * n, ws.end(), 0.f);  // an all-zero weight row
+      ws[n + n / 3] = 25.f;                          // a weight outlier
+      const Weights w = make_weights(t, ws, rows, n);
+
+      std::vector<float> xs(4 * n, 0.f);  // row 0: all zero
+      for (size_t i = 0; i < n; ++i) {
+        xs[n + i] = std::normal_distribution<float>(0.f, 1.f)(rng);         // row 1: outlier
+        xs[2 * n + i] = -std::fabs(std::normal_distribution<float>(0.f, 1.f)(rng)) - 0.1f;  // negative
+        xs[3 * n + i] = std::normal_distribution<float>(0.f, 1e-3f)(rng);  // tiny, with a huge value
+      }
+      xs[n + n / 2] = 1e6f;
+      xs[3 * n + 7] = -3e30f;
+      // A block of values too small to quantize (amax < 1e-30, including subnormals): it becomes 0.
+      const size_t B = act_block(t);
+      if (n >= 2 * B)
+        for (size_t i = B; i < 2 * B; ++i) xs[3 * n + i] = (i % 3 ? 1e-33f : -1e-40f);
+      const Acts a = make_acts(t, xs, 4, n);
+      const auto y = gemm(t, w, a, 0, rows, 0, 4);
+      for (size_t r = 0; r < rows; ++r) CHECK(y[r] == 0.f);               // zero activations
+      for (size_t ti = 0; ti < 4; ++ti) CHECK(y[ti * rows + 4] == 0.f);   // zero weights
+      for (float v : y) CHECK(std::isfinite(v));
+      check_against_references(t, w, a);
+    }
+  }
+}
+
+// Every Highway target compiled in and runnable here (e.g. AVX2, SSE4, SSSE3, EMU128 on an AVX2
+// machine): same reference checks and batch-shape bit-identity, so lane counts 8 and 16 (and the
+// emulated ops) are all exercised.
+TEST_CASE("quant_dot: every compiled target") {
+  std::mt19937 rng(77);
+  const auto targets = hwy::SupportedAndGeneratedTargets();
+  for (int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string name = simd::target_name();
+    CAPTURE(name);
+    CHECK(name == hwy::TargetName(target));
+    MESSAGE("checking target " << name);
+    for (GgmlType t : kTypes) {
+      const size_t n = block_elems(t) == 256 ? 3 * 256 : 67 * 32;
+      const size_t rows = 5, T = 5;
+      auto ws = randn(rng, rows * n, 0.1f);
+      for (size_t i = 0; i < n; ++i) ws[2 * n + i] += 0.05f;
+      const Weights w = make_weights(t, ws, rows, n);
+      const Acts a = make_acts(t, randn(rng, T * n), T, n);
+      check_against_references(t, w, a);
+      const auto all = gemm(t, w, a, 0, rows, 0, T);
+      for (size_t ti = 0; ti < T; ++ti) {
+        const auto one = gemm(t, w, a, 0, rows, ti, 1);
+        CHECK(std::memcmp(one.data(), all.data() + ti * rows, rows * sizeof(float)) == 0);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
