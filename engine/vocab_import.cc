@@ -50,7 +50,11 @@ Result<int> add_hf_bpe_tokenizer(GgufWriter& w, const std::string& path, const H
       for (const auto& a : j["added_tokens"]) {
         int id = a.at("id").get<int>();
         by_id[id] = a.at("content").get<std::string>();
-        types[id] = a.value("special", false) ? 3 : 4;  // CONTROL : USER_DEFINED
+        const std::string& text = by_id[id];
+        // Like llama.cpp's converter: added tokens spelled <|...|> are control tokens even when
+        // tokenizer.json does not flag them special (Qwen's <|fim_prefix|>, <|repo_name|>, ...).
+        const bool looks_special = text.size() > 4 && text.starts_with("<|") && text.ends_with("|>");
+        types[id] = a.value("special", false) || looks_special ? 3 : 4;  // CONTROL : USER_DEFINED
       }
     }
     if (by_id.empty() || by_id.begin()->first != 0 || by_id.rbegin()->first != int(by_id.size()) - 1) {
