@@ -96,6 +96,7 @@ void add_generate(CLI::App& app) {
       return true;
     });
     std::printf("\n");
+    std::fflush(stdout);
     if (!r) std::exit(fail(r.error()));
     if (o->verbose) {
       const int n = static_cast<int>(r->tokens.size());

@@ -11,14 +11,7 @@
 namespace towers {
 
 Forward::Forward(const Model& model, ThreadPool& pool, Kernels kernels)
-    : model_(model), cfg_(model.config()), pool_(pool), kernels_(kernels) {
-  const int half = cfg_.n_rot / 2;
-  inv_freq_.resize(half);
-  for (int i = 0; i < half; ++i) {
-    double f = std::pow(static_cast<double>(cfg_.rope_base), -2.0 * i / cfg_.n_rot);
-    if (!cfg_.rope_freq_factors.empty()) f /= cfg_.rope_freq_factors[i];
-    inv_freq_[i] = static_cast<float>(f / cfg_.rope_scale);
-  }
+    : model_(model), cfg_(model.config()), pool_(pool), kernels_(kernels), rope_(model.config()) {
   scratch_.resize(pool.size());
 }
 
@@ -174,34 +167,18 @@ void Forward::add_bias(const Weight& b, float* y, int T) {
   }
 }
 
-// Rotates the first n_rot dimensions of every head of token t by angle pos[t] * inv_freq[i].
+// Rotates every head of token t by its position pos[t].
 void Forward::rope(float* vecs, int T, int n_heads) {
-  const int hd = cfg_.head_dim, half = cfg_.n_rot / 2;
-  const bool neox = cfg_.rope_style == RopeStyle::Neox;
-  std::vector<float> cos_t(half), sin_t(half);
   for (int t = 0; t < T; ++t) {
-    const float pos = static_cast<float>(pos_[t]);
-    for (int i = 0; i < half; ++i) {
-      float angle = pos * inv_freq_[i];
-      cos_t[i] = std::cos(angle);
-      sin_t[i] = std::sin(angle);
-    }
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = vecs + (size_t(t) * n_heads + h) * hd;
-      for (int i = 0; i < half; ++i) {
-        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
-      }
-    }
+    rope_.rotate(vecs + size_t(t) * n_heads * cfg_.head_dim, n_heads, static_cast<float>(pos_[t]));
   }
 }
 
 // Causal attention of the T new queries over every row of their own sequence's cache at a position
-// <= the query's, walking the cache's spans with an online (streaming) softmax.
+// <= the query's, walking the cache's spans in place with an online (streaming) softmax. Scores and
+// value sums are computed straight from each span's format (no dense copy of a quantized cache).
 void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
-  const int hd = cfg_.head_dim, kvd = cfg_.kv_dim();
+  const int hd = cfg_.head_dim;
   const int group = cfg_.n_head / cfg_.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   spans_.resize(batch.size());
@@ -211,9 +188,11 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
   constexpr int kBlock = 128;
   pool_.parallel_for(size_t(T) * cfg_.n_head, [&](size_t i0, size_t i1, int thread) {
     std::vector<float>& buf = scratch_[thread];
-    if (buf.size() < size_t(kBlock + hd)) buf.resize(kBlock + hd);
+    if (buf.size() < size_t(2 * kBlock + 2 * hd)) buf.resize(2 * kBlock + 2 * hd);
     float* scores = buf.data();
-    float* acc = buf.data() + kBlock;
+    float* probs = scores + kBlock;
+    float* acc = probs + kBlock;
+    float* qs = acc + hd;  // the query as one span needs it (counter-rotated, channel-scaled)
     for (size_t i = i0; i < i1; ++i) {
       const int t = static_cast<int>(i / cfg_.n_head), h = static_cast<int>(i % cfg_.n_head);
       const int kvh = h / group;
@@ -223,11 +202,27 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
       std::fill(acc, acc + hd, 0.0f);
       for (const KvSpan& s : spans_[seq_of_[t]]) {
         const int32_t visible = std::min<int32_t>(s.n, qpos - s.pos0 + 1);
+        if (visible <= 0) continue;
+        const float* qv = q;
+        if (s.rope_delta != 0 || s.k_scale) {
+          std::copy(q, q + hd, qs);
+          // q·R(p_k)k depends on p_q - p_k only: using rows computed rope_delta positions earlier
+          // than they act is the same as rotating the query back by rope_delta.
+          if (s.rope_delta != 0) rope_.rotate(qs, 1, -static_cast<float>(s.rope_delta));
+          if (s.k_scale) {
+            const float* cs = s.k_scale + size_t(kvh) * hd;
+            for (int e = 0; e < hd; ++e) qs[e] *= cs[e];
+          }
+          qv = qs;
+        }
+        const uint8_t* kbase = s.k + size_t(kvh) * s.head_bytes;
+        const uint8_t* vbase = s.v + size_t(kvh) * s.head_bytes;
         for (int32_t j0 = 0; j0 < visible; j0 += kBlock) {
           const int32_t nb = std::min<int32_t>(kBlock, visible - j0);
+          simd::kv_dot_many(s.format, qv, kbase + size_t(j0) * s.row_bytes, s.row_bytes, nb, hd, scores);
           float bmax = -INFINITY;
           for (int32_t j = 0; j < nb; ++j) {
-            scores[j] = simd::dot_f32(q, s.k + size_t(j0 + j) * kvd + size_t(kvh) * hd, hd) * scale;
+            scores[j] *= scale;
             bmax = std::max(bmax, scores[j]);
           }
           if (bmax > m) {
@@ -237,10 +232,10 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
             m = bmax;
           }
           for (int32_t j = 0; j < nb; ++j) {
-            const float p = std::exp(scores[j] - m);
-            l += p;
-            simd::axpy_f32(p, s.v + size_t(j0 + j) * kvd + size_t(kvh) * hd, acc, hd);
+            probs[j] = std::exp(scores[j] - m);
+            l += probs[j];
           }
+          simd::kv_accumulate(s.format, probs, vbase + size_t(j0) * s.row_bytes, s.row_bytes, nb, hd, acc);
         }
       }
       float* out = &att_[(size_t(t) * cfg_.n_head + h) * hd];

@@ -8,6 +8,7 @@
 
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/rope.h"
 #include "engine/thread_pool.h"
 
 namespace towers {
@@ -51,7 +52,7 @@ class Forward {
   const ModelConfig& cfg_;
   ThreadPool& pool_;
   Kernels kernels_;
-  std::vector<float> inv_freq_;  // RoPE angle per position step, per rotated pair
+  Rope rope_;
   // Activations, [T][width] each.
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
   std::vector<std::vector<float>> scratch_;  // per thread: a dequantized row, attention scores

@@ -100,6 +100,9 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
   }
   c.head_dim = c.n_embd / c.n_head;
   if (auto s = read_int(f, a, "attention.key_length", &c.head_dim, false, 4096); !s) return s;
+  if (c.head_dim > 512) {
+    return Status::Error("head size " + std::to_string(c.head_dim) + " is larger than the supported 512");
+  }
   int v_len = c.head_dim;
   if (auto s = read_int(f, a, "attention.value_length", &v_len, false, 4096); !s) return s;
   if (v_len != c.head_dim) return Status::Error("attention.value_length != key_length is not supported");

@@ -1,8 +1,21 @@
 #include "engine/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace towers {
+namespace {
+// How long an idle worker polls for the next loop before it goes to sleep.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -13,7 +26,7 @@ ThreadPool::ThreadPool(int n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -34,34 +47,41 @@ void ThreadPool::parallel_for(size_t n, const Body& fn) {
     std::lock_guard lock(mu_);
     body_ = &fn;
     n_ = n;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  start_cv_.notify_all();
+  if (sleepers_.load(std::memory_order_acquire) > 0) start_cv_.notify_all();
   run_chunk(fn, n, n_threads_, 0);
-  std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
-  body_ = nullptr;
+  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
 }
 
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
+    // Poll for a new loop, then sleep until one is published.
+    auto deadline = std::chrono::steady_clock::now() + kSpin;
+    int polls = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
+      cpu_relax();
+      if (++polls % 64 == 0 && std::chrono::steady_clock::now() > deadline) {
+        std::unique_lock lock(mu_);
+        sleepers_.fetch_add(1);
+        start_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+        sleepers_.fetch_sub(1);
+        break;
+      }
+    }
+    if (stop_.load()) return;
     const Body* body;
     size_t n;
     {
-      std::unique_lock lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      std::lock_guard lock(mu_);
+      seen = generation_.load();
       body = body_;
       n = n_;
     }
     run_chunk(*body, n, n_threads_, index);
-    {
-      std::lock_guard lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

@@ -1,7 +1,10 @@
 // A persistent pool of worker threads for data-parallel loops.
 // parallel_for splits [0, n) into one contiguous chunk per thread. Callers make every output element
 // the work of exactly one call with a fixed inner order, so results never depend on the thread count.
+// Workers spin briefly between loops (a forward pass issues hundreds of them per token) and sleep on
+// a condition variable when the pool stays idle.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -29,12 +32,13 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
-  std::condition_variable start_cv_, done_cv_;
+  std::condition_variable start_cv_;
   const Body* body_ = nullptr;
   size_t n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace towers

@@ -1,0 +1,157 @@
+#include "engine/segment.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace towers {
+
+namespace {
+bool uses_channel_scales(KvQuant f) { return f == KvQuant::Q8 || f == KvQuant::Q6 || f == KvQuant::Q4; }
+}  // namespace
+
+std::shared_ptr<const Segment> Segment::from_cache(const ModelConfig& c, const DenseKvCache& cache,
+                                                   int32_t row0, std::vector<int32_t> tokens,
+                                                   KvQuant format, SegmentId id, SegmentId parent) {
+  std::shared_ptr<Segment> s(new Segment());
+  s->id_ = id;
+  s->parent_ = parent;
+  s->tokens_ = std::move(tokens);
+  s->computed_pos_ = cache.first_pos() + row0;
+  s->format_ = format;
+  const int32_t n = s->length(), kvd = c.kv_dim();
+  std::vector<float> k(size_t(c.n_layer) * n * kvd), v(k.size());
+  for (int l = 0; l < c.n_layer; ++l) {
+    for (int32_t r = 0; r < n; ++r) {
+      std::memcpy(&k[(size_t(l) * n + r) * kvd], cache.k_row(l, row0 + r), kvd * sizeof(float));
+      std::memcpy(&v[(size_t(l) * n + r) * kvd], cache.v_row(l, row0 + r), kvd * sizeof(float));
+    }
+  }
+  s->quantize_rows(c, k, v);
+  return s;
+}
+
+// k and v are [layer][row][kv_dim] floats. For quantized formats every key channel is first divided by
+// its largest magnitude over the segment (per layer and head), so a few outlier channels do not eat
+// the code range of all the others; attention multiplies the query by the same scales.
+void Segment::quantize_rows(const ModelConfig& c, const std::vector<float>& k, const std::vector<float>& v) {
+  n_layer_ = c.n_layer;
+  n_head_kv_ = c.n_head_kv;
+  head_dim_ = c.head_dim;
+  head_bytes_ = simd::kv_vec_bytes(format_, head_dim_);
+  row_bytes_ = head_bytes_ * n_head_kv_;
+  const int32_t n = length();
+  const int kvd = c.kv_dim(), hd = head_dim_;
+  k_.assign(size_t(n_layer_) * n * row_bytes_, 0);
+  v_.assign(k_.size(), 0);
+  k_scale_.clear();
+  if (uses_channel_scales(format_)) k_scale_.assign(size_t(n_layer_) * kvd, 1.0f);
+  std::vector<float> tmp(hd);
+  for (int l = 0; l < n_layer_; ++l) {
+    float* scale = k_scale_.empty() ? nullptr : &k_scale_[size_t(l) * kvd];
+    if (scale) {
+      for (int e = 0; e < kvd; ++e) {
+        float mx = 0;
+        for (int32_t r = 0; r < n; ++r) mx = std::max(mx, std::abs(k[(size_t(l) * n + r) * kvd + e]));
+        scale[e] = mx > 0 ? mx : 1.0f;
+      }
+    }
+    for (int32_t r = 0; r < n; ++r) {
+      const float* kr = &k[(size_t(l) * n + r) * kvd];
+      const float* vr = &v[(size_t(l) * n + r) * kvd];
+      for (int h = 0; h < n_head_kv_; ++h) {
+        const size_t at = (size_t(l) * n + r) * row_bytes_ + size_t(h) * head_bytes_;
+        for (int e = 0; e < hd; ++e) tmp[e] = scale ? kr[h * hd + e] / scale[h * hd + e] : kr[h * hd + e];
+        simd::kv_quantize(format_, tmp.data(), &k_[at], hd);
+        simd::kv_quantize(format_, vr + h * hd, &v_[at], hd);
+      }
+    }
+  }
+}
+
+KvSpan Segment::span(int layer, int32_t at) const {
+  KvSpan s;
+  s.pos0 = at;
+  s.n = length();
+  s.rope_delta = at - computed_pos_;
+  s.format = format_;
+  const size_t layer_bytes = size_t(length()) * row_bytes_;
+  s.k = k_.data() + size_t(layer) * layer_bytes;
+  s.v = v_.data() + size_t(layer) * layer_bytes;
+  s.row_bytes = row_bytes_;
+  s.head_bytes = head_bytes_;
+  s.k_scale = k_scale_.empty() ? nullptr : &k_scale_[size_t(layer) * n_head_kv_ * head_dim_];
+  return s;
+}
+
+std::vector<float> Segment::key_row(int layer, int32_t row) const {
+  const int kvd = n_head_kv_ * head_dim_;
+  std::vector<float> out(kvd);
+  const uint8_t* base = k_.data() + (size_t(layer) * length() + row) * row_bytes_;
+  for (int h = 0; h < n_head_kv_; ++h) {
+    simd::kv_dequantize(format_, base + size_t(h) * head_bytes_, &out[size_t(h) * head_dim_], head_dim_);
+  }
+  if (!k_scale_.empty()) {
+    for (int e = 0; e < kvd; ++e) out[e] *= k_scale_[size_t(layer) * kvd + e];
+  }
+  return out;
+}
+
+std::shared_ptr<const Segment> Segment::shifted(int32_t new_pos, const Rope& rope, SegmentId new_id) const {
+  std::shared_ptr<Segment> s(new Segment(*this));
+  s->id_ = new_id;
+  s->computed_pos_ = new_pos;
+  const int32_t n = length();
+  const int kvd = n_head_kv_ * head_dim_;
+  std::vector<float> k(size_t(n_layer_) * n * kvd), v(k.size());
+  for (int l = 0; l < n_layer_; ++l) {
+    for (int32_t r = 0; r < n; ++r) {
+      std::vector<float> kr = key_row(l, r);
+      rope.rotate(kr.data(), n_head_kv_, static_cast<float>(new_pos - computed_pos_));
+      std::copy(kr.begin(), kr.end(), &k[(size_t(l) * n + r) * kvd]);
+      const uint8_t* vb = v_.data() + (size_t(l) * n + r) * row_bytes_;
+      for (int h = 0; h < n_head_kv_; ++h) {
+        simd::kv_dequantize(format_, vb + size_t(h) * head_bytes_, &v[(size_t(l) * n + r) * kvd + h * head_dim_],
+                            head_dim_);
+      }
+    }
+  }
+  ModelConfig c;
+  c.n_layer = n_layer_;
+  c.n_head_kv = n_head_kv_;
+  c.head_dim = head_dim_;
+  s->quantize_rows(c, k, v);
+  return s;
+}
+
+Tower::Tower(const ModelConfig& config, std::vector<std::shared_ptr<const Segment>> segments,
+             int32_t tail_capacity)
+    : config_(config),
+      segments_(std::move(segments)),
+      base_len_(0),
+      tail_(config, 0) {
+  for (const auto& s : segments_) {
+    placed_at_.push_back(base_len_);
+    base_len_ += s->length();
+  }
+  tail_ = DenseKvCache(config, tail_capacity, base_len_);
+}
+
+void Tower::spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const {
+  out.clear();
+  for (size_t i = 0; i < segments_.size(); ++i) out.push_back(segments_[i]->span(layer, placed_at_[i]));
+  tail_.append_spans(layer, n_pending, out);
+}
+
+std::shared_ptr<const Segment> Tower::seal_tail(std::vector<int32_t> tokens, KvQuant format, SegmentId id) {
+  if (tokens.size() != static_cast<size_t>(tail_.size()) || tokens.empty()) return nullptr;
+  const SegmentId parent = segments_.empty() ? 0 : segments_.back()->id();
+  auto seg = Segment::from_cache(config_, tail_, 0, std::move(tokens), format, id, parent);
+  placed_at_.push_back(base_len_);
+  base_len_ += seg->length();
+  segments_.push_back(seg);
+  tail_ = DenseKvCache(config_, tail_.capacity() - seg->length(), base_len_);
+  return seg;
+}
+
+}  // namespace towers

@@ -1,0 +1,670 @@
+// Quantized KV vectors (layouts and rationale in kv_quant.h). Quantize/dequantize are scalar and
+// target-independent; the two attention kernels are Highway code with run-time dispatch.
+#include "simd/kv_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/kv_quant.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+// Geometry shared by all targets (defined once).
+#ifndef TOWERS_SIMD_KV_QUANT_SHARED
+#define TOWERS_SIMD_KV_QUANT_SHARED
+namespace towers::simd::kvq {
+constexpr int kMaxBlocks = kKvMaxDim / kKvBlock;
+// Vectors whose parameters are converted to f32 together by kv_accumulate.
+constexpr int kChunk = 64;
+
+inline int n_blocks(int dim) { return (dim + kKvBlock - 1) / kKvBlock; }
+// f16 parameters per block.
+constexpr int params_per_block(KvQuant q) {
+  return q == KvQuant::Q8 ? 1 : (q == KvQuant::Q6 || q == KvQuant::Q4) ? 2 : 0;
+}
+inline size_t header_bytes(KvQuant q, int dim) { return size_t(2 * params_per_block(q) * n_blocks(dim)); }
+
+// Per-lane right shifts that spread one 32-bit word of 8 nibbles (or one 16-bit word of 8 2-bit
+// fields) over 8 lanes, element k of the group in lane k.
+alignas(32) inline constexpr uint32_t kShift4[8] = {0, 4, 8, 12, 16, 20, 24, 28};
+alignas(32) inline constexpr uint32_t kShift2[8] = {0, 2, 4, 6, 8, 10, 12, 14};
+}  // namespace towers::simd::kvq
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace towers::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace kvq;  // NOLINT
+
+// 8 elements per group; 8 f32 lanes on AVX2/AVX-512 (256-bit ops), 4 on 128-bit targets (two
+// halves per group), so a group never needs a tail.
+using DF = hn::CappedTag<float, 8>;
+using VF = hn::Vec<DF>;
+
+// cnt f16 values at src -> f32 at dst.
+HWY_INLINE void F16ToF32(const uint8_t* HWY_RESTRICT src, int cnt, float* HWY_RESTRICT dst) {
+  const hwy::float16_t* s = reinterpret_cast<const hwy::float16_t*>(src);
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const int N = static_cast<int>(hn::Lanes(df));
+  int i = 0;
+  for (; i + N <= cnt; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, s + i)), df, dst + i);
+  const hn::CappedTag<float, 4> d4;
+  const hn::Rebind<hwy::float16_t, decltype(d4)> dh4;
+  const int N4 = static_cast<int>(hn::Lanes(d4));
+  for (; i + N4 <= cnt; i += N4) hn::StoreU(hn::PromoteTo(d4, hn::LoadU(dh4, s + i)), d4, dst + i);
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  for (; i < cnt; ++i) dst[i] = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, s + i)));
+}
+
+// Lanes [h, h + Lanes) of the group of 8 elements starting at element e, as f32 (F32, F16, Q8).
+template <KvQuant kQ>
+HWY_INLINE VF DecodeGroup(const uint8_t* HWY_RESTRICT c, size_t e, size_t h) {
+  const DF df;
+  if constexpr (kQ == KvQuant::F32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(c) + e + h);
+  } else if constexpr (kQ == KvQuant::F16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(c) + e + h));
+  } else {
+    static_assert(kQ == KvQuant::Q8);
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<int8_t, DF> di8;
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(c) + e + h)));
+  }
+}
+
+// Lanes [h, h + Lanes) of the NG groups of 8 of the block starting at element e0, as f32, in x0..x3.
+// NG == 4: a whole block of 32. NG < 4: the last block of a vector whose dim % 32 != 0.
+// c: the codes (after the header); hi: Q6's 2-bit plane (layouts in kv_quant.h).
+template <KvQuant kQ, int NG>
+HWY_INLINE void DecodeBlock(const uint8_t* HWY_RESTRICT c, const uint8_t* HWY_RESTRICT hi, size_t e0, size_t h,
+                            VF& x0, VF& x1, VF& x2, VF& x3) {
+  const DF df;
+  if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16 || kQ == KvQuant::Q8) {
+    x0 = DecodeGroup<kQ>(c, e0, h);
+    if constexpr (NG > 1) x1 = DecodeGroup<kQ>(c, e0 + 8, h);
+    if constexpr (NG > 2) x2 = DecodeGroup<kQ>(c, e0 + 16, h);
+    if constexpr (NG > 3) x3 = DecodeGroup<kQ>(c, e0 + 24, h);
+  } else {
+    const hn::RebindToUnsigned<DF> du;
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<uint8_t, DF> du8;
+    const auto k15 = hn::Set(du, 15u);
+    auto n0 = hn::Zero(du), n1 = n0, n2 = n0, n3 = n0;
+    // Pairs of groups: 8 bytes, byte k = element k (low nibble) | element 8 + k (high nibble).
+    if constexpr (NG >= 2) {
+      const auto b = hn::PromoteTo(du, hn::LoadU(du8, c + e0 / 2 + h));
+      n0 = hn::And(b, k15);
+      n1 = hn::ShiftRight<4>(b);
+    }
+    if constexpr (NG == 4) {
+      const auto b = hn::PromoteTo(du, hn::LoadU(du8, c + e0 / 2 + 8 + h));
+      n2 = hn::And(b, k15);
+      n3 = hn::ShiftRight<4>(b);
+    }
+    // A last single group: 4 bytes, element k at bit 4k of the little-endian word.
+    if constexpr (NG == 1 || NG == 3) {
+      uint32_t w;
+      std::memcpy(&w, c + (e0 + 8 * (NG - 1)) / 2, 4);
+      const auto v = hn::And(hn::Set(du, w) >> hn::Load(du, kShift4 + h), k15);
+      if constexpr (NG == 1) n0 = v;
+      else n2 = v;
+    }
+    if constexpr (kQ == KvQuant::Q6) {
+      const auto k48 = hn::Set(du, 48u);
+      if constexpr (NG == 4) {
+        // 8 bytes, byte k = the high bits of elements k, 8+k, 16+k, 24+k at bits 0, 2, 4, 6.
+        const auto H = hn::PromoteTo(du, hn::LoadU(du8, hi + e0 / 4 + h));
+        n0 = hn::Or(n0, hn::And(hn::ShiftLeft<4>(H), k48));
+        n1 = hn::Or(n1, hn::And(hn::ShiftLeft<2>(H), k48));
+        n2 = hn::Or(n2, hn::And(H, k48));
+        n3 = hn::Or(n3, hn::And(hn::ShiftRight<2>(H), k48));
+      } else {
+        // One 16-bit word per group, element k at bit 2k: ((hw << 4) >> 2k) & 48.
+        const auto sh = hn::Load(du, kShift2 + h);
+        uint16_t hw;
+#define TOWERS_KV_HI(g, n)                                                                 \
+  if constexpr (NG > g) {                                                                  \
+    std::memcpy(&hw, hi + e0 / 4 + 2 * g, 2);                                              \
+    n = hn::Or(n, hn::And(hn::Set(du, static_cast<uint32_t>(hw) << 4) >> sh, k48));       \
+  }
+        TOWERS_KV_HI(0, n0)
+        TOWERS_KV_HI(1, n1)
+        TOWERS_KV_HI(2, n2)
+#undef TOWERS_KV_HI
+      }
+    }
+    x0 = hn::ConvertTo(df, hn::BitCast(di, n0));
+    if constexpr (NG > 1) x1 = hn::ConvertTo(df, hn::BitCast(di, n1));
+    if constexpr (NG > 2) x2 = hn::ConvertTo(df, hn::BitCast(di, n2));
+    if constexpr (NG > 3) x3 = hn::ConvertTo(df, hn::BitCast(di, n3));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scores. Four vectors at a time (independent dependency chains; each query load serves four), by
+// the same code whatever the group: a call with fewer than four left repeats its last vector and
+// drops the extra results, so every score comes out of exactly the same operations.
+
+#define TOWERS_KV_R4(X) X(0) X(1) X(2) X(3)
+
+// t_r += q . codes of block (e0, NG) of vector r, for the four vectors.
+template <KvQuant kQ, int NG>
+HWY_INLINE void BlockDot4(const float* HWY_RESTRICT qv, size_t e0, const uint8_t* HWY_RESTRICT c0,
+                          const uint8_t* HWY_RESTRICT c1, const uint8_t* HWY_RESTRICT c2,
+                          const uint8_t* HWY_RESTRICT c3, size_t D, VF& t0, VF& t1, VF& t2, VF& t3) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  for (size_t h = 0; h < 8; h += N) {
+    const auto q0 = hn::LoadU(df, qv + e0 + h);
+    auto q1 = q0, q2 = q0, q3 = q0;
+    if constexpr (NG > 1) q1 = hn::LoadU(df, qv + e0 + 8 + h);
+    if constexpr (NG > 2) q2 = hn::LoadU(df, qv + e0 + 16 + h);
+    if constexpr (NG > 3) q3 = hn::LoadU(df, qv + e0 + 24 + h);
+#define TOWERS_KV_MAC(r)                                                    \
+  {                                                                         \
+    VF x0, x1, x2, x3;                                                      \
+    DecodeBlock<kQ, NG>(c##r, c##r + D / 2, e0, h, x0, x1, x2, x3);         \
+    t##r = hn::MulAdd(q0, x0, t##r);                                        \
+    if constexpr (NG > 1) t##r = hn::MulAdd(q1, x1, t##r);                  \
+    if constexpr (NG > 2) t##r = hn::MulAdd(q2, x2, t##r);                  \
+    if constexpr (NG > 3) t##r = hn::MulAdd(q3, x3, t##r);                  \
+  }
+    TOWERS_KV_R4(TOWERS_KV_MAC)
+#undef TOWERS_KV_MAC
+  }
+}
+
+template <KvQuant kQ>
+HWY_INLINE void Dot4(const float* HWY_RESTRICT qv, const float* HWY_RESTRICT qsum,
+                     const uint8_t* HWY_RESTRICT v0, const uint8_t* HWY_RESTRICT v1,
+                     const uint8_t* HWY_RESTRICT v2, const uint8_t* HWY_RESTRICT v3, size_t D,
+                     float* HWY_RESTRICT out) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16) {
+    // Two accumulators per vector (even and odd groups), added at the end.
+#define TOWERS_KV_DECL(r) auto a##r = hn::Zero(df), b##r = hn::Zero(df);
+    TOWERS_KV_R4(TOWERS_KV_DECL)
+#undef TOWERS_KV_DECL
+    size_t e = 0;
+    for (; e + 16 <= D; e += 16) {
+      for (size_t h = 0; h < 8; h += N) {
+        const auto qa = hn::LoadU(df, qv + e + h);
+        const auto qb = hn::LoadU(df, qv + e + 8 + h);
+#define TOWERS_KV_MAC(r)                                        \
+  a##r = hn::MulAdd(qa, DecodeGroup<kQ>(v##r, e, h), a##r);     \
+  b##r = hn::MulAdd(qb, DecodeGroup<kQ>(v##r, e + 8, h), b##r);
+        TOWERS_KV_R4(TOWERS_KV_MAC)
+#undef TOWERS_KV_MAC
+      }
+    }
+    if (e < D) {
+      for (size_t h = 0; h < 8; h += N) {
+        const auto qa = hn::LoadU(df, qv + e + h);
+#define TOWERS_KV_MAC(r) a##r = hn::MulAdd(qa, DecodeGroup<kQ>(v##r, e, h), a##r);
+        TOWERS_KV_R4(TOWERS_KV_MAC)
+#undef TOWERS_KV_MAC
+      }
+    }
+#define TOWERS_KV_OUT(r) out[r] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a##r, b##r)));
+    TOWERS_KV_R4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+  } else {
+    constexpr int P = params_per_block(kQ);
+    const int nb = n_blocks(static_cast<int>(D));
+    const size_t hdr = header_bytes(kQ, static_cast<int>(D));
+    HWY_ALIGN float prm[4][2 * kMaxBlocks];
+#define TOWERS_KV_PREP(r)                         \
+  F16ToF32(v##r, P * nb, prm[r]);                 \
+  const uint8_t* HWY_RESTRICT c##r = v##r + hdr;  \
+  auto acc##r = hn::Zero(df);
+    TOWERS_KV_R4(TOWERS_KV_PREP)
+#undef TOWERS_KV_PREP
+    for (int b = 0; b < nb; ++b) {
+      const size_t e0 = size_t(b) * kKvBlock;
+      auto t0 = hn::Zero(df), t1 = t0, t2 = t0, t3 = t0;
+      switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
+        case 4: BlockDot4<kQ, 4>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
+        case 3: BlockDot4<kQ, 3>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
+        case 2: BlockDot4<kQ, 2>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
+        default: BlockDot4<kQ, 1>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
+      }
+#define TOWERS_KV_SCALE(r) acc##r = hn::MulAdd(hn::Set(df, prm[r][P * b]), t##r, acc##r);
+      TOWERS_KV_R4(TOWERS_KV_SCALE)
+#undef TOWERS_KV_SCALE
+      if constexpr (P == 2) {
+        for (size_t h = 0; h < 8; h += N) {
+          const auto qs = hn::Load(df, qsum + 8 * b + h);
+#define TOWERS_KV_MIN(r) acc##r = hn::MulAdd(hn::Set(df, prm[r][2 * b + 1]), qs, acc##r);
+          TOWERS_KV_R4(TOWERS_KV_MIN)
+#undef TOWERS_KV_MIN
+        }
+      }
+    }
+#define TOWERS_KV_OUT(r) out[r] = hn::GetLane(hn::SumOfLanes(df, acc##r));
+    TOWERS_KV_R4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+  }
+}
+#undef TOWERS_KV_R4
+
+template <KvQuant kQ>
+HWY_NOINLINE void DotManyT(const float* HWY_RESTRICT qv, const uint8_t* HWY_RESTRICT k, size_t stride,
+                           int n, int dim, float* HWY_RESTRICT scores) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t D = static_cast<size_t>(dim);
+  // Lane-wise sums of q over each block (the min term of Q6/Q4), once per call.
+  HWY_ALIGN float qsum[kMaxBlocks * 8];
+  if constexpr (params_per_block(kQ) == 2) {
+    for (int b = 0; b < n_blocks(dim); ++b) {
+      const size_t e0 = size_t(b) * kKvBlock, e1 = std::min(D, e0 + kKvBlock);
+      for (size_t h = 0; h < 8; h += N) {
+        auto s = hn::Zero(df);
+        for (size_t e = e0; e < e1; e += 8) s = hn::Add(s, hn::LoadU(df, qv + e + h));
+        hn::Store(s, df, qsum + 8 * b + h);
+      }
+    }
+  }
+  for (int j = 0; j < n; j += 4) {
+    const int cnt = std::min(4, n - j);
+    const uint8_t* v0 = k + size_t(j) * stride;
+    const uint8_t* v1 = cnt > 1 ? v0 + stride : v0;
+    const uint8_t* v2 = cnt > 2 ? v1 + stride : v1;
+    const uint8_t* v3 = cnt > 3 ? v2 + stride : v2;
+    HWY_ALIGN float out[4];
+    Dot4<kQ>(qv, qsum, v0, v1, v2, v3, D, out);
+    for (int r = 0; r < cnt; ++r) scores[j + r] = out[r];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weighted sums. Tiled by block (up to 4 groups of 8 kept in registers) over a chunk of vectors, so
+// each acc element sees the vectors in ascending order and only acc carries state between them.
+
+// One block (NG groups of 8 starting at element e0), lanes [h, h + Lanes), vectors [j0, j1).
+// F32/F16: w[j] = p[j]. Q8: w[j] = p[j] * d. Q6/Q4: w[j] = (p[j] * d, p[j] * m).
+template <KvQuant kQ, int NG>
+HWY_INLINE void AccBlock(const float* HWY_RESTRICT w, int wstride, const uint8_t* HWY_RESTRICT v,
+                         size_t stride, int j0, int j1, size_t hdr, size_t D, size_t e0, size_t h,
+                         float* HWY_RESTRICT acc) {
+  const DF df;
+  auto a0 = hn::LoadU(df, acc + e0 + h);
+  auto a1 = a0, a2 = a0, a3 = a0;
+  if constexpr (NG > 1) a1 = hn::LoadU(df, acc + e0 + 8 + h);
+  if constexpr (NG > 2) a2 = hn::LoadU(df, acc + e0 + 16 + h);
+  if constexpr (NG > 3) a3 = hn::LoadU(df, acc + e0 + 24 + h);
+  for (int j = j0; j < j1; ++j) {
+    const uint8_t* HWY_RESTRICT c = v + size_t(j) * stride + hdr;
+    const float* wj = w + (j - j0) * wstride;
+    const auto vs = hn::Set(df, wj[0]);
+    VF x0, x1, x2, x3;
+    DecodeBlock<kQ, NG>(c, c + D / 2, e0, h, x0, x1, x2, x3);
+    if constexpr (params_per_block(kQ) == 2) {
+      const auto vm = hn::Set(df, wj[1]);
+      a0 = hn::Add(a0, hn::MulAdd(vs, x0, vm));
+      if constexpr (NG > 1) a1 = hn::Add(a1, hn::MulAdd(vs, x1, vm));
+      if constexpr (NG > 2) a2 = hn::Add(a2, hn::MulAdd(vs, x2, vm));
+      if constexpr (NG > 3) a3 = hn::Add(a3, hn::MulAdd(vs, x3, vm));
+    } else {
+      a0 = hn::MulAdd(vs, x0, a0);
+      if constexpr (NG > 1) a1 = hn::MulAdd(vs, x1, a1);
+      if constexpr (NG > 2) a2 = hn::MulAdd(vs, x2, a2);
+      if constexpr (NG > 3) a3 = hn::MulAdd(vs, x3, a3);
+    }
+  }
+  hn::StoreU(a0, df, acc + e0 + h);
+  if constexpr (NG > 1) hn::StoreU(a1, df, acc + e0 + 8 + h);
+  if constexpr (NG > 2) hn::StoreU(a2, df, acc + e0 + 16 + h);
+  if constexpr (NG > 3) hn::StoreU(a3, df, acc + e0 + 24 + h);
+}
+
+template <KvQuant kQ>
+HWY_NOINLINE void AccumulateT(const float* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT v, size_t stride,
+                              int n, int dim, float* HWY_RESTRICT acc) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t D = static_cast<size_t>(dim);
+  constexpr int P = params_per_block(kQ);
+  const int nb = n_blocks(dim);
+  const size_t hdr = header_bytes(kQ, dim);
+  // Per vector of the chunk: the weights of every block (P per block; F32/F16: p[j] alone).
+  constexpr int kW = P == 0 ? 1 : 2 * kMaxBlocks;
+  HWY_ALIGN float w[kChunk * kW];
+  for (int j0 = 0; j0 < n; j0 += kChunk) {
+    const int j1 = std::min(n, j0 + kChunk);
+    if constexpr (P == 0) {
+      std::memcpy(w, p + j0, sizeof(float) * size_t(j1 - j0));
+    } else {
+      for (int j = j0; j < j1; ++j) {
+        float* wj = w + (j - j0) * kW;
+        F16ToF32(v + size_t(j) * stride, P * nb, wj);
+        for (int i = 0; i < P * nb; ++i) wj[i] = p[j] * wj[i];
+      }
+    }
+    for (int b = 0; b < nb; ++b) {
+      const size_t e0 = size_t(b) * kKvBlock;
+      const float* wb = w + (P == 0 ? 0 : P * b);
+      for (size_t h = 0; h < 8; h += N) {
+        switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
+          case 4: AccBlock<kQ, 4>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+          case 3: AccBlock<kQ, 3>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+          case 2: AccBlock<kQ, 2>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+          default: AccBlock<kQ, 1>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+        }
+      }
+    }
+  }
+}
+
+void DotMany(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores) {
+  const auto* kb = static_cast<const uint8_t*>(k);
+  switch (q) {
+    case KvQuant::F32: return DotManyT<KvQuant::F32>(qv, kb, stride, n, dim, scores);
+    case KvQuant::F16: return DotManyT<KvQuant::F16>(qv, kb, stride, n, dim, scores);
+    case KvQuant::Q8: return DotManyT<KvQuant::Q8>(qv, kb, stride, n, dim, scores);
+    case KvQuant::Q6: return DotManyT<KvQuant::Q6>(qv, kb, stride, n, dim, scores);
+    case KvQuant::Q4: return DotManyT<KvQuant::Q4>(qv, kb, stride, n, dim, scores);
+  }
+}
+
+void Accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
+  const auto* vb = static_cast<const uint8_t*>(v);
+  switch (q) {
+    case KvQuant::F32: return AccumulateT<KvQuant::F32>(p, vb, stride, n, dim, acc);
+    case KvQuant::F16: return AccumulateT<KvQuant::F16>(p, vb, stride, n, dim, acc);
+    case KvQuant::Q8: return AccumulateT<KvQuant::Q8>(p, vb, stride, n, dim, acc);
+    case KvQuant::Q6: return AccumulateT<KvQuant::Q6>(p, vb, stride, n, dim, acc);
+    case KvQuant::Q4: return AccumulateT<KvQuant::Q4>(p, vb, stride, n, dim, acc);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace towers::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace towers::simd {
+HWY_EXPORT(DotMany);
+HWY_EXPORT(Accumulate);
+
+namespace {
+using namespace kvq;  // NOLINT
+
+constexpr float kF16Max = 65504.0f;
+
+HWY_INLINE uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+HWY_INLINE float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Round to nearest, ties to even, for |x| < 2^22 (the default rounding mode; no libm call).
+HWY_INLINE float round_even(float x) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (x + kMagic) - kMagic;
+}
+
+// Exact f16 -> f32 (what F16C's vcvtph2ps and Highway's PromoteTo compute).
+HWY_INLINE float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t ex = (h >> 10) & 31, man = h & 1023;
+  if (ex == 0) {
+    const float v = static_cast<float>(man) * (1.0f / 16777216.0f);  // man * 2^-24, exact
+    return sign ? -v : v;
+  }
+  if (ex == 31) return bits_f32(sign | 0x7F800000u | (man << 13));
+  return bits_f32(sign | ((ex - 15 + 127) << 23) | (man << 13));
+}
+
+// f32 -> f16, round to nearest even; |f| <= 65504 (callers saturate), finite.
+HWY_INLINE uint16_t f32_to_f16(float f) {
+  const uint32_t x = f32_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t a = x & 0x7FFFFFFFu;
+  if (a < 0x38800000u) {  // below 2^-14: f16 subnormal (or zero); units of 2^-24
+    const float m = round_even(bits_f32(a) * 16777216.0f);  // exact scaling, then RNE; <= 1024
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(m));
+  }
+  uint32_t h = (((a >> 23) - 127 + 15) << 10) | ((a >> 13) & 1023);
+  const uint32_t rem = a & 0x1FFF;
+  // Round half to even, branch-free (the branch would be a coin flip); a carry into the exponent
+  // is correct.
+  h += static_cast<uint32_t>(rem > 0x1000) | (static_cast<uint32_t>(rem == 0x1000) & h & 1u);
+  return static_cast<uint16_t>(sign | h);
+}
+
+// Largest f16 <= f, smallest f16 >= f (|f| <= 65504, so neither overflows to inf).
+uint16_t f16_down(float f) {
+  uint16_t h = f32_to_f16(f);
+  if (f16_to_f32(h) > f) {
+    if (h == 0x0000) h = 0x8001;
+    else if (h & 0x8000) ++h;
+    else --h;
+  }
+  return h;
+}
+uint16_t f16_up(float f) {
+  uint16_t h = f32_to_f16(f);
+  if (f16_to_f32(h) < f) {
+    if (h == 0x8000) h = 0x0001;
+    else if (h & 0x8000) --h;
+    else ++h;
+  }
+  return h;
+}
+
+// NaN -> 0, then clamp to the f16 range.
+HWY_INLINE float sanitize(float x) {
+  const float v = x == x ? x : 0.0f;
+  return std::min(std::max(v, -kF16Max), kF16Max);
+}
+
+void put_f16(uint8_t* dst, uint16_t h) { std::memcpy(dst, &h, 2); }
+uint16_t get_f16(const uint8_t* src) {
+  uint16_t h;
+  std::memcpy(&h, src, 2);
+  return h;
+}
+
+// Where element e's low 4 bits (nibble plane) and high 2 bits (Q6's 2-bit plane) are.
+struct CodePos {
+  int byte, shift;
+};
+CodePos nibble_pos(int e, int dim) {
+  const int fp = dim / 16;  // whole pairs of groups: byte 8P + k = element k (low) | 8 + k (high)
+  if (e < 16 * fp) return {8 * (e / 16) + e % 8, 4 * ((e % 16) / 8)};
+  const int t = e - 16 * fp;  // a last single group: sequential
+  return {8 * fp + t / 2, 4 * (t % 2)};
+}
+CodePos high_pos(int e, int dim) {
+  const int fq = dim / 32;  // whole blocks: byte 8Q + k = elements k, 8+k, 16+k, 24+k at bits 0,2,4,6
+  if (e < 32 * fq) return {8 * (e / 32) + e % 8, 2 * ((e % 32) / 8)};
+  const int t = e - 32 * fq;  // the last, partial block: sequential
+  return {8 * fq + t / 4, 2 * (t % 4)};
+}
+
+// Codes of one asymmetric block of len elements (levels = 15 or 63); writes d, m; codes to c[].
+void quantize_asym(const float* x, int len, int levels, uint8_t* dm, uint8_t* c) {
+  float xs[kKvBlock];
+  float mn = kF16Max, mx = -kF16Max;  // len >= 1
+  for (int i = 0; i < len; ++i) {
+    xs[i] = sanitize(x[i]);
+    mn = std::min(mn, xs[i]);
+    mx = std::max(mx, xs[i]);
+  }
+  const uint16_t mh = f16_down(mn);
+  const float m = f16_to_f32(mh);
+  const uint16_t dh = f16_up((mx - m) / static_cast<float>(levels));
+  const float d = f16_to_f32(dh);
+  put_f16(dm, dh);
+  put_f16(dm + 2, mh);
+  const float top = static_cast<float>(levels);
+  for (int i = 0; i < len; ++i) {
+    const float r = d > 0.0f ? round_even((xs[i] - m) / d) : 0.0f;
+    c[i] = static_cast<uint8_t>(std::min(std::max(r, 0.0f), top));
+  }
+}
+
+}  // namespace
+
+const char* kv_quant_name(KvQuant q) {
+  switch (q) {
+    case KvQuant::F32: return "f32";
+    case KvQuant::F16: return "f16";
+    case KvQuant::Q8: return "q8";
+    case KvQuant::Q6: return "q6";
+    case KvQuant::Q4: return "q4";
+  }
+  return "?";
+}
+
+bool kv_quant_ok(KvQuant q, int dim) {
+  return static_cast<uint8_t>(q) <= static_cast<uint8_t>(KvQuant::Q4) && dim >= kKvMinDim &&
+         dim <= kKvMaxDim && dim % 8 == 0;
+}
+
+size_t kv_vec_bytes(KvQuant q, int dim) {
+  if (!kv_quant_ok(q, dim)) return 0;
+  const size_t D = static_cast<size_t>(dim), hdr = header_bytes(q, dim);
+  switch (q) {
+    case KvQuant::F32: return 4 * D;
+    case KvQuant::F16: return 2 * D;
+    case KvQuant::Q8: return hdr + D;
+    case KvQuant::Q6: return hdr + D / 2 + D / 4;
+    case KvQuant::Q4: return hdr + D / 2;
+  }
+  return 0;
+}
+
+void kv_quantize(KvQuant q, const float* x, void* dst, int dim) {
+  if (!kv_quant_ok(q, dim)) return;
+  auto* out = static_cast<uint8_t*>(dst);
+  const int nb = n_blocks(dim);
+  const size_t hdr = header_bytes(q, dim);
+  switch (q) {
+    case KvQuant::F32:
+      std::memcpy(out, x, sizeof(float) * size_t(dim));
+      return;
+    case KvQuant::F16:
+      for (int i = 0; i < dim; ++i) put_f16(out + 2 * i, f32_to_f16(sanitize(x[i])));
+      return;
+    case KvQuant::Q8:
+      for (int b = 0; b < nb; ++b) {
+        const int e0 = b * kKvBlock, len = std::min(dim - e0, kKvBlock);
+        float xs[kKvBlock];
+        float amax = 0.0f;
+        for (int i = 0; i < len; ++i) {
+          xs[i] = sanitize(x[e0 + i]);
+          amax = std::max(amax, std::fabs(xs[i]));
+        }
+        const uint16_t dh = f16_up(amax / 127.0f);
+        const float d = f16_to_f32(dh);
+        put_f16(out + 2 * b, dh);
+        auto* c = reinterpret_cast<int8_t*>(out + hdr + e0);
+        for (int i = 0; i < len; ++i) {
+          const float r = d > 0.0f ? round_even(xs[i] / d) : 0.0f;
+          c[i] = static_cast<int8_t>(std::min(std::max(r, -127.0f), 127.0f));
+        }
+      }
+      return;
+    case KvQuant::Q6:
+    case KvQuant::Q4: {
+      const int levels = q == KvQuant::Q6 ? 63 : 15;
+      uint8_t codes[kKvMaxDim];
+      for (int b = 0; b < nb; ++b) {
+        const int e0 = b * kKvBlock;
+        quantize_asym(x + e0, std::min(dim - e0, kKvBlock), levels, out + 4 * b, codes + e0);
+      }
+      // Nibble plane: runs of 16 (byte 8R + k = element 16R + k | 16R + 8 + k << 4), then a last
+      // group of 8 in order.
+      uint8_t* lo = out + hdr;
+      const int runs = dim / 16;
+      for (int r = 0; r < runs; ++r) {
+        for (int k = 0; k < 8; ++k) {
+          lo[8 * r + k] = static_cast<uint8_t>((codes[16 * r + k] & 15) | ((codes[16 * r + 8 + k] & 15) << 4));
+        }
+      }
+      for (int e = 16 * runs; e < dim; e += 2) {
+        lo[e / 2] = static_cast<uint8_t>((codes[e] & 15) | ((codes[e + 1] & 15) << 4));
+      }
+      if (q == KvQuant::Q6) {
+        // 2-bit plane: whole blocks (byte 8Q + k = elements 32Q + k + 8g at bits 2g), then the last
+        // partial block in order, four per byte.
+        uint8_t* hi = lo + dim / 2;
+        const int whole = dim / 32;
+        for (int Q = 0; Q < whole; ++Q) {
+          for (int k = 0; k < 8; ++k) {
+            const uint8_t* c = codes + 32 * Q + k;
+            hi[8 * Q + k] = static_cast<uint8_t>((c[0] >> 4) | ((c[8] >> 4) << 2) | ((c[16] >> 4) << 4) | ((c[24] >> 4) << 6));
+          }
+        }
+        for (int e = 32 * whole; e < dim; e += 4) {
+          const uint8_t* c = codes + e;
+          hi[e / 4] = static_cast<uint8_t>((c[0] >> 4) | ((c[1] >> 4) << 2) | ((c[2] >> 4) << 4) | ((c[3] >> 4) << 6));
+        }
+      }
+      return;
+    }
+  }
+}
+
+void kv_dequantize(KvQuant q, const void* src, float* x, int dim) {
+  if (!kv_quant_ok(q, dim)) return;
+  const auto* in = static_cast<const uint8_t*>(src);
+  const size_t hdr = header_bytes(q, dim);
+  switch (q) {
+    case KvQuant::F32:
+      std::memcpy(x, in, sizeof(float) * size_t(dim));
+      return;
+    case KvQuant::F16:
+      for (int i = 0; i < dim; ++i) x[i] = f16_to_f32(get_f16(in + 2 * i));
+      return;
+    case KvQuant::Q8: {
+      const auto* c = reinterpret_cast<const int8_t*>(in + hdr);
+      for (int i = 0; i < dim; ++i) x[i] = f16_to_f32(get_f16(in + 2 * (i / kKvBlock))) * static_cast<float>(c[i]);
+      return;
+    }
+    case KvQuant::Q6:
+    case KvQuant::Q4: {
+      const uint8_t* lo = in + hdr;
+      const uint8_t* hi = lo + dim / 2;
+      for (int i = 0; i < dim; ++i) {
+        const int b = i / kKvBlock;
+        const float d = f16_to_f32(get_f16(in + 4 * b)), m = f16_to_f32(get_f16(in + 4 * b + 2));
+        const CodePos lp = nibble_pos(i, dim);
+        int c = (lo[lp.byte] >> lp.shift) & 15;
+        if (q == KvQuant::Q6) {
+          const CodePos hp = high_pos(i, dim);
+          c |= ((hi[hp.byte] >> hp.shift) & 3) << 4;
+        }
+        x[i] = m + d * static_cast<float>(c);  // d*c is exact (11 x 6 significant bits)
+      }
+      return;
+    }
+  }
+}
+
+void kv_dot_many(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores) {
+  if (!kv_quant_ok(q, dim) || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(DotMany)(q, qv, k, stride, n, dim, scores);
+}
+
+void kv_accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
+  if (!kv_quant_ok(q, dim) || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(Accumulate)(q, p, v, stride, n, dim, acc);
+}
+
+}  // namespace towers::simd
+#endif
