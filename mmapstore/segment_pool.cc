@@ -1,0 +1,316 @@
+#include "mmapstore/segment_pool.h"
+
+#include <algorithm>
+
+namespace towers {
+
+struct SegmentPool::Entry {
+  std::shared_ptr<const Segment> segment;
+  std::string label;
+  bool pinned = false;
+  uint64_t hits = 0;
+  std::chrono::steady_clock::time_point created, last_used;
+};
+
+std::string_view to_string(EvictionPolicy p) { return p == EvictionPolicy::Lindy ? "lindy" : "lru"; }
+
+std::optional<EvictionPolicy> parse_eviction_policy(std::string_view s) {
+  if (s == "lru") return EvictionPolicy::Lru;
+  if (s == "lindy") return EvictionPolicy::Lindy;
+  return std::nullopt;
+}
+
+SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions options)
+    : model_(model), forward_(forward), options_(std::move(options)) {}
+
+SegmentPool::~SegmentPool() = default;
+
+std::vector<std::shared_ptr<const Segment>> SegmentPool::chain_locked(SegmentId id) const {
+  std::vector<std::shared_ptr<const Segment>> chain;
+  while (id != kNoSegment) {
+    auto it = entries_.find(id);
+    if (it == entries_.end()) break;
+    chain.push_back(it->second->segment);
+    id = it->second->segment->parent();
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+size_t SegmentPool::depth_locked(SegmentId id) const {
+  auto info = trie_.info(id);
+  return info.ok() ? info.value().depth : 0;
+}
+
+Result<SegmentId> SegmentPool::add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options) {
+  std::unique_lock lock(mu_);
+  return add_locked(parent, tokens, options, lock);
+}
+
+Result<SegmentId> SegmentPool::add_locked(SegmentId parent, std::span<const int32_t> tokens,
+                                          const SegmentOptions& options, std::unique_lock<std::mutex>& lock) {
+  const ModelConfig& cfg = model_.config();
+  if (tokens.empty()) return Status::Error("segment has no tokens");
+  if (static_cast<int64_t>(tokens.size()) > options_.max_segment_tokens) {
+    return Status::Error("segment of " + std::to_string(tokens.size()) + " tokens exceeds the limit of " +
+                         std::to_string(options_.max_segment_tokens));
+  }
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= cfg.n_vocab) return Status::Error("token id " + std::to_string(t) + " is outside the vocabulary");
+  }
+  if (parent != kNoSegment && !entries_.count(parent)) {
+    return Status::Error("unknown parent segment " + std::to_string(parent));
+  }
+  std::vector<int32_t> sequence;
+  if (parent != kNoSegment) {
+    auto seq = trie_.sequence(parent);
+    if (!seq.ok()) return seq.status();
+    sequence = std::move(seq.value());
+  }
+  sequence.insert(sequence.end(), tokens.begin(), tokens.end());
+  if (cfg.n_ctx_train > 0 && static_cast<int64_t>(sequence.size()) > cfg.n_ctx_train) {
+    return Status::Error("segment would end at position " + std::to_string(sequence.size()) +
+                         ", beyond the model's context of " + std::to_string(cfg.n_ctx_train));
+  }
+  auto m = trie_.match(sequence);
+  if (m.length == sequence.size()) return m.segment;  // already resident under the same chain
+  if (options.id != kNoSegment && (entries_.count(options.id) || trie_.contains(options.id))) {
+    return Status::Error("segment id " + std::to_string(options.id) + " is already in use");
+  }
+  const SegmentId id = options.id != kNoSegment ? options.id : next_id_;
+  next_id_ = std::max(next_id_, id + 1);
+
+  // Prefill outside the lock (readers of stats keep going); the parent chain stays pinned meanwhile.
+  auto chain = chain_locked(parent);
+  for (const auto& s : chain) (void)trie_.acquire(s->id());
+  const KvQuant format = options.format.value_or(options_.depth.at_depth(chain.size()));
+  lock.unlock();
+  Tower tower(cfg, chain, static_cast<int32_t>(tokens.size()));
+  std::vector<float> logits;
+  Status st = forward_.eval(tower, tokens, Logits::Last, logits);
+  std::shared_ptr<const Segment> seg;
+  if (st.ok()) seg = tower.seal_tail({tokens.begin(), tokens.end()}, format, id);
+  lock.lock();
+  for (const auto& s : chain) (void)trie_.release(s->id());
+  if (!st.ok()) return st;
+  if (!seg) return Status::Error("internal: sealing the prefilled segment failed");
+
+  auto ins = trie_.insert(sequence, id);
+  if (!ins.ok()) return ins.status();
+  if (!ins.value().inserted) return ins.value().segment;
+  auto e = std::make_unique<Entry>();
+  e->segment = std::move(seg);
+  e->label = options.label;
+  e->pinned = options.pinned;
+  e->created = e->last_used = std::chrono::steady_clock::now();
+  entries_.emplace(id, std::move(e));
+  return id;
+}
+
+Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t extra_capacity) {
+  if (extra_capacity < 0) return Status::Error("negative extra capacity");
+  std::vector<std::shared_ptr<const Segment>> segs;
+  Lease lease;
+  {
+    std::lock_guard lock(mu_);
+    auto m = trie_.match(tokens);
+    if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& step : m.path) {
+      auto it = entries_.find(step.segment);
+      if (it == entries_.end()) break;  // the trie and the entries are kept in step; defensive
+      if (!trie_.acquire(step.segment).ok()) break;
+      it->second->hits++;
+      it->second->last_used = now;
+      segs.push_back(it->second->segment);
+      lease.path.push_back(step.segment);
+      lease.cached_tokens = step.end;
+    }
+    counters_.leases++;
+    if (!lease.path.empty()) counters_.lease_hits++;
+    counters_.cached_tokens += lease.cached_tokens;
+    counters_.prefill_tokens += tokens.size() - lease.cached_tokens;
+  }
+  const int64_t tail = static_cast<int64_t>(tokens.size() - lease.cached_tokens) + extra_capacity;
+  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), static_cast<int32_t>(tail));
+  return lease;
+}
+
+void SegmentPool::release(Lease& lease) {
+  std::lock_guard lock(mu_);
+  for (SegmentId id : lease.path) (void)trie_.release(id);
+  lease.path.clear();
+  lease.tower.reset();
+  lease.cached_tokens = 0;
+}
+
+Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_tokens, const SegmentOptions& options) {
+  if (!lease.tower) return Status::Error("seal: empty lease");
+  if (tail_tokens.empty() || static_cast<int32_t>(tail_tokens.size()) != lease.tower->tail_length()) {
+    return Status::Error("seal: " + std::to_string(tail_tokens.size()) + " tokens given for a tail of " +
+                         std::to_string(lease.tower->tail_length()));
+  }
+  std::unique_lock lock(mu_);
+  const SegmentId parent = lease.path.empty() ? kNoSegment : lease.path.back();
+  std::vector<int32_t> sequence;
+  if (parent != kNoSegment) {
+    auto seq = trie_.sequence(parent);
+    if (!seq.ok()) return seq.status();
+    sequence = std::move(seq.value());
+  }
+  sequence.insert(sequence.end(), tail_tokens.begin(), tail_tokens.end());
+  auto m = trie_.match(sequence);
+  SegmentId id;
+  if (m.length == sequence.size()) {
+    id = m.segment;  // someone sealed the same tokens already: use theirs, drop our copy of the rows
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return Status::Error("internal: trie names a missing segment");
+    std::vector<std::shared_ptr<const Segment>> segs = lease.tower->segments();
+    segs.push_back(it->second->segment);
+    auto tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
+    lease.tower = std::move(tower);
+  } else {
+    if (options.id != kNoSegment && (entries_.count(options.id) || trie_.contains(options.id))) {
+      return Status::Error("segment id " + std::to_string(options.id) + " is already in use");
+    }
+    id = options.id != kNoSegment ? options.id : next_id_;
+    next_id_ = std::max(next_id_, id + 1);
+    const KvQuant format = options.format.value_or(options_.depth.transcript);
+    auto seg = lease.tower->seal_tail(std::move(tail_tokens), format, id);
+    if (!seg) return Status::Error("internal: sealing the tail failed");
+    auto ins = trie_.insert(sequence, id);
+    if (!ins.ok()) return ins.status();
+    auto e = std::make_unique<Entry>();
+    e->segment = std::move(seg);
+    e->label = options.label;
+    e->pinned = options.pinned;
+    e->created = e->last_used = std::chrono::steady_clock::now();
+    entries_.emplace(id, std::move(e));
+  }
+  if (!trie_.acquire(id).ok()) return Status::Error("internal: cannot pin the sealed segment");
+  lease.path.push_back(id);
+  lease.cached_tokens = static_cast<size_t>(lease.tower->base_length());
+  return id;
+}
+
+Status SegmentPool::remove(SegmentId id) {
+  std::lock_guard lock(mu_);
+  if (!entries_.count(id)) return Status::Error("unknown segment " + std::to_string(id));
+  Status st = trie_.evict(id);
+  if (!st.ok()) return st;
+  entries_.erase(id);
+  return Status();
+}
+
+size_t SegmentPool::enforce_budget() {
+  std::lock_guard lock(mu_);
+  if (options_.ram_budget_bytes == 0) return 0;
+  size_t total = 0;
+  for (const auto& [id, e] : entries_) total += e->segment->kv_bytes();
+  size_t evicted = 0;
+  while (total > options_.ram_budget_bytes) {
+    const Entry* victim = nullptr;
+    SegmentId victim_id = kNoSegment;
+    for (const auto& [id, e] : entries_) {
+      if (e->pinned) continue;
+      auto info = trie_.info(id);
+      if (!info.ok() || info.value().refcount > 0 || info.value().fan_out > 0 || info.value().children > 0) continue;
+      bool better = victim == nullptr ||
+                    (options_.eviction == EvictionPolicy::Lru ? e->last_used < victim->last_used
+                                                              : e->created > victim->created);
+      if (better) {
+        victim = e.get();
+        victim_id = id;
+      }
+    }
+    if (!victim) break;  // everything left is pinned, leased or a parent
+    total -= victim->segment->kv_bytes();
+    if (!trie_.evict(victim_id).ok()) break;
+    entries_.erase(victim_id);
+    ++evicted;
+    counters_.evictions++;
+  }
+  return evicted;
+}
+
+std::shared_ptr<const Segment> SegmentPool::get(SegmentId id) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : it->second->segment;
+}
+
+SegmentInfo SegmentPool::info_locked(const Entry& e) const {
+  SegmentInfo s;
+  s.id = e.segment->id();
+  s.parent = e.segment->parent();
+  s.label = e.label;
+  s.length = e.segment->length();
+  s.begin = e.segment->computed_pos();
+  s.format = e.segment->format();
+  s.kv_bytes = e.segment->kv_bytes();
+  s.pinned = e.pinned;
+  s.hits = e.hits;
+  s.created = e.created;
+  s.last_used = e.last_used;
+  if (auto t = trie_.info(s.id); t.ok()) {
+    s.depth = t.value().depth;
+    s.refcount = t.value().refcount;
+    s.fan_out = t.value().fan_out;
+  }
+  if (s.fan_out >= options_.pin_fan_out) s.pinned = true;
+  return s;
+}
+
+std::optional<SegmentInfo> SegmentPool::info(SegmentId id) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return std::nullopt;
+  return info_locked(*it->second);
+}
+
+std::vector<SegmentInfo> SegmentPool::list() const {
+  std::lock_guard lock(mu_);
+  std::vector<SegmentInfo> out;
+  trie_.for_each([&](const CacheTrie::PayloadInfo& p) {
+    auto it = entries_.find(p.segment);
+    if (it != entries_.end()) out.push_back(info_locked(*it->second));
+  });
+  return out;
+}
+
+Result<std::vector<int32_t>> SegmentPool::sequence(SegmentId id) const {
+  std::lock_guard lock(mu_);
+  return trie_.sequence(id);
+}
+
+PoolStats SegmentPool::stats() const {
+  std::lock_guard lock(mu_);
+  PoolStats s = counters_;
+  s.segments = entries_.size();
+  for (const auto& [id, e] : entries_) {
+    const size_t b = e->segment->kv_bytes(), d = depth_locked(id);
+    s.kv_bytes += b;
+    s.bytes_by_depth[d] += b;
+    s.count_by_depth[d] += 1;
+    s.bytes_by_format[simd::kv_quant_name(e->segment->format())] += b;
+  }
+  s.trie_bytes = trie_.stats().bytes;
+  return s;
+}
+
+PoolOptions SegmentPool::options() const {
+  std::lock_guard lock(mu_);
+  return options_;
+}
+
+void SegmentPool::set_eviction(EvictionPolicy policy) {
+  std::lock_guard lock(mu_);
+  options_.eviction = policy;
+}
+
+void SegmentPool::set_ram_budget(size_t bytes) {
+  std::lock_guard lock(mu_);
+  options_.ram_budget_bytes = bytes;
+}
+
+}  // namespace towers

@@ -1,0 +1,146 @@
+// The segment pool: every resident segment, the cache trie that finds them by token prefix, and the
+// policy that decides their format and which ones leave memory first.
+//
+// Sessions never own shared KV. They lease a tower: the pool matches the longest cached prefix of the
+// session's tokens, pins the segments on that path (so they cannot be evicted while in use) and hands
+// out a Tower whose own tail holds only what was not cached. Exact mode only: a segment is found under
+// the same parent chain it was computed under, so a leased tower computes what monolithic prefill of
+// the same tokens computes (modular placement is an explicit, separate API: engine/modular.h).
+//
+// Threading: every method may be called from any thread (one internal mutex), but methods that run
+// the model (add) use the Forward given at construction, which is single-threaded by contract: the
+// daemon calls them from its scheduler thread only.
+#pragma once
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/forward.h"
+#include "engine/segment.h"
+#include "mmapstore/cache_trie.h"
+
+namespace towers {
+
+enum class EvictionPolicy {
+  Lru,    // least recently used first
+  Lindy,  // youngest first: what has stayed in use longer is expected to stay longer
+};
+std::string_view to_string(EvictionPolicy p);
+std::optional<EvictionPolicy> parse_eviction_policy(std::string_view s);
+
+struct PoolOptions {
+  DepthPolicy depth;                       // format by depth (platform Q4, community Q6, bot Q8, ...)
+  size_t ram_budget_bytes = 0;             // resident segment KV; 0 = unlimited
+  EvictionPolicy eviction = EvictionPolicy::Lru;
+  size_t pin_fan_out = 8;                  // segments with at least this many children are never evicted
+  int32_t max_segment_tokens = 1 << 16;    // refuse longer segments
+};
+
+struct SegmentOptions {
+  std::optional<KvQuant> format;  // overrides the depth policy
+  SegmentId id = kNoSegment;      // restore with a known id (persistence); kNoSegment = allocate
+  bool pinned = false;            // never evicted (hierarchy bases defined by the operator)
+  std::string label;              // free text for listings ("platform", "bot:helper", ...)
+};
+
+struct SegmentInfo {
+  SegmentId id = kNoSegment;
+  SegmentId parent = kNoSegment;
+  std::string label;
+  size_t depth = 0;               // 0 = top of the hierarchy
+  int32_t begin = 0;              // first position (= length of the parent chain)
+  int32_t length = 0;             // tokens
+  KvQuant format = KvQuant::F32;
+  size_t kv_bytes = 0;
+  uint64_t refcount = 0;          // leases holding it
+  size_t fan_out = 0;             // segments directly below
+  bool pinned = false;
+  uint64_t hits = 0;              // leases that used it
+  std::chrono::steady_clock::time_point created, last_used;
+};
+
+struct PoolStats {
+  size_t segments = 0;
+  size_t kv_bytes = 0;                      // all resident segments
+  std::map<size_t, size_t> bytes_by_depth;  // depth -> bytes
+  std::map<size_t, size_t> count_by_depth;
+  std::map<std::string, size_t> bytes_by_format;
+  uint64_t leases = 0;                      // assemble() calls
+  uint64_t lease_hits = 0;                  // ... that reused at least one segment
+  uint64_t cached_tokens = 0;               // tokens served from segments instead of prefilled
+  uint64_t prefill_tokens = 0;              // tokens left for the caller to prefill
+  uint64_t evictions = 0;
+  size_t trie_bytes = 0;
+};
+
+// A session's view of the pool: a tower over pinned segments. Give it back with SegmentPool::release.
+struct Lease {
+  std::unique_ptr<Tower> tower;
+  std::vector<SegmentId> path;  // pinned segments, root first
+  size_t cached_tokens = 0;     // tokens covered by the segments (tower->base_length())
+};
+
+class SegmentPool {
+ public:
+  SegmentPool(const Model& model, Forward& forward, PoolOptions options = {});
+  ~SegmentPool();
+
+  // Prefills `tokens` after the whole chain of `parent` (kNoSegment: at the top; the caller includes
+  // BOS in a top segment's tokens) and keeps the result as a segment in the format of its depth.
+  // Returns the existing id when exactly this (parent chain, tokens) is already resident.
+  // Errors: unknown parent, empty or too long tokens, a token outside the vocabulary, id in use.
+  Result<SegmentId> add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options = {});
+
+  // Longest resident prefix of `tokens` as a tower with room for the rest plus `extra_capacity`
+  // tokens. At least one token is always left to prefill (the caller needs its logits), so a fully
+  // cached prompt backs off to the previous segment. The caller prefills
+  // tokens[lease.cached_tokens, ...) into lease.tower.
+  Result<Lease> assemble(std::span<const int32_t> tokens, int32_t extra_capacity);
+  // Unpins the lease's segments (the tower is destroyed). Safe on an empty lease.
+  void release(Lease& lease);
+
+  // Turns the lease's tail (whose tokens the caller passes) into a resident segment under the lease's
+  // last segment, so later requests with this prefix find it; the lease keeps working on it.
+  Result<SegmentId> seal(Lease& lease, std::vector<int32_t> tail_tokens, const SegmentOptions& options = {});
+
+  // Removes a segment nobody leases and nothing depends on. The error says why it refused.
+  Status remove(SegmentId id);
+  // Evicts unpinned, unleased leaf segments by the policy until resident bytes fit the budget.
+  // Returns how many were evicted.
+  size_t enforce_budget();
+
+  std::shared_ptr<const Segment> get(SegmentId id) const;
+  std::optional<SegmentInfo> info(SegmentId id) const;
+  std::vector<SegmentInfo> list() const;  // parents before children
+  // The full token sequence (parent chain + own tokens) a segment stands for.
+  Result<std::vector<int32_t>> sequence(SegmentId id) const;
+  PoolStats stats() const;
+
+  PoolOptions options() const;
+  void set_eviction(EvictionPolicy policy);
+  void set_ram_budget(size_t bytes);
+
+ private:
+  struct Entry;
+  Result<SegmentId> add_locked(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options,
+                               std::unique_lock<std::mutex>& lock);
+  std::vector<std::shared_ptr<const Segment>> chain_locked(SegmentId id) const;
+  SegmentInfo info_locked(const Entry& e) const;
+  size_t depth_locked(SegmentId id) const;
+
+  const Model& model_;
+  Forward& forward_;
+  PoolOptions options_;
+  mutable std::mutex mu_;
+  CacheTrie trie_;
+  std::map<SegmentId, std::unique_ptr<Entry>> entries_;
+  SegmentId next_id_ = 1;
+  PoolStats counters_;
+};
+
+}  // namespace towers

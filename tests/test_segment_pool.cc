@@ -1,0 +1,277 @@
+// The segment pool: hierarchy segments prefilled once, towers leased by longest prefix, exact against
+// monolithic prefill, pins that keep leased segments alive, and eviction by policy within a budget.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "engine/synth.h"
+#include "mmapstore/segment_pool.h"
+#include "test_support.h"
+
+using namespace towers;
+
+namespace {
+
+std::unique_ptr<Model> tiny_model() {
+  static std::string path;
+  if (path.empty()) {
+    SynthOptions o;
+    o.shape = "tiny";
+    o.type = "f16";
+    o.out = (test::temp_dir() / "pool-tiny-f16.gguf").string();
+    o.shared_dir = test::shared_dir().string();
+    auto st = synthesize_model(o);
+    REQUIRE_MESSAGE(st.ok(), st.message());
+    path = o.out;
+  }
+  auto m = Model::load(path);
+  REQUIRE_MESSAGE(m.ok(), m.error());
+  return std::move(m.value());
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
+  std::uniform_int_distribution<int32_t> d(3, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& t : v) t = d(rng);
+  return v;
+}
+
+std::vector<int32_t> concat(std::initializer_list<std::span<const int32_t>> parts) {
+  std::vector<int32_t> out;
+  for (auto p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
+  return m;
+}
+
+SegmentOptions with_id(SegmentId id) {
+  SegmentOptions o;
+  o.id = id;
+  return o;
+}
+SegmentOptions with_format(KvQuant f) {
+  SegmentOptions o;
+  o.format = f;
+  return o;
+}
+SegmentOptions pinned() {
+  SegmentOptions o;
+  o.pinned = true;
+  return o;
+}
+
+PoolOptions exact_f32() {
+  PoolOptions o;
+  o.depth.by_depth = {KvQuant::F32};
+  o.depth.transcript = KvQuant::F32;
+  return o;
+}
+
+struct Fixture {
+  std::unique_ptr<Model> model = tiny_model();
+  ThreadPool threads{2};
+  Forward fwd{*model, threads, Kernels::Reference};
+  std::mt19937 rng{7};
+  int vocab() const { return model->config().n_vocab; }
+};
+
+}  // namespace
+
+TEST_CASE("a leased tower over platform/community/bot segments equals monolithic prefill") {
+  Fixture f;
+  SegmentPool pool(*f.model, f.fwd, exact_f32());
+  auto platform = random_tokens(f.rng, 30, f.vocab()), community = random_tokens(f.rng, 20, f.vocab()),
+       bot = random_tokens(f.rng, 15, f.vocab()), transcript = random_tokens(f.rng, 12, f.vocab());
+  auto p = pool.add(kNoSegment, platform);
+  REQUIRE_MESSAGE(p.ok(), p.error());
+  auto c = pool.add(*p, community);
+  REQUIRE(c.ok());
+  auto b = pool.add(*c, bot);
+  REQUIRE(b.ok());
+  CHECK(pool.info(*b)->depth == 2);
+  CHECK(pool.info(*b)->parent == *c);
+  CHECK(pool.info(*c)->fan_out == 1);
+
+  auto all = concat({platform, community, bot, transcript});
+  auto lease = pool.assemble(all, 8);
+  REQUIRE(lease.ok());
+  CHECK(lease->cached_tokens == 65);
+  CHECK(lease->path == std::vector<SegmentId>{*p, *c, *b});
+  std::vector<float> got, want;
+  REQUIRE(f.fwd.eval(*lease->tower, std::span(all).subspan(65), Logits::All, got).ok());
+
+  DenseKvCache mono(f.model->config(), 100);
+  REQUIRE(f.fwd.eval(mono, all, Logits::All, want).ok());
+  want.erase(want.begin(), want.begin() + 65 * size_t(f.vocab()));
+  CHECK(max_abs_diff(got, want) < 1e-4);
+  CHECK(pool.info(*p)->refcount == 1);
+  pool.release(*lease);
+  CHECK(pool.info(*p)->refcount == 0);
+
+  auto st = pool.stats();
+  CHECK(st.segments == 3);
+  CHECK(st.leases == 1);
+  CHECK(st.cached_tokens == 65);
+  CHECK(st.prefill_tokens == 12);
+}
+
+TEST_CASE("a fully cached prompt backs off one segment so the caller still gets logits") {
+  Fixture f;
+  SegmentPool pool(*f.model, f.fwd, exact_f32());
+  auto a = random_tokens(f.rng, 10, f.vocab()), b = random_tokens(f.rng, 6, f.vocab());
+  auto pa = pool.add(kNoSegment, a).value();
+  auto pb = pool.add(pa, b).value();
+  auto lease = pool.assemble(concat({a, b}), 4);
+  REQUIRE(lease.ok());
+  CHECK(lease->cached_tokens == 10);
+  CHECK(lease->path == std::vector<SegmentId>{pa});
+  pool.release(*lease);
+  // A prompt that is exactly the top segment leaves nothing cached.
+  auto top = pool.assemble(a, 0);
+  CHECK(top->cached_tokens == 0);
+  CHECK(top->tower->capacity() == 10);
+  pool.release(*top);
+  (void)pb;
+}
+
+TEST_CASE("shared segments are stored once however many sessions lease them") {
+  Fixture f;
+  SegmentPool pool(*f.model, f.fwd, exact_f32());
+  auto base = random_tokens(f.rng, 40, f.vocab());
+  auto id = pool.add(kNoSegment, base).value();
+  CHECK(pool.add(kNoSegment, base).value() == id);  // same chain and tokens: the same segment
+  const size_t bytes = pool.stats().kv_bytes;
+  std::vector<Lease> leases;
+  for (int s = 0; s < 10; ++s) {
+    auto mine = concat({base, random_tokens(f.rng, 5, f.vocab())});
+    auto l = pool.assemble(mine, 0);
+    REQUIRE(l.ok());
+    std::vector<float> logits;
+    REQUIRE(f.fwd.eval(*l->tower, std::span(mine).subspan(40), Logits::Last, logits).ok());
+    leases.push_back(std::move(l.value()));
+  }
+  CHECK(pool.stats().kv_bytes == bytes);
+  CHECK(pool.info(id)->refcount == 10);
+  for (auto& l : leases) pool.release(l);
+  CHECK(pool.info(id)->refcount == 0);
+}
+
+TEST_CASE("the depth policy picks each segment's format; options override it") {
+  Fixture f;
+  SegmentPool pool(*f.model, f.fwd);  // default: platform Q4, community Q6, bot Q8
+  auto p = pool.add(kNoSegment, random_tokens(f.rng, 8, f.vocab())).value();
+  auto c = pool.add(p, random_tokens(f.rng, 8, f.vocab())).value();
+  auto b = pool.add(c, random_tokens(f.rng, 8, f.vocab())).value();
+  auto o = pool.add(c, random_tokens(f.rng, 8, f.vocab()), with_format(KvQuant::F16)).value();
+  CHECK(pool.info(p)->format == KvQuant::Q4);
+  CHECK(pool.info(c)->format == KvQuant::Q6);
+  CHECK(pool.info(b)->format == KvQuant::Q8);
+  CHECK(pool.info(o)->format == KvQuant::F16);
+  auto st = pool.stats();
+  CHECK(st.count_by_depth[2] == 2);
+  CHECK(st.bytes_by_format.count("q4") == 1);
+}
+
+TEST_CASE("bad input is refused with a reason and changes nothing") {
+  Fixture f;
+  SegmentPool pool(*f.model, f.fwd, exact_f32());
+  auto ok = pool.add(kNoSegment, random_tokens(f.rng, 4, f.vocab()), with_id(42));
+  REQUIRE(ok.ok());
+  CHECK(*ok == 42);
+  std::vector<int32_t> none;
+  CHECK(!pool.add(kNoSegment, none).ok());
+  CHECK(!pool.add(999, random_tokens(f.rng, 4, f.vocab())).ok());
+  std::vector<int32_t> bad = {1, f.vocab()};
+  CHECK(!pool.add(kNoSegment, bad).ok());
+  std::vector<int32_t> negative = {1, -3};
+  CHECK(!pool.add(kNoSegment, negative).ok());
+  CHECK(!pool.add(kNoSegment, random_tokens(f.rng, 4, f.vocab()), with_id(42)).ok());
+  auto too_long = random_tokens(f.rng, f.model->config().n_ctx_train + 1, f.vocab());
+  auto r = pool.add(kNoSegment, too_long);
+  CHECK(!r.ok());
+  CHECK(pool.stats().segments == 1);
+  CHECK(!pool.remove(7).ok());
+  CHECK(pool.add(kNoSegment, random_tokens(f.rng, 4, f.vocab())).value() == 43);  // ids continue past restored ones
+}
+
+TEST_CASE("a leased or parent segment is never removed; eviction follows the policy within the budget") {
+  Fixture f;
+  for (EvictionPolicy policy : {EvictionPolicy::Lru, EvictionPolicy::Lindy}) {
+    CAPTURE(to_string(policy));
+    PoolOptions o = exact_f32();
+    o.eviction = policy;
+    SegmentPool pool(*f.model, f.fwd, o);
+    auto base_tokens = random_tokens(f.rng, 16, f.vocab());
+    auto base = pool.add(kNoSegment, base_tokens, pinned()).value();
+    std::vector<SegmentId> leaves;
+    std::vector<std::vector<int32_t>> seqs;
+    for (int i = 0; i < 4; ++i) {
+      auto t = random_tokens(f.rng, 8, f.vocab());
+      leaves.push_back(pool.add(base, t).value());
+      seqs.push_back(concat({base_tokens, t, random_tokens(f.rng, 2, f.vocab())}));
+    }
+    CHECK(!pool.remove(base).ok());  // segments below depend on it
+    // Touch leaves 3, 2 (in that order): least recently used first is 0, 3, 2; youngest first is 3, 2, 0.
+    for (int i : {3, 2}) {
+      auto l = pool.assemble(seqs[i], 0);
+      pool.release(*l);
+    }
+    auto held = pool.assemble(seqs[1], 0);  // leaf 1 is leased: never evicted
+    REQUIRE(held->path.back() == leaves[1]);
+    CHECK(!pool.remove(leaves[1]).ok());
+
+    const size_t leaf_bytes = pool.info(leaves[0])->kv_bytes;
+    pool.set_ram_budget(pool.stats().kv_bytes - leaf_bytes);  // room for one leaf fewer
+    CHECK(pool.enforce_budget() == 1);
+    const SegmentId expect_gone = policy == EvictionPolicy::Lru ? leaves[0] : leaves[3];
+    CHECK(!pool.info(expect_gone).has_value());
+    pool.set_ram_budget(pool.stats().kv_bytes - leaf_bytes);
+    CHECK(pool.enforce_budget() == 1);
+    const SegmentId second = policy == EvictionPolicy::Lru ? leaves[3] : leaves[2];
+    CHECK(!pool.info(second).has_value());
+    pool.set_ram_budget(1);  // nothing fits: only unpinned, unleased leaves go
+    pool.enforce_budget();
+    CHECK(pool.info(base).has_value());
+    CHECK(pool.info(leaves[1]).has_value());
+    CHECK(!pool.info(leaves[0]).has_value());
+    CHECK(!pool.info(leaves[2]).has_value());
+    pool.release(*held);
+    CHECK(pool.enforce_budget() == 1);
+    CHECK(pool.stats().segments == 1);
+  }
+}
+
+TEST_CASE("sealing a session's tail lets the next request with that prefix reuse it") {
+  Fixture f;
+  SegmentPool pool(*f.model, f.fwd, exact_f32());
+  auto sys = random_tokens(f.rng, 20, f.vocab()), turn1 = random_tokens(f.rng, 10, f.vocab()),
+       turn2 = random_tokens(f.rng, 6, f.vocab());
+  auto base = pool.add(kNoSegment, sys).value();
+  auto first = concat({sys, turn1});
+  auto lease = pool.assemble(first, 0);
+  REQUIRE(lease.ok());
+  std::vector<float> logits;
+  REQUIRE(f.fwd.eval(*lease->tower, turn1, Logits::Last, logits).ok());
+  auto sealed = pool.seal(*lease, turn1);
+  REQUIRE_MESSAGE(sealed.ok(), sealed.error());
+  CHECK(pool.info(*sealed)->parent == base);
+  CHECK(lease->cached_tokens == 30);
+  CHECK(!pool.seal(*lease, turn1).ok());  // the tail is empty now
+  pool.release(*lease);
+
+  auto second = concat({sys, turn1, turn2});
+  auto again = pool.assemble(second, 0);
+  CHECK(again->cached_tokens == 30);
+  std::vector<float> got, want;
+  REQUIRE(f.fwd.eval(*again->tower, turn2, Logits::All, got).ok());
+  DenseKvCache mono(f.model->config(), 64);
+  REQUIRE(f.fwd.eval(mono, second, Logits::All, want).ok());
+  want.erase(want.begin(), want.begin() + 30 * size_t(f.vocab()));
+  CHECK(max_abs_diff(got, want) < 1e-4);
+  pool.release(*again);
+}
