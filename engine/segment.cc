@@ -69,6 +69,35 @@ void Segment::quantize_rows(const ModelConfig& c, const std::vector<float>& k, c
   }
 }
 
+Result<std::shared_ptr<const Segment>> Segment::from_parts(const ModelConfig& c, Parts p) {
+  if (!simd::kv_quant_ok(p.format, c.head_dim)) return Status::Error("segment format does not fit the model's head size");
+  if (p.tokens.empty()) return Status::Error("segment has no tokens");
+  if (p.computed_pos < 0) return Status::Error("segment has a negative position");
+  const size_t row_bytes = simd::kv_vec_bytes(p.format, c.head_dim) * c.n_head_kv;
+  const size_t want = size_t(c.n_layer) * p.tokens.size() * row_bytes;
+  if (p.k.size() != want || p.v.size() != want) {
+    return Status::Error("segment holds " + std::to_string(p.k.size()) + " key bytes, its shape needs " +
+                         std::to_string(want));
+  }
+  const size_t scales = uses_channel_scales(p.format) ? size_t(c.n_layer) * c.kv_dim() : 0;
+  if (p.k_scale.size() != scales) return Status::Error("segment key scales do not fit its format and shape");
+  std::shared_ptr<Segment> s(new Segment());
+  s->id_ = p.id;
+  s->parent_ = p.parent;
+  s->tokens_ = std::move(p.tokens);
+  s->computed_pos_ = p.computed_pos;
+  s->format_ = p.format;
+  s->n_layer_ = c.n_layer;
+  s->n_head_kv_ = c.n_head_kv;
+  s->head_dim_ = c.head_dim;
+  s->head_bytes_ = simd::kv_vec_bytes(p.format, c.head_dim);
+  s->row_bytes_ = row_bytes;
+  s->k_ = std::move(p.k);
+  s->v_ = std::move(p.v);
+  s->k_scale_ = std::move(p.k_scale);
+  return std::shared_ptr<const Segment>(std::move(s));
+}
+
 KvSpan Segment::span(int layer, int32_t at) const {
   KvSpan s;
   s.pos0 = at;

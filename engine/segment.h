@@ -50,6 +50,24 @@ class Segment {
   // Dequantized key row (kv_dim floats) of one layer, with channel scales applied (tests, tools).
   std::vector<float> key_row(int layer, int32_t row) const;
 
+  // The stored form, for segment files (mmapstore/segment_file.h).
+  struct Parts {
+    SegmentId id = 0, parent = 0;
+    std::vector<int32_t> tokens;
+    int32_t computed_pos = 0;
+    KvQuant format = KvQuant::F32;
+    std::vector<uint8_t> k, v;    // [layer][row][kv head] vectors in `format`
+    std::vector<float> k_scale;   // [layer][kv_dim] for quantized formats, else empty
+  };
+  int n_layer() const { return n_layer_; }
+  int n_head_kv() const { return n_head_kv_; }
+  int head_dim() const { return head_dim_; }
+  const std::vector<uint8_t>& k_bytes() const { return k_; }
+  const std::vector<uint8_t>& v_bytes() const { return v_; }
+  const std::vector<float>& k_scales() const { return k_scale_; }
+  // Rebuilds a segment; an error when the sizes do not fit the format and the model's shape.
+  static Result<std::shared_ptr<const Segment>> from_parts(const ModelConfig& config, Parts parts);
+
  private:
   Segment() = default;
   SegmentId id_ = 0, parent_ = 0;
