@@ -2,15 +2,24 @@
 
 #include <algorithm>
 
+#include "mmapstore/segment_file.h"
+
 namespace towers {
 
 struct SegmentPool::Entry {
-  std::shared_ptr<const Segment> segment;
+  std::shared_ptr<const Segment> segment;  // null while warm
+  SegmentId id = kNoSegment, parent = kNoSegment;
+  int32_t length = 0, computed_pos = 0;
+  KvQuant format = KvQuant::F32;
+  size_t kv_bytes = 0;
+  std::filesystem::path file;  // written once, kept while the segment lives
   std::string label;
   bool pinned = false;
   uint64_t hits = 0;
   std::chrono::steady_clock::time_point created, last_used;
 };
+
+std::string_view to_string(Tier t) { return t == Tier::Warm ? "warm" : "hot"; }
 
 std::string_view to_string(EvictionPolicy p) { return p == EvictionPolicy::Lindy ? "lindy" : "lru"; }
 
@@ -21,25 +30,92 @@ std::optional<EvictionPolicy> parse_eviction_policy(std::string_view s) {
 }
 
 SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions options)
-    : model_(model), forward_(forward), options_(std::move(options)) {}
+    : model_(model), forward_(forward), options_(std::move(options)) {
+  if (!options_.warm_dir.empty()) reader_ = std::make_unique<FileReader>();
+}
 
-SegmentPool::~SegmentPool() = default;
+// Warm files are this pool's spill space, not a store: they go with it (persistence is the daemon's log).
+SegmentPool::~SegmentPool() {
+  for (auto& [id, e] : entries_) drop_file(*e);
+}
 
-std::vector<std::shared_ptr<const Segment>> SegmentPool::chain_locked(SegmentId id) const {
-  std::vector<std::shared_ptr<const Segment>> chain;
-  while (id != kNoSegment) {
-    auto it = entries_.find(id);
-    if (it == entries_.end()) break;
-    chain.push_back(it->second->segment);
-    id = it->second->segment->parent();
+Result<std::vector<std::shared_ptr<const Segment>>> SegmentPool::chain_locked(SegmentId id) {
+  std::vector<SegmentId> ids;
+  for (SegmentId at = id; at != kNoSegment;) {
+    auto it = entries_.find(at);
+    if (it == entries_.end()) return Status::Error("internal: segment " + std::to_string(at) + " missing from the pool");
+    ids.push_back(at);
+    at = it->second->parent;
   }
-  std::reverse(chain.begin(), chain.end());
+  std::reverse(ids.begin(), ids.end());
+  if (Status st = page_in_locked(ids); !st.ok()) return st;
+  std::vector<std::shared_ptr<const Segment>> chain;
+  for (SegmentId i : ids) chain.push_back(entries_.at(i)->segment);
   return chain;
+}
+
+Status SegmentPool::page_in_locked(std::span<const SegmentId> ids) {
+  std::vector<std::filesystem::path> paths;
+  std::vector<Entry*> cold;
+  for (SegmentId id : ids) {
+    Entry& e = *entries_.at(id);
+    if (e.segment) continue;
+    paths.push_back(e.file);
+    cold.push_back(&e);
+  }
+  if (cold.empty()) return Status::Ok();
+  // One batch of reads for the whole path (io_uring when permitted). The pool lock stays held: paging
+  // a tower in is milliseconds, and leases of other sessions would wait for the same bytes anyway.
+  auto files = reader_->read_all(paths);
+  Status failed;
+  for (size_t i = 0; i < cold.size(); ++i) {
+    Result<std::shared_ptr<const Segment>> seg =
+        files[i].ok() ? decode_segment(model_.config(), files[i].value(), options_.model_fingerprint)
+                      : Result<std::shared_ptr<const Segment>>(files[i].status());
+    std::string why;
+    if (!seg.ok()) why = seg.error();
+    else if (seg.value()->id() != cold[i]->id || seg.value()->length() != cold[i]->length) why = "the file holds another segment";
+    if (!why.empty()) {
+      counters_.page_in_error = paths[i].string() + ": " + why;
+      failed = Status::Error("cannot page in segment " + std::to_string(cold[i]->id) + ": " + counters_.page_in_error);
+      continue;
+    }
+    cold[i]->segment = std::move(seg.value());
+    counters_.page_ins++;
+  }
+  return failed;
+}
+
+Status SegmentPool::page_out_locked(SegmentId id, Entry& e) {
+  if (e.file.empty()) {
+    auto path = options_.warm_dir / ("segment-" + std::to_string(id) + ".tws");
+    if (Status st = write_segment_file(*e.segment, path, options_.model_fingerprint); !st.ok()) return st;
+    e.file = path;
+  }
+  e.segment.reset();
+  counters_.page_outs++;
+  return Status::Ok();
 }
 
 size_t SegmentPool::depth_locked(SegmentId id) const {
   auto info = trie_.info(id);
   return info.ok() ? info.value().depth : 0;
+}
+
+std::unique_ptr<SegmentPool::Entry> SegmentPool::make_entry(std::shared_ptr<const Segment> seg,
+                                                            const SegmentOptions& options) {
+  auto e = std::make_unique<Entry>();
+  e->id = seg->id();
+  e->parent = seg->parent();
+  e->length = seg->length();
+  e->computed_pos = seg->computed_pos();
+  e->format = seg->format();
+  e->kv_bytes = seg->kv_bytes();
+  e->segment = std::move(seg);
+  e->label = options.label;
+  e->pinned = options.pinned;
+  e->created = e->last_used = std::chrono::steady_clock::now();
+  return e;
 }
 
 Result<SegmentId> SegmentPool::add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options) {
@@ -81,7 +157,9 @@ Result<SegmentId> SegmentPool::add_locked(SegmentId parent, std::span<const int3
   next_id_ = std::max(next_id_, id + 1);
 
   // Prefill outside the lock (readers of stats keep going); the parent chain stays pinned meanwhile.
-  auto chain = chain_locked(parent);
+  auto chain_or = chain_locked(parent);
+  if (!chain_or.ok()) return chain_or.status();
+  auto chain = std::move(chain_or.value());
   for (const auto& s : chain) (void)trie_.acquire(s->id());
   const KvQuant format = options.format.value_or(options_.depth.at_depth(chain.size()));
   lock.unlock();
@@ -98,12 +176,7 @@ Result<SegmentId> SegmentPool::add_locked(SegmentId parent, std::span<const int3
   auto ins = trie_.insert(sequence, id);
   if (!ins.ok()) return ins.status();
   if (!ins.value().inserted) return ins.value().segment;
-  auto e = std::make_unique<Entry>();
-  e->segment = std::move(seg);
-  e->label = options.label;
-  e->pinned = options.pinned;
-  e->created = e->last_used = std::chrono::steady_clock::now();
-  entries_.emplace(id, std::move(e));
+  entries_.emplace(id, make_entry(std::move(seg), options));
   return id;
 }
 
@@ -115,10 +188,15 @@ Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t ext
     std::lock_guard lock(mu_);
     auto m = trie_.match(tokens);
     if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
+    std::vector<SegmentId> ids;
+    for (const auto& step : m.path) ids.push_back(step.segment);
+    // A segment that cannot be paged in (its file went bad) ends the reusable prefix there: the
+    // caller prefills the rest, which costs time but never serves wrong KV.
+    (void)page_in_locked(ids);
     const auto now = std::chrono::steady_clock::now();
     for (const auto& step : m.path) {
       auto it = entries_.find(step.segment);
-      if (it == entries_.end()) break;  // the trie and the entries are kept in step; defensive
+      if (it == entries_.end() || !it->second->segment) break;
       if (!trie_.acquire(step.segment).ok()) break;
       it->second->hits++;
       it->second->last_used = now;
@@ -165,6 +243,7 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
     id = m.segment;  // someone sealed the same tokens already: use theirs, drop our copy of the rows
     auto it = entries_.find(id);
     if (it == entries_.end()) return Status::Error("internal: trie names a missing segment");
+    if (Status st = page_in_locked(std::span(&id, 1)); !st.ok()) return st;
     std::vector<std::shared_ptr<const Segment>> segs = lease.tower->segments();
     segs.push_back(it->second->segment);
     auto tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
@@ -180,12 +259,7 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
     if (!seg) return Status::Error("internal: sealing the tail failed");
     auto ins = trie_.insert(sequence, id);
     if (!ins.ok()) return ins.status();
-    auto e = std::make_unique<Entry>();
-    e->segment = std::move(seg);
-    e->label = options.label;
-    e->pinned = options.pinned;
-    e->created = e->last_used = std::chrono::steady_clock::now();
-    entries_.emplace(id, std::move(e));
+    entries_.emplace(id, make_entry(std::move(seg), options));
   }
   if (!trie_.acquire(id).ok()) return Status::Error("internal: cannot pin the sealed segment");
   lease.path.push_back(id);
@@ -198,6 +272,7 @@ Status SegmentPool::remove(SegmentId id) {
   if (!entries_.count(id)) return Status::Error("unknown segment " + std::to_string(id));
   Status st = trie_.evict(id);
   if (!st.ok()) return st;
+  drop_file(*entries_.at(id));
   entries_.erase(id);
   return Status();
 }
@@ -205,50 +280,63 @@ Status SegmentPool::remove(SegmentId id) {
 size_t SegmentPool::enforce_budget() {
   std::lock_guard lock(mu_);
   if (options_.ram_budget_bytes == 0) return 0;
-  size_t total = 0;
-  for (const auto& [id, e] : entries_) total += e->segment->kv_bytes();
-  size_t evicted = 0;
-  while (total > options_.ram_budget_bytes) {
-    const Entry* victim = nullptr;
-    SegmentId victim_id = kNoSegment;
+  const bool warm = !options_.warm_dir.empty();
+  size_t resident = 0;
+  for (const auto& [id, e] : entries_) resident += e->segment ? e->kv_bytes : 0;
+  size_t moved = 0;
+  while (resident > options_.ram_budget_bytes) {
+    Entry* victim = nullptr;
     for (const auto& [id, e] : entries_) {
-      if (e->pinned) continue;
+      if (!e->segment || e->pinned) continue;
       auto info = trie_.info(id);
-      if (!info.ok() || info.value().refcount > 0 || info.value().fan_out > 0 || info.value().children > 0) continue;
+      if (!info.ok() || info.value().refcount > 0 || info.value().fan_out >= options_.pin_fan_out) continue;
+      // Evicting for good is only possible for leaves; going warm keeps the segment in the trie.
+      if (!warm && (info.value().fan_out > 0 || info.value().children > 0)) continue;
       bool better = victim == nullptr ||
                     (options_.eviction == EvictionPolicy::Lru ? e->last_used < victim->last_used
                                                               : e->created > victim->created);
-      if (better) {
-        victim = e.get();
-        victim_id = id;
-      }
+      if (better) victim = e.get();
     }
     if (!victim) break;  // everything left is pinned, leased or a parent
-    total -= victim->segment->kv_bytes();
-    if (!trie_.evict(victim_id).ok()) break;
-    entries_.erase(victim_id);
-    ++evicted;
-    counters_.evictions++;
+    const size_t bytes = victim->kv_bytes;
+    if (warm) {
+      if (!page_out_locked(victim->id, *victim).ok()) break;  // disk trouble: keep it hot
+    } else {
+      if (!trie_.evict(victim->id).ok()) break;
+      counters_.evictions++;
+      entries_.erase(victim->id);
+    }
+    resident -= bytes;
+    ++moved;
   }
-  return evicted;
+  return moved;
 }
 
-std::shared_ptr<const Segment> SegmentPool::get(SegmentId id) const {
+void SegmentPool::drop_file(Entry& e) {
+  if (e.file.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove(e.file, ec);
+  e.file.clear();
+}
+
+std::shared_ptr<const Segment> SegmentPool::get(SegmentId id) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
-  return it == entries_.end() ? nullptr : it->second->segment;
+  if (it == entries_.end() || !page_in_locked(std::span(&id, 1)).ok()) return nullptr;
+  return it->second->segment;
 }
 
 SegmentInfo SegmentPool::info_locked(const Entry& e) const {
   SegmentInfo s;
-  s.id = e.segment->id();
-  s.parent = e.segment->parent();
+  s.id = e.id;
+  s.parent = e.parent;
   s.label = e.label;
-  s.length = e.segment->length();
-  s.begin = e.segment->computed_pos();
-  s.format = e.segment->format();
-  s.kv_bytes = e.segment->kv_bytes();
+  s.length = e.length;
+  s.begin = e.computed_pos;
+  s.format = e.format;
+  s.kv_bytes = e.kv_bytes;
   s.pinned = e.pinned;
+  s.tier = e.segment ? Tier::Hot : Tier::Warm;
   s.hits = e.hits;
   s.created = e.created;
   s.last_used = e.last_used;
@@ -288,11 +376,18 @@ PoolStats SegmentPool::stats() const {
   PoolStats s = counters_;
   s.segments = entries_.size();
   for (const auto& [id, e] : entries_) {
-    const size_t b = e->segment->kv_bytes(), d = depth_locked(id);
+    const size_t b = e->kv_bytes, d = depth_locked(id);
     s.kv_bytes += b;
     s.bytes_by_depth[d] += b;
     s.count_by_depth[d] += 1;
-    s.bytes_by_format[simd::kv_quant_name(e->segment->format())] += b;
+    s.bytes_by_format[simd::kv_quant_name(e->format)] += b;
+    if (e->segment) {
+      s.hot_segments++;
+      s.hot_bytes += b;
+    } else {
+      s.warm_segments++;
+      s.warm_bytes += b;
+    }
   }
   s.trie_bytes = trie_.stats().bytes;
   return s;

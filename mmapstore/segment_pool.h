@@ -12,6 +12,7 @@
 // daemon calls them from its scheduler thread only.
 #pragma once
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,8 @@
 
 namespace towers {
 
+class FileReader;
+
 enum class EvictionPolicy {
   Lru,    // least recently used first
   Lindy,  // youngest first: what has stayed in use longer is expected to stay longer
@@ -39,7 +42,14 @@ struct PoolOptions {
   EvictionPolicy eviction = EvictionPolicy::Lru;
   size_t pin_fan_out = 8;                  // segments with at least this many children are never evicted
   int32_t max_segment_tokens = 1 << 16;    // refuse longer segments
+  // Warm tier: when set, segments over the budget are written here (same bytes, mmapstore/segment_file.h)
+  // and dropped from RAM instead of being evicted; a lease pages them back in. Empty: budget evicts.
+  std::filesystem::path warm_dir;
+  uint64_t model_fingerprint = 0;          // stamped into segment files; a file of another model is refused
 };
+
+enum class Tier { Hot, Warm };
+std::string_view to_string(Tier t);
 
 struct SegmentOptions {
   std::optional<KvQuant> format;  // overrides the depth policy
@@ -60,16 +70,21 @@ struct SegmentInfo {
   uint64_t refcount = 0;          // leases holding it
   size_t fan_out = 0;             // segments directly below
   bool pinned = false;
+  Tier tier = Tier::Hot;
   uint64_t hits = 0;              // leases that used it
   std::chrono::steady_clock::time_point created, last_used;
 };
 
 struct PoolStats {
   size_t segments = 0;
-  size_t kv_bytes = 0;                      // all resident segments
+  size_t kv_bytes = 0;                      // all segments, hot and warm
   std::map<size_t, size_t> bytes_by_depth;  // depth -> bytes
   std::map<size_t, size_t> count_by_depth;
   std::map<std::string, size_t> bytes_by_format;
+  size_t hot_segments = 0, hot_bytes = 0;    // KV resident in RAM
+  size_t warm_segments = 0, warm_bytes = 0;  // KV on disk only
+  uint64_t page_ins = 0, page_outs = 0;      // warm -> hot, hot -> warm
+  std::string page_in_error;                 // the last failure to page a segment in, if any
   uint64_t leases = 0;                      // assemble() calls
   uint64_t lease_hits = 0;                  // ... that reused at least one segment
   uint64_t cached_tokens = 0;               // tokens served from segments instead of prefilled
@@ -110,11 +125,13 @@ class SegmentPool {
 
   // Removes a segment nobody leases and nothing depends on. The error says why it refused.
   Status remove(SegmentId id);
-  // Evicts unpinned, unleased leaf segments by the policy until resident bytes fit the budget.
-  // Returns how many were evicted.
+  // Brings resident bytes within the budget, choosing unpinned, unleased segments by the policy: with a
+  // warm tier they are written to disk and dropped from RAM (any depth: they stay in the trie); without
+  // one, leaves are evicted. Returns how many segments left RAM.
   size_t enforce_budget();
 
-  std::shared_ptr<const Segment> get(SegmentId id) const;
+  // The segment, paged in when warm; nullptr when unknown or unreadable.
+  std::shared_ptr<const Segment> get(SegmentId id);
   std::optional<SegmentInfo> info(SegmentId id) const;
   std::vector<SegmentInfo> list() const;  // parents before children
   // The full token sequence (parent chain + own tokens) a segment stands for.
@@ -129,7 +146,12 @@ class SegmentPool {
   struct Entry;
   Result<SegmentId> add_locked(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options,
                                std::unique_lock<std::mutex>& lock);
-  std::vector<std::shared_ptr<const Segment>> chain_locked(SegmentId id) const;
+  // The segments from the top down to id, paged in when warm.
+  Result<std::vector<std::shared_ptr<const Segment>>> chain_locked(SegmentId id);
+  Status page_in_locked(std::span<const SegmentId> ids);
+  Status page_out_locked(SegmentId id, Entry& e);
+  static void drop_file(Entry& e);
+  static std::unique_ptr<Entry> make_entry(std::shared_ptr<const Segment> seg, const SegmentOptions& options);
   SegmentInfo info_locked(const Entry& e) const;
   size_t depth_locked(SegmentId id) const;
 
@@ -141,6 +163,7 @@ class SegmentPool {
   std::map<SegmentId, std::unique_ptr<Entry>> entries_;
   SegmentId next_id_ = 1;
   PoolStats counters_;
+  std::unique_ptr<FileReader> reader_;
 };
 
 }  // namespace towers

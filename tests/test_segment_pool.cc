@@ -1,6 +1,7 @@
 // The segment pool: hierarchy segments prefilled once, towers leased by longest prefix, exact against
 // monolithic prefill, pins that keep leased segments alive, and eviction by policy within a budget.
 #include <algorithm>
+#include <fstream>
 #include <cmath>
 #include <random>
 
@@ -274,4 +275,62 @@ TEST_CASE("sealing a session's tail lets the next request with that prefix reuse
   want.erase(want.begin(), want.begin() + 30 * size_t(f.vocab()));
   CHECK(max_abs_diff(got, want) < 1e-4);
   pool.release(*again);
+}
+
+TEST_CASE("over budget, segments go warm (to disk) and come back on the next lease, exactly") {
+  Fixture f;
+  PoolOptions o = exact_f32();
+  o.warm_dir = test::temp_dir() / "warm-pool";
+  std::filesystem::remove_all(o.warm_dir);
+  std::filesystem::create_directories(o.warm_dir);
+  o.model_fingerprint = 99;
+  SegmentPool pool(*f.model, f.fwd, o);
+  auto sys = random_tokens(f.rng, 24, f.vocab()), bot = random_tokens(f.rng, 12, f.vocab()),
+       user = random_tokens(f.rng, 5, f.vocab());
+  auto base = pool.add(kNoSegment, sys).value();
+  auto b = pool.add(base, bot).value();
+  auto all = concat({sys, bot, user});
+
+  auto logits_of = [&](SegmentPool& p) {
+    auto l = p.assemble(all, 0);
+    REQUIRE(l.ok());
+    CHECK(l->cached_tokens == 36);
+    std::vector<float> out;
+    REQUIRE(f.fwd.eval(*l->tower, user, Logits::All, out).ok());
+    p.release(*l);
+    return out;
+  };
+  const auto hot = logits_of(pool);
+  pool.set_ram_budget(1);
+  CHECK(pool.enforce_budget() == 2);  // parents may go warm too: they stay in the trie
+  auto st = pool.stats();
+  CHECK(st.warm_segments == 2);
+  CHECK(st.hot_bytes == 0);
+  CHECK(pool.info(base)->tier == Tier::Warm);
+  CHECK(std::distance(std::filesystem::directory_iterator(o.warm_dir), {}) == 2);
+
+  CHECK(logits_of(pool) == hot);  // paged in: the same bytes, the same logits
+  st = pool.stats();
+  CHECK(st.page_ins == 2);
+  CHECK(st.hot_segments == 2);
+
+  // A damaged warm file is never served: the lease stops before it and the caller prefills more.
+  CHECK(pool.enforce_budget() == 2);
+  for (auto& entry : std::filesystem::directory_iterator(o.warm_dir)) {
+    if (entry.path().filename().string().find(std::to_string(b)) == std::string::npos) continue;
+    std::fstream file(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(200);
+    file.put('\x7f');
+  }
+  auto l = pool.assemble(all, 0);
+  REQUIRE(l.ok());
+  CHECK(l->cached_tokens == 24);
+  CHECK(pool.stats().page_in_error.find("checksum") != std::string::npos);
+  std::vector<float> out;
+  REQUIRE(f.fwd.eval(*l->tower, std::span(all).subspan(24), Logits::All, out).ok());
+  std::vector<float> tail(out.end() - 5 * f.vocab(), out.end());
+  CHECK(max_abs_diff(tail, hot) < 1e-4);
+  pool.release(*l);
+  CHECK(pool.remove(b).ok());
+  CHECK(std::distance(std::filesystem::directory_iterator(o.warm_dir), {}) == 1);
 }
