@@ -13,13 +13,22 @@ struct SegmentPool::Entry {
   KvQuant format = KvQuant::F32;
   size_t kv_bytes = 0;
   std::filesystem::path file;  // written once, kept while the segment lives
+  std::vector<uint8_t> coded;  // cold: the compressor's coded tokens
+  Tier tier() const { return segment ? Tier::Hot : (file.empty() ? Tier::Cold : Tier::Warm); }
   std::string label;
   bool pinned = false;
   uint64_t hits = 0;
   std::chrono::steady_clock::time_point created, last_used;
 };
 
-std::string_view to_string(Tier t) { return t == Tier::Warm ? "warm" : "hot"; }
+std::string_view to_string(Tier t) {
+  switch (t) {
+    case Tier::Hot: return "hot";
+    case Tier::Warm: return "warm";
+    case Tier::Cold: return "cold";
+  }
+  return "?";
+}
 
 std::string_view to_string(EvictionPolicy p) { return p == EvictionPolicy::Lindy ? "lindy" : "lru"; }
 
@@ -39,7 +48,8 @@ SegmentPool::~SegmentPool() {
   for (auto& [id, e] : entries_) drop_file(*e);
 }
 
-Result<std::vector<std::shared_ptr<const Segment>>> SegmentPool::chain_locked(SegmentId id) {
+Result<std::vector<std::shared_ptr<const Segment>>> SegmentPool::chain_locked(SegmentId id,
+                                                                           std::unique_lock<std::mutex>& lock) {
   std::vector<SegmentId> ids;
   for (SegmentId at = id; at != kNoSegment;) {
     auto it = entries_.find(at);
@@ -49,9 +59,96 @@ Result<std::vector<std::shared_ptr<const Segment>>> SegmentPool::chain_locked(Se
   }
   std::reverse(ids.begin(), ids.end());
   if (Status st = page_in_locked(ids); !st.ok()) return st;
+  if (Status st = thaw_locked(ids, lock); !st.ok()) return st;
   std::vector<std::shared_ptr<const Segment>> chain;
-  for (SegmentId i : ids) chain.push_back(entries_.at(i)->segment);
+  for (SegmentId i : ids) {
+    auto it = entries_.find(i);
+    if (it == entries_.end() || !it->second->segment) return Status::Error("segment " + std::to_string(i) + " left the pool");
+    chain.push_back(it->second->segment);
+  }
   return chain;
+}
+
+Status SegmentPool::thaw_locked(std::span<const SegmentId> ids, std::unique_lock<std::mutex>& lock) {
+  std::vector<SegmentId> todo;
+  for (SegmentId id : ids) {
+    if (entries_.at(id)->tier() == Tier::Cold) todo.push_back(id);
+  }
+  if (todo.empty()) return Status::Ok();
+  std::vector<SegmentId> pinned(ids.begin(), ids.end());
+  for (SegmentId id : pinned) (void)trie_.acquire(id);
+  Status result;
+  for (SegmentId id : todo) {
+    Entry& e = *entries_.at(id);  // pinned: cannot be removed while unlocked
+    auto seq = trie_.sequence(id);
+    if (!seq.ok()) {
+      result = seq.status();
+      break;
+    }
+    std::vector<int32_t> tokens(seq.value().begin() + e.computed_pos, seq.value().end());
+    std::vector<std::shared_ptr<const Segment>> parents;
+    for (SegmentId p : ids) {
+      if (p == id) break;
+      parents.push_back(entries_.at(p)->segment);
+    }
+    const KvQuant format = e.format;
+    lock.unlock();
+    Tower tower(model_.config(), parents, static_cast<int32_t>(tokens.size()));
+    std::vector<float> logits;
+    Status st = forward_.eval(tower, tokens, Logits::Last, logits);
+    std::shared_ptr<const Segment> seg;
+    if (st.ok()) seg = tower.seal_tail(std::move(tokens), format, id);
+    lock.lock();
+    if (!st.ok() || !seg) {
+      result = Status::Error("cannot thaw segment " + std::to_string(id) + ": " + (st.ok() ? "seal failed" : st.message()));
+      break;
+    }
+    e.segment = std::move(seg);
+    e.coded.clear();
+    counters_.thaws++;
+    counters_.thaw_tokens += e.length;
+  }
+  for (SegmentId id : pinned) (void)trie_.release(id);
+  return result;
+}
+
+std::vector<SegmentId> SegmentPool::idle(std::chrono::steady_clock::duration idle_for) const {
+  std::lock_guard lock(mu_);
+  const auto cutoff = std::chrono::steady_clock::now() - idle_for;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, SegmentId>> found;
+  for (const auto& [id, e] : entries_) {
+    if (e->pinned || e->tier() == Tier::Cold || e->last_used > cutoff) continue;
+    auto info = trie_.info(id);
+    if (!info.ok() || info.value().refcount > 0 || info.value().fan_out >= options_.pin_fan_out) continue;
+    found.emplace_back(e->last_used, id);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<SegmentId> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status::Error("unknown segment " + std::to_string(id));
+  Entry& e = *it->second;
+  auto info = trie_.info(id);
+  if (!info.ok()) return info.status();
+  if (info.value().refcount > 0) return Status::Error("segment " + std::to_string(id) + " is in use");
+  if (e.pinned || info.value().fan_out >= options_.pin_fan_out) return Status::Error("segment " + std::to_string(id) + " is pinned");
+  if (e.tier() == Tier::Cold) return Status::Error("segment " + std::to_string(id) + " is cold already");
+  e.segment.reset();
+  drop_file(e);
+  e.coded = std::move(coded);
+  counters_.freezes++;
+  return Status::Ok();
+}
+
+std::vector<uint8_t> SegmentPool::coded(SegmentId id) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  return it == entries_.end() ? std::vector<uint8_t>{} : it->second->coded;
 }
 
 Status SegmentPool::page_in_locked(std::span<const SegmentId> ids) {
@@ -59,7 +156,7 @@ Status SegmentPool::page_in_locked(std::span<const SegmentId> ids) {
   std::vector<Entry*> cold;
   for (SegmentId id : ids) {
     Entry& e = *entries_.at(id);
-    if (e.segment) continue;
+    if (e.tier() != Tier::Warm) continue;
     paths.push_back(e.file);
     cold.push_back(&e);
   }
@@ -87,6 +184,7 @@ Status SegmentPool::page_in_locked(std::span<const SegmentId> ids) {
 }
 
 Status SegmentPool::page_out_locked(SegmentId id, Entry& e) {
+  if (e.tier() == Tier::Cold) return Status::Ok();
   if (e.file.empty()) {
     auto path = options_.warm_dir / ("segment-" + std::to_string(id) + ".tws");
     if (Status st = write_segment_file(*e.segment, path, options_.model_fingerprint); !st.ok()) return st;
@@ -157,7 +255,7 @@ Result<SegmentId> SegmentPool::add_locked(SegmentId parent, std::span<const int3
   next_id_ = std::max(next_id_, id + 1);
 
   // Prefill outside the lock (readers of stats keep going); the parent chain stays pinned meanwhile.
-  auto chain_or = chain_locked(parent);
+  auto chain_or = chain_locked(parent, lock);
   if (!chain_or.ok()) return chain_or.status();
   auto chain = std::move(chain_or.value());
   for (const auto& s : chain) (void)trie_.acquire(s->id());
@@ -185,7 +283,7 @@ Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t ext
   std::vector<std::shared_ptr<const Segment>> segs;
   Lease lease;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     auto m = trie_.match(tokens);
     if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
     std::vector<SegmentId> ids;
@@ -193,6 +291,14 @@ Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t ext
     // A segment that cannot be paged in (its file went bad) ends the reusable prefix there: the
     // caller prefills the rest, which costs time but never serves wrong KV.
     (void)page_in_locked(ids);
+    // Thawing (prefill) stops at the first warm segment that failed to page in: a cold segment's
+    // parents must be hot before it can be recomputed under them.
+    std::vector<SegmentId> thawable;
+    for (SegmentId id : ids) {
+      if (entries_.at(id)->tier() == Tier::Warm) break;
+      thawable.push_back(id);
+    }
+    (void)thaw_locked(thawable, lock);
     const auto now = std::chrono::steady_clock::now();
     for (const auto& step : m.path) {
       auto it = entries_.find(step.segment);
@@ -243,9 +349,10 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
     id = m.segment;  // someone sealed the same tokens already: use theirs, drop our copy of the rows
     auto it = entries_.find(id);
     if (it == entries_.end()) return Status::Error("internal: trie names a missing segment");
-    if (Status st = page_in_locked(std::span(&id, 1)); !st.ok()) return st;
+    auto chain = chain_locked(id, lock);  // pages in or thaws it when it left RAM
+    if (!chain.ok()) return chain.status();
     std::vector<std::shared_ptr<const Segment>> segs = lease.tower->segments();
-    segs.push_back(it->second->segment);
+    segs.push_back(chain.value().back());
     auto tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
     lease.tower = std::move(tower);
   } else {
@@ -336,7 +443,7 @@ SegmentInfo SegmentPool::info_locked(const Entry& e) const {
   s.format = e.format;
   s.kv_bytes = e.kv_bytes;
   s.pinned = e.pinned;
-  s.tier = e.segment ? Tier::Hot : Tier::Warm;
+  s.tier = e.tier();
   s.hits = e.hits;
   s.created = e.created;
   s.last_used = e.last_used;
@@ -377,16 +484,16 @@ PoolStats SegmentPool::stats() const {
   s.segments = entries_.size();
   for (const auto& [id, e] : entries_) {
     const size_t b = e->kv_bytes, d = depth_locked(id);
-    s.kv_bytes += b;
-    s.bytes_by_depth[d] += b;
     s.count_by_depth[d] += 1;
-    s.bytes_by_format[simd::kv_quant_name(e->format)] += b;
-    if (e->segment) {
-      s.hot_segments++;
-      s.hot_bytes += b;
-    } else {
-      s.warm_segments++;
-      s.warm_bytes += b;
+    if (e->tier() != Tier::Cold) {
+      s.kv_bytes += b;
+      s.bytes_by_depth[d] += b;
+      s.bytes_by_format[simd::kv_quant_name(e->format)] += b;
+    }
+    switch (e->tier()) {
+      case Tier::Hot: s.hot_segments++, s.hot_bytes += b; break;
+      case Tier::Warm: s.warm_segments++, s.warm_bytes += b; break;
+      case Tier::Cold: s.cold_segments++, s.cold_bytes += e->coded.size(); break;
     }
   }
   s.trie_bytes = trie_.stats().bytes;

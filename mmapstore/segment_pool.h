@@ -48,7 +48,10 @@ struct PoolOptions {
   uint64_t model_fingerprint = 0;          // stamped into segment files; a file of another model is refused
 };
 
-enum class Tier { Hot, Warm };
+// Hot: KV in RAM. Warm: the same KV bytes in a file only. Cold: no KV anywhere; the tokens (kept by
+// the trie, and optionally an arithmetic-coded copy handed in by the compressor) are thawed by one
+// prefill under the segment's parent chain, which recomputes the same bytes (deterministic kernels).
+enum class Tier { Hot, Warm, Cold };
 std::string_view to_string(Tier t);
 
 struct SegmentOptions {
@@ -77,13 +80,15 @@ struct SegmentInfo {
 
 struct PoolStats {
   size_t segments = 0;
-  size_t kv_bytes = 0;                      // all segments, hot and warm
+  size_t kv_bytes = 0;                      // KV of hot and warm segments
   std::map<size_t, size_t> bytes_by_depth;  // depth -> bytes
   std::map<size_t, size_t> count_by_depth;
   std::map<std::string, size_t> bytes_by_format;
   size_t hot_segments = 0, hot_bytes = 0;    // KV resident in RAM
   size_t warm_segments = 0, warm_bytes = 0;  // KV on disk only
+  size_t cold_segments = 0, cold_bytes = 0;  // cold_bytes: their coded form, when given
   uint64_t page_ins = 0, page_outs = 0;      // warm -> hot, hot -> warm
+  uint64_t freezes = 0, thaws = 0, thaw_tokens = 0;
   std::string page_in_error;                 // the last failure to page a segment in, if any
   uint64_t leases = 0;                      // assemble() calls
   uint64_t lease_hits = 0;                  // ... that reused at least one segment
@@ -130,7 +135,15 @@ class SegmentPool {
   // one, leaves are evicted. Returns how many segments left RAM.
   size_t enforce_budget();
 
-  // The segment, paged in when warm; nullptr when unknown or unreadable.
+  // Cold tier. Segments nobody leased for `idle_for` (unpinned, not cold yet), least recent first.
+  std::vector<SegmentId> idle(std::chrono::steady_clock::duration idle_for) const;
+  // Drops a segment's KV (RAM and warm file) and keeps `coded` (its tokens arithmetic-coded by the
+  // caller; may be empty). Refused while it is leased or pinned. The next lease through it thaws it.
+  Status freeze(SegmentId id, std::vector<uint8_t> coded);
+  // The coded form given to freeze (empty when none or not cold).
+  std::vector<uint8_t> coded(SegmentId id) const;
+
+  // The segment, paged in when warm; nullptr when unknown, cold or unreadable.
   std::shared_ptr<const Segment> get(SegmentId id);
   std::optional<SegmentInfo> info(SegmentId id) const;
   std::vector<SegmentInfo> list() const;  // parents before children
@@ -146,9 +159,12 @@ class SegmentPool {
   struct Entry;
   Result<SegmentId> add_locked(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options,
                                std::unique_lock<std::mutex>& lock);
-  // The segments from the top down to id, paged in when warm.
-  Result<std::vector<std::shared_ptr<const Segment>>> chain_locked(SegmentId id);
+  // The segments from the top down to id, paged in when warm and thawed when cold.
+  Result<std::vector<std::shared_ptr<const Segment>>> chain_locked(SegmentId id, std::unique_lock<std::mutex>& lock);
   Status page_in_locked(std::span<const SegmentId> ids);
+  // Thaws the cold ones among ids (root first, each id's parent before it) by prefill. Unlocks while
+  // the model runs; the ids are pinned meanwhile. Stops at the first failure.
+  Status thaw_locked(std::span<const SegmentId> ids, std::unique_lock<std::mutex>& lock);
   Status page_out_locked(SegmentId id, Entry& e);
   static void drop_file(Entry& e);
   static std::unique_ptr<Entry> make_entry(std::shared_ptr<const Segment> seg, const SegmentOptions& options);

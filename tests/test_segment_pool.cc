@@ -334,3 +334,53 @@ TEST_CASE("over budget, segments go warm (to disk) and come back on the next lea
   CHECK(pool.remove(b).ok());
   CHECK(std::distance(std::filesystem::directory_iterator(o.warm_dir), {}) == 1);
 }
+
+TEST_CASE("idle segments freeze to cold (no KV anywhere) and thaw by prefill to the same bytes") {
+  Fixture f;
+  PoolOptions o;  // default depth policy: quantized segments must thaw to identical bytes too
+  SegmentPool pool(*f.model, f.fwd, o);
+  auto sys = random_tokens(f.rng, 20, f.vocab()), bot = random_tokens(f.rng, 10, f.vocab()),
+       user = random_tokens(f.rng, 4, f.vocab());
+  auto base = pool.add(kNoSegment, sys).value();
+  auto b = pool.add(base, bot).value();
+  const auto base_k = pool.get(base)->k_bytes(), bot_v = pool.get(b)->v_bytes();
+  auto all = concat({sys, bot, user});
+  auto l = pool.assemble(all, 0);
+  std::vector<float> hot;
+  REQUIRE(f.fwd.eval(*l->tower, user, Logits::All, hot).ok());
+
+  CHECK(pool.freeze(b, {1, 2, 3}).message().find("in use") != std::string::npos);
+  pool.release(*l);
+  CHECK(pool.idle(std::chrono::hours(1)).empty());
+  auto idle = pool.idle(std::chrono::seconds(0));
+  CHECK(idle.size() == 2);
+  REQUIRE(pool.freeze(b, {1, 2, 3}).ok());
+  REQUIRE(pool.freeze(base, {}).ok());
+  CHECK(!pool.freeze(base, {}).ok());  // cold already
+  CHECK(pool.info(b)->tier == Tier::Cold);
+  CHECK(pool.get(b) == nullptr);
+  CHECK(pool.coded(b) == std::vector<uint8_t>{1, 2, 3});
+  auto st = pool.stats();
+  CHECK(st.cold_segments == 2);
+  CHECK(st.kv_bytes == 0);
+  CHECK(st.cold_bytes == 3);
+
+  auto again = pool.assemble(all, 0);  // thaws base, then bot under it
+  REQUIRE(again.ok());
+  CHECK(again->cached_tokens == 30);
+  std::vector<float> thawed;
+  REQUIRE(f.fwd.eval(*again->tower, user, Logits::All, thawed).ok());
+  CHECK(thawed == hot);
+  CHECK(pool.get(base)->k_bytes() == base_k);
+  CHECK(pool.get(b)->v_bytes() == bot_v);
+  CHECK(pool.stats().thaws == 2);
+  CHECK(pool.stats().thaw_tokens == 30);
+  CHECK(pool.coded(b).empty());
+  pool.release(*again);
+
+  // A child can be added under a cold parent: the parent thaws first.
+  REQUIRE(pool.freeze(b, {}).ok());
+  auto child = pool.add(b, random_tokens(f.rng, 3, f.vocab()));
+  REQUIRE_MESSAGE(child.ok(), child.error());
+  CHECK(pool.info(b)->tier == Tier::Hot);
+}
