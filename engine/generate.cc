@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/decoder.h"
 #include "engine/tokenizer.h"
 
 namespace towers {
@@ -29,42 +30,27 @@ Result<GenerateResult> generate(Forward& forward, KvCache& cache, const Tokenize
   }
   r.prefill_seconds = seconds_since(t0);
 
-  Sampler sampler(options.sampling);
-  StopMatcher stops(options.stop);
-  Detokenizer detok(tokenizer);
-  std::vector<int32_t> history(prompt.begin(), prompt.end());
   auto emit = [&](const std::string& text) { return text.empty() || on_text(text); };
-
   t0 = std::chrono::steady_clock::now();
   r.finish_reason = "length";
-  for (int i = 0; i < options.max_tokens; ++i) {
-    const int32_t id = sampler.sample(logits, history);
-    if (tokenizer.is_end_of_generation(id)) {
-      r.finish_reason = "eos";
-      break;
+  if (options.max_tokens > 0) {
+    Decoder decoder(tokenizer, options.sampling, options.stop, prompt, options.max_tokens);
+    for (;;) {
+      Decoder::Step step = decoder.step(logits, cache.size() >= cache.capacity());
+      if (!emit(step.text)) {
+        r.finish_reason = "cancelled";
+        break;
+      }
+      if (step.done) {
+        r.finish_reason = step.finish_reason;
+        break;
+      }
+      if (auto s = forward.eval(cache, std::span<const int32_t>(&step.token, 1), Logits::Last, logits); !s) return s;
     }
-    r.tokens.push_back(id);
-    history.push_back(id);
-    StopMatcher::Output step = stops.feed(detok.feed(id));
-    if (!emit(step.text)) {
-      r.finish_reason = "cancelled";
-      break;
-    }
-    if (step.stopped) {
-      r.finish_reason = "stop";
-      break;
-    }
-    if (i + 1 == options.max_tokens) break;
-    if (cache.size() >= cache.capacity()) {
-      r.finish_reason = "context";
-      break;
-    }
-    if (auto s = forward.eval(cache, std::span<const int32_t>(&id, 1), Logits::Last, logits); !s) return s;
-  }
-  if (r.finish_reason != "stop" && r.finish_reason != "cancelled") {
-    StopMatcher::Output tail = stops.feed(detok.flush());
-    std::string rest = tail.text + (tail.stopped ? "" : stops.flush());
-    emit(rest);
+    r.tokens = decoder.tokens();
+    if (r.finish_reason != "stop" && r.finish_reason != "cancelled") emit(decoder.flush());
+  } else {
+    emit(Decoder(tokenizer, options.sampling, options.stop, prompt, 1).flush());
   }
   r.decode_seconds = seconds_since(t0);
   return r;

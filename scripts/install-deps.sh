@@ -9,6 +9,7 @@ PKGS=(
   nlohmann-json3-dev   # JSON: tokenizer.json in tests, the daemon's HTTP API later
   libpcre2-dev         # Unicode-property regexes (\p{L}, \p{N}, lookahead) for BPE pre-tokenizers
   clang libclang-rt-14-dev  # libFuzzer target (-DTOWERS_FUZZ=ON) and sanitizer runtimes
+  curl                 # tests/daemon and scripts/run.sh talk to towerd with curl --unix-socket
   libxxhash-dev        # XXH3-64: checksums of segment files, model fingerprints (GB/s, vs ~0.5 for a table CRC)
 )
 SUDO=""

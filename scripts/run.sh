@@ -1,14 +1,59 @@
 #!/usr/bin/env bash
-# The main job, from a fresh Debian 12 machine: install dependencies, build, and generate text with
-# the small real model in ../shared (override the model with TOWERS_MODEL, the prompt with $1).
+# The main job, from a fresh Debian 12 machine: install dependencies, build, start towerd on a
+# temporary socket and state dir, wait for it, run one streamed chat through its OpenAI endpoint,
+# print it, stop the daemon. Model: $TOWERS_MODEL, else ../shared/models/stories260K.gguf, else a
+# download of stories260K into ~/.cache/towers, else (offline) a synthetic model that prints noise.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
-shared="${TOWERS_SHARED:-$root/../shared}"
-model="${TOWERS_MODEL:-$shared/models/stories260K.gguf}"
-prompt="${1:-Once upon a time}"
 build="${TOWERS_BUILD_DIR:-$root/build}"
-"$build/cli/towerctl" model info "$model"
-echo
-"$build/cli/towerctl" generate --model "$model" --prompt "$prompt" --max-tokens 200 --temperature 0 --verbose
+shared="${TOWERS_SHARED:-$root/../shared}"
+message="${1:-Once upon a time}"
+model="${TOWERS_MODEL:-}"
+if [ -z "$model" ]; then
+  model="$shared/models/stories260K.gguf"
+  if [ ! -f "$model" ]; then
+    model="$HOME/.cache/towers/stories260K.gguf"
+    url="https://huggingface.co/ggml-org/models/resolve/main/tinyllamas/stories260K.gguf"
+    if [ ! -f "$model" ]; then
+      mkdir -p "$(dirname "$model")"
+      echo "run: downloading $url"
+      if ! curl -fsSL --retry 2 -o "$model.tmp" "$url"; then
+        rm -f "$model.tmp"
+        echo "run: WARNING: offline (cannot download the model); using a synthetic model whose output is noise" >&2
+        model="$HOME/.cache/towers/synth-tiny.gguf"
+        "$build/cli/towerctl" model synth --shape tiny --type f16 -o "$model"
+      else
+        mv "$model.tmp" "$model"
+      fi
+    fi
+  fi
+fi
+tmp="$(mktemp -d)"; pid=""
+trap '[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+sock="$tmp/towerd.sock"
+"$build/daemon/towerd" --config "$root/etc/towerd.toml" --model "$model" --socket "$sock" --state-dir "$tmp/state" \
+  2>"$tmp/towerd.log" & pid=$!
+for _ in $(seq 300); do
+  curl -sf --unix-socket "$sock" http://localhost/healthz >/dev/null 2>&1 && break
+  kill -0 "$pid" 2>/dev/null || { cat "$tmp/towerd.log"; exit 1; }
+  sleep 0.1
+done
+echo "towerd is up on $sock (model $(basename "$model"))"
+echo "> $message"
+body="$(python3 -c 'import json,sys; print(json.dumps({"messages":[{"role":"user","content":sys.argv[1]}],"stream":True,"temperature":0,"max_tokens":200}))' "$message")"
+curl -sN --unix-socket "$sock" http://localhost/v1/chat/completions -d "$body" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    line = line.strip()
+    if not line.startswith("data: ") or line == "data: [DONE]": continue
+    d = json.loads(line[6:])
+    if "error" in d: sys.exit("error: " + d["error"]["message"])
+    c = d["choices"][0]["delta"].get("content")
+    if c: print(c, end="", flush=True)
+    if "usage" in d: print("\n[%d prompt tokens (%d cached), %d generated]" % (d["usage"]["prompt_tokens"], d["usage"]["prompt_tokens_details"]["cached_tokens"], d["usage"]["completion_tokens"]))
+'
+curl -s --unix-socket "$sock" http://localhost/v1/pool | python3 -c 'import json,sys; d=json.load(sys.stdin); print("pool: %d segments, %d KV bytes, latency p50 %.1f ms" % (d["segments"], d["kv_bytes"], d["latency_ms"]["p50"]))'
+kill -TERM "$pid"; wait "$pid"; pid=""
+sed -n '$p' "$tmp/towerd.log"

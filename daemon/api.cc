@@ -1,0 +1,232 @@
+// Request routing, the shared JSON helpers, and the operator endpoints:
+//   GET /healthz            {"status":"ok"|"starting"|"stopping", ...}
+//   GET /v1/pool            segments by tier and depth, bytes, hits, sessions warm/cold, latency
+//   GET/PUT /v1/policy      {"eviction":"lru"|"lindy","ram_budget":"2G"|bytes} (runtime; SIGHUP rereads the file)
+//   GET /metrics            Prometheus text format
+#include <sstream>
+
+#include "daemon/http_error.h"
+#include "daemon/log.h"
+#include "daemon/service.h"
+
+namespace towers::daemon {
+
+using json = nlohmann::json;
+
+namespace api {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_json(HttpResponder& out, int status, const json& j) { out.send(status, "application/json", dump(j) + "\n"); }
+
+json parse_body(const HttpRequest& req) {
+  if (req.body.empty()) throw bad_request("the request body is empty; a JSON object is expected");
+  json j;
+  try {
+    j = json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    if (what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos) {
+      throw bad_request("the body is not valid UTF-8 JSON: " + what);
+    }
+    throw bad_request("malformed JSON: " + what);
+  }
+  if (!j.is_object()) throw bad_request("the body must be a JSON object");
+  return j;
+}
+
+namespace {
+
+json pool_json(Service& svc) {
+  PoolStats st = svc.pool.stats();
+  auto list = svc.pool.list();
+  json by_depth = json::array();
+  for (const auto& [d, n] : st.count_by_depth) {
+    by_depth.push_back({{"depth", d}, {"segments", n}, {"bytes", st.bytes_by_depth.count(d) ? st.bytes_by_depth.at(d) : 0}});
+  }
+  json by_kind = json::object();
+  for (const auto& s : list) {
+    std::string kind = s.label.substr(0, s.label.find(':'));
+    if (kind.empty()) kind = "other";
+    json& k = by_kind[kind];
+    if (k.is_null()) k = {{"segments", 0}, {"bytes", 0}, {"tokens", 0}, {"hot", 0}, {"warm", 0}, {"cold", 0}};
+    k["segments"] = k["segments"].get<size_t>() + 1;
+    k["bytes"] = k["bytes"].get<size_t>() + s.kv_bytes;
+    k["tokens"] = k["tokens"].get<size_t>() + static_cast<size_t>(s.length);
+    std::string tier(to_string(s.tier));
+    k[tier] = k[tier].get<size_t>() + 1;
+  }
+  auto m = svc.metrics.snapshot();
+  const size_t sessions = svc.catalog.session_count(), warm = svc.catalog.warm_sessions();
+  PoolOptions po = svc.pool.options();
+  json batches = json::object();
+  for (const auto& [n, c] : m.batch_sizes) batches[std::to_string(n)] = c;
+  return {
+      {"segments", st.segments},
+      {"kv_bytes", st.kv_bytes},
+      {"hot", {{"segments", st.hot_segments}, {"bytes", st.hot_bytes}}},
+      {"warm", {{"segments", st.warm_segments}, {"bytes", st.warm_bytes}}},
+      {"cold", {{"segments", st.cold_segments}, {"bytes", st.cold_bytes}}},
+      {"by_depth", by_depth},
+      {"by_kind", by_kind},
+      {"bytes_by_format", st.bytes_by_format},
+      {"trie_bytes", st.trie_bytes},
+      {"leases", st.leases},
+      {"hits", st.lease_hits},
+      {"misses", st.leases - st.lease_hits},
+      {"cached_tokens", st.cached_tokens},
+      {"prefill_tokens", st.prefill_tokens},
+      {"evictions", st.evictions},
+      {"page_ins", st.page_ins},
+      {"page_outs", st.page_outs},
+      {"page_in_error", st.page_in_error},
+      {"sessions", {{"total", sessions}, {"warm", warm}, {"cold", sessions - warm}}},
+      {"hierarchy_segments", svc.catalog.segment_count()},
+      {"policy", {{"eviction", std::string(to_string(po.eviction))}, {"ram_budget", po.ram_budget_bytes}}},
+      {"requests", m.requests},
+      {"latency_ms", {{"p50", m.latency_p50 * 1000}, {"p99", m.latency_p99 * 1000}}},
+      {"first_token_ms", {{"p50", m.ttft_p50 * 1000}, {"p99", m.ttft_p99 * 1000}}},
+      {"scheduler", {{"queued", svc.scheduler.queued()}, {"active", svc.scheduler.active()}, {"steps", m.steps},
+                     {"batch_sizes", batches}, {"max_batch_seen", m.max_batch_seen}}},
+      {"tokens", {{"prompt", m.prompt_tokens}, {"cached", m.cached_tokens}, {"completion", m.completion_tokens}}},
+  };
+}
+
+std::string metrics_text(Service& svc) {
+  PoolStats st = svc.pool.stats();
+  auto m = svc.metrics.snapshot();
+  std::ostringstream o;
+  auto g = [&](const char* name, const char* type, const char* help, double v) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
+  };
+  g("towerd_up_seconds", "gauge", "Seconds since the daemon started.",
+    std::chrono::duration<double>(std::chrono::steady_clock::now() - svc.started).count());
+  g("towerd_pool_segments", "gauge", "Segments in the pool.", static_cast<double>(st.segments));
+  o << "# HELP towerd_pool_bytes KV bytes by tier.\n# TYPE towerd_pool_bytes gauge\n";
+  o << "towerd_pool_bytes{tier=\"hot\"} " << st.hot_bytes << "\n";
+  o << "towerd_pool_bytes{tier=\"warm\"} " << st.warm_bytes << "\n";
+  o << "towerd_pool_bytes{tier=\"cold\"} " << st.cold_bytes << "\n";
+  o << "# HELP towerd_pool_depth_bytes KV bytes by hierarchy depth.\n# TYPE towerd_pool_depth_bytes gauge\n";
+  for (const auto& [d, b] : st.bytes_by_depth) o << "towerd_pool_depth_bytes{depth=\"" << d << "\"} " << b << "\n";
+  g("towerd_pool_leases_total", "counter", "Towers assembled.", static_cast<double>(st.leases));
+  g("towerd_pool_lease_hits_total", "counter", "Towers that reused at least one segment.", static_cast<double>(st.lease_hits));
+  g("towerd_pool_cached_tokens_total", "counter", "Prompt tokens served from segments.", static_cast<double>(st.cached_tokens));
+  g("towerd_pool_prefill_tokens_total", "counter", "Prompt tokens prefilled.", static_cast<double>(st.prefill_tokens));
+  g("towerd_pool_evictions_total", "counter", "Segments evicted.", static_cast<double>(st.evictions));
+  g("towerd_sessions", "gauge", "Sessions.", static_cast<double>(svc.catalog.session_count()));
+  g("towerd_queue_length", "gauge", "Requests waiting for the scheduler.", static_cast<double>(svc.scheduler.queued()));
+  g("towerd_active_sequences", "gauge", "Sequences being generated.", static_cast<double>(svc.scheduler.active()));
+  g("towerd_completion_tokens_total", "counter", "Tokens generated.", static_cast<double>(m.completion_tokens));
+  g("towerd_steps_total", "counter", "Batched model steps.", static_cast<double>(m.steps));
+  o << "# HELP towerd_requests_total HTTP requests by route and status.\n# TYPE towerd_requests_total counter\n";
+  for (const auto& [k, n] : m.by_route_status) {
+    auto sp = k.rfind(' ');
+    o << "towerd_requests_total{route=\"" << k.substr(0, sp) << "\",status=\"" << k.substr(sp + 1) << "\"} " << n << "\n";
+  }
+  o << "# HELP towerd_request_seconds Request latency quantiles (last 4096 requests).\n# TYPE towerd_request_seconds summary\n";
+  o << "towerd_request_seconds{quantile=\"0.5\"} " << m.latency_p50 << "\n";
+  o << "towerd_request_seconds{quantile=\"0.99\"} " << m.latency_p99 << "\n";
+  o << "# HELP towerd_rejected_total Requests refused before running.\n# TYPE towerd_rejected_total counter\n";
+  for (const auto& [k, n] : m.rejections) o << "towerd_rejected_total{reason=\"" << k << "\"} " << n << "\n";
+  return o.str();
+}
+
+void handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out) {
+  if (req.method == "PUT" || req.method == "POST") {
+    json b = parse_body(req);
+    std::optional<EvictionPolicy> ev;
+    std::optional<uint64_t> budget;
+    for (auto& [k, v] : b.items()) {
+      if (k != "eviction" && k != "ram_budget") throw bad_request("unknown policy field \"" + k + "\" (eviction, ram_budget)");
+    }
+    if (b.contains("eviction")) {
+      if (!b["eviction"].is_string() || !(ev = parse_eviction_policy(b["eviction"].get<std::string>()))) {
+        throw bad_request("\"eviction\" must be \"lru\" or \"lindy\"");
+      }
+    }
+    if (b.contains("ram_budget")) {
+      if (b["ram_budget"].is_number_unsigned()) budget = b["ram_budget"].get<uint64_t>();
+      else if (b["ram_budget"].is_string()) budget = parse_size(b["ram_budget"].get<std::string>());
+      if (!budget) throw bad_request("\"ram_budget\" must be a byte count or a size such as \"2G\" (0 = unlimited)");
+    }
+    if (ev) svc.pool.set_eviction(*ev);
+    if (budget) svc.pool.set_ram_budget(*budget);
+    svc.scheduler.post([&pool = svc.pool] { pool.enforce_budget(); });
+    PoolOptions po = svc.pool.options();
+    log_info("policy set: eviction " + std::string(to_string(po.eviction)) + ", ram budget " +
+             (po.ram_budget_bytes ? format_size(po.ram_budget_bytes) : std::string("unlimited")));
+  } else if (req.method != "GET") {
+    throw HttpError(405, "invalid_request_error", "use GET or PUT");
+  }
+  PoolOptions po = svc.pool.options();
+  send_json(out, 200, {{"eviction", std::string(to_string(po.eviction))}, {"ram_budget", po.ram_budget_bytes},
+                       {"ram_budget_text", po.ram_budget_bytes ? format_size(po.ram_budget_bytes) : "unlimited"},
+                       {"pin_fan_out", po.pin_fan_out}});
+}
+
+}  // namespace
+
+void handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
+  if (req.path == "/healthz") {
+    handled = true;
+    const char* status = svc.stopping ? "stopping" : svc.ready ? "ok" : "starting";
+    json j = {{"status", status}, {"model", svc.model_id}, {"queued", svc.scheduler.queued()},
+              {"active", svc.scheduler.active()}, {"sessions", svc.catalog.session_count()},
+              {"segments", svc.catalog.segment_count()}};
+    return send_json(out, svc.ready && !svc.stopping ? 200 : 503, j);
+  }
+  if (req.path == "/v1/pool") {
+    handled = true;
+    if (req.method != "GET") throw HttpError(405, "invalid_request_error", "use GET");
+    return send_json(out, 200, pool_json(svc));
+  }
+  if (req.path == "/v1/policy") {
+    handled = true;
+    return handle_policy(svc, req, out);
+  }
+  if (req.path == "/metrics") {
+    handled = true;
+    return out.send(200, "text/plain; version=0.0.4", metrics_text(svc));
+  }
+}
+
+}  // namespace api
+
+void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 200;
+  std::string route = req.path;
+  // Collapse ids in routes so metrics stay bounded.
+  for (const char* prefix : {"/v1/sessions/", "/v1/segments/"}) {
+    if (route.rfind(prefix, 0) == 0) {
+      auto rest = route.substr(std::string(prefix).size());
+      auto slash = rest.find('/');
+      route = std::string(prefix) + "{id}" + (slash == std::string::npos ? "" : rest.substr(slash));
+    }
+  }
+  try {
+    bool handled = false;
+    if (!svc.ready && req.path != "/healthz") {
+      HttpError e(503, "overloaded_error", "the daemon is starting (restoring its state); retry shortly");
+      e.retry_after = 1;
+      throw e;
+    }
+    api::handle_admin(svc, req, out, handled);
+    if (!handled) api::handle_openai(svc, req, out, handled);
+    if (!handled) api::handle_towers(svc, req, out, handled);
+    if (!handled) throw not_found("no such endpoint: " + req.method + " " + req.path);
+    if (!out.responded()) throw HttpError(500, "server_error", "no response");
+  } catch (const HttpError& e) {
+    status = e.status;
+    json j = {{"error", {{"message", e.what()}, {"type", e.type}, {"code", e.status}}}};
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (e.retry_after > 0) headers.push_back({"Retry-After", std::to_string(e.retry_after)});
+    if (!out.responded()) out.send(e.status, "application/json", api::dump(j) + "\n", headers);
+    if (e.status >= 500) log_warn(req.method + " " + req.path + ": " + std::to_string(e.status) + " " + e.what());
+    else log_debug(req.method + " " + req.path + ": " + std::to_string(e.status) + " " + e.what());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (route != "/healthz" && route != "/metrics") svc.metrics.request_done(req.method + " " + route, status, secs);
+}
+
+}  // namespace towers::daemon

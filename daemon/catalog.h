@@ -1,0 +1,131 @@
+// The Towers state: hierarchy segments (platform → community → bot, defined by name and text) and
+// sessions (bound to a bot, with their transcript), the pool segments that hold their KV, and the
+// records that make them survive a restart (daemon/state_store.h).
+//
+// A session's context is its bot's chain of hierarchy segments followed by its transcript tokens
+// (daemon/prompt.h says how text becomes tokens). After every reply the evaluated part of the
+// transcript is sealed into a pool segment (transcript format) under the previous one; the token
+// offsets where these segments end ("seals") are recorded, so after a restart the same segments are
+// rebuilt by prefill with the same boundaries, i.e. the same bytes, and the next reply is the one the
+// daemon would have given without the restart. Rebuilding is lazy: on the session's next message.
+// (Warm-tier segment files that survive a restart, to skip that prefill, are a later step.)
+//
+// Thread-safety: one mutex. Methods marked "scheduler thread" run the model through the pool and are
+// called from Scheduler tasks or job hooks only.
+#pragma once
+#include <deque>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/config.h"
+#include "daemon/prompt.h"
+#include "daemon/scheduler.h"
+#include "daemon/state_store.h"
+#include "mmapstore/segment_pool.h"
+
+namespace towers::daemon {
+
+struct SegmentDef {
+  std::string name, level, parent, text;
+  std::vector<int32_t> tokens;   // this level's tokens (computed from the text)
+  SegmentId pool_id = kNoSegment;
+  int64_t updated = 0;           // unix seconds
+};
+
+struct Session {
+  std::string id, bot;
+  int64_t created = 0, updated = 0;
+  std::vector<ChatMessage> messages;  // user, assistant, user, assistant, ...
+  std::vector<int32_t> transcript;    // tokens after the bot's chain
+  std::vector<size_t> seals;          // transcript offsets where its pool segments end, ascending
+  SegmentId tail_segment = kNoSegment;  // the pool segment ending at seals.back() (0 = not resident)
+  bool busy = false;
+};
+
+class Catalog {
+ public:
+  Catalog(const Model& model, SegmentPool& pool, const PromptBuilder& prompts, StateStore& store, const Config& config,
+          uint64_t fingerprint);
+
+  // Startup: applies one replayed record (no model runs); returns a problem line or "".
+  std::string apply(const StateStore::Replayed& r);
+  // Startup, scheduler thread: tokenizes and prefills every defined segment (progress: done, total).
+  Status restore_segments();
+  size_t segment_count() const;
+  size_t session_count() const;
+  size_t warm_sessions() const;  // sessions whose transcript segments are resident
+
+  // Hierarchy segments. put/remove: scheduler thread. They write their record before returning.
+  nlohmann::json put_segment(const std::string& name, const std::string& level, const std::string& parent,
+                             const std::string& text);
+  void remove_segment(const std::string& name);
+  nlohmann::json segment_json(const std::string& name) const;
+  nlohmann::json list_segments() const;
+
+  // Sessions.
+  nlohmann::json create_session(const std::string& bot, const std::string& id);
+  void delete_session(const std::string& id);
+  nlohmann::json session_json(const std::string& id, bool with_transcript) const;
+  nlohmann::json list_sessions() const;
+
+  // A session turn: begin (any thread; marks it busy and returns the new user turn's tokens), prepare
+  // (scheduler thread, at admission: the whole prompt), finish (scheduler thread, on_finish: seals,
+  // records the turn unless it failed or was cancelled, clears busy).
+  struct Turn {
+    std::string session;
+    std::string user;
+    std::vector<int32_t> delta;
+    size_t prompt_estimate = 0;  // base + transcript + delta tokens
+  };
+  Turn begin_turn(const std::string& session, const std::string& user);
+  Result<std::vector<int32_t>> prepare_turn(const Turn& t);
+  void finish_turn(const Turn& t, GenOutcome& out, Lease* lease, const std::string& reply_text);
+  void abort_turn(const std::string& session);  // the job never reached the scheduler
+
+  // Session-less requests. base: the bot's chain, or the system block (cached as a segment). prepare
+  // (scheduler thread) returns the prompt; finish seals the prompt for reuse (bounded count).
+  struct Stateless {
+    std::string bot;                   // "" = none
+    std::optional<std::string> system;
+    std::vector<ChatMessage> turns;    // user, assistant, ..., user
+    std::vector<int32_t> base;         // without a bot: the system block's tokens
+    std::vector<int32_t> rest;         // tokens after the base
+    size_t prompt_estimate = 0;
+  };
+  Stateless begin_stateless(const std::string& bot, std::vector<ChatMessage> messages);
+  Result<std::vector<int32_t>> prepare_stateless(const Stateless& s);
+  void finish_stateless(GenOutcome& out, Lease* lease);
+
+  // Compaction when the log is big and mostly dead.
+  void maybe_compact();
+
+ private:
+  SegmentDef* find_def(const std::string& name);
+  const SegmentDef* find_def(const std::string& name) const;
+  std::vector<SegmentDef*> chain_locked(const std::string& name);  // root first
+  Status tokenize_def_locked(SegmentDef& d);
+  Status ensure_chain_locked(const std::string& name, SegmentId* id, std::vector<int32_t>* base);
+  Status ensure_session_locked(Session& s, SegmentId base_id, size_t base_len);
+  void forget_pool_subtree_locked(const std::string& name);
+  nlohmann::json def_json_locked(const SegmentDef& d) const;
+  size_t live_estimate_locked() const;
+  std::vector<std::pair<RecordType, nlohmann::json>> live_records_locked() const;
+
+  const Model& model_;
+  SegmentPool& pool_;
+  const PromptBuilder& prompts_;
+  StateStore& store_;
+  const Config& config_;
+  uint64_t fingerprint_;
+  bool model_changed_ = false;
+  mutable std::mutex mu_;
+  std::map<std::string, SegmentDef> defs_;
+  std::map<std::string, Session> sessions_;
+  std::deque<SegmentId> prompt_cache_;  // sealed prompts of session-less requests, oldest first
+};
+
+}  // namespace towers::daemon

@@ -1,0 +1,71 @@
+// towerd's configuration: every key of etc/towerd.toml, its default and its checks. The file is
+// strict: an unknown key, a wrong type or an out-of-range value is an error that names the key.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/segment.h"
+#include "engine/status.h"
+#include "mmapstore/segment_pool.h"
+
+namespace towers::daemon {
+
+struct PolicyConfig {                // [policy]: the part SIGHUP reloads
+  EvictionPolicy eviction = EvictionPolicy::Lru;
+  size_t ram_budget_bytes = 0;       // 0 = unlimited
+};
+
+struct Config {
+  // [model]
+  std::string model_path;
+  int threads = 0;                   // 0 = all cores
+  std::string chat_template;         // "" = detected from the model
+  // [server]
+  std::string socket_path = "/run/towerd/towerd.sock";
+  std::string socket_group;          // "" = the daemon's group
+  unsigned socket_mode = 0660;
+  std::string tcp_listen;            // "host:port" on loopback, "" = off
+  std::vector<uint32_t> allowed_uids, allowed_gids;
+  int max_connections = 256;
+  // [state]
+  std::filesystem::path state_dir = "/var/lib/towerd";
+  uint64_t compact_bytes = 64ull << 20;  // compact the log beyond this size when half of it is dead
+  bool warm_tier = true;             // spill over-budget segments to <state_dir>/warm
+  // [pool]
+  DepthPolicy depth;
+  size_t pin_fan_out = 8;
+  std::vector<std::string> pin_levels = {"platform", "community"};
+  // [policy]
+  PolicyConfig policy;
+  // [limits]
+  size_t max_body_bytes = 1 << 20;
+  int max_prompt_tokens = 0;         // 0 = the model's context
+  int max_tokens = 2048;             // largest max_tokens a request may ask for
+  int default_max_tokens = 256;
+  double request_timeout_s = 300;
+  int queue_length = 64;
+  int max_sessions = 10000;
+  int max_segment_chars = 256 * 1024;
+  int max_batch = 8;                 // sequences decoded together in one step
+  int prefill_chunk = 256;           // prompt tokens evaluated per step (beside the decodes)
+  int prompt_cache_segments = 256;   // sealed prompts of session-less requests kept for reuse
+
+  std::filesystem::path source;      // the file it came from ("" = defaults only)
+};
+
+// Reads a TOML file over the defaults. The error names the file, the key and the problem.
+Result<Config> load_config(const std::filesystem::path& path);
+// Only the [policy] section (SIGHUP).
+Result<PolicyConfig> load_policy(const std::filesystem::path& path);
+// Checks that need every key (e.g. default_max_tokens <= max_tokens) and a model path.
+Status validate(const Config& config);
+
+// "2G", "512M", "1.5GiB", "0", "1048576" → bytes.
+std::optional<uint64_t> parse_size(std::string_view text);
+std::string format_size(uint64_t bytes);  // "1.5 GiB"
+std::optional<KvQuant> parse_kv_format(std::string_view name);  // q4 q6 q8 f16 f32
+
+}  // namespace towers::daemon

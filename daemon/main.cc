@@ -1,0 +1,210 @@
+// towerd: the Towers daemon. Loads one model, restores its state, serves the HTTP API on a Unix
+// socket until SIGTERM. See etc/towerd.toml for every setting and README.md ("Running towerd").
+#include <grp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+
+#include "daemon/catalog.h"
+#include "daemon/config.h"
+#include "daemon/http_server.h"
+#include "daemon/log.h"
+#include "daemon/notify.h"
+#include "daemon/scheduler.h"
+#include "daemon/service.h"
+#include "daemon/state_store.h"
+#include "engine/chat_template.h"
+#include "engine/tokenizer.h"
+#include "mmapstore/segment_file.h"
+
+using namespace towers;
+using namespace towers::daemon;
+
+namespace {
+
+uint64_t model_fingerprint(const std::string& path, const ModelConfig& c) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> head(1 << 20);
+  in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  return xxh3_64(head, size ^ (static_cast<uint64_t>(c.n_vocab) << 32) ^ static_cast<uint64_t>(c.n_layer));
+}
+
+int die(int code, const std::string& message) {
+  std::fprintf(stderr, "towerd: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path, model, socket, state_dir;
+  int threads = -1;
+  bool debug = false;
+  CLI::App app{
+      "towerd — serves local LLM chat to many sessions from one CPU model, keeping shared prompt\n"
+      "segments (platform → community → bot) in memory once.\n\n"
+      "  towerd --config /etc/towerd/towerd.toml\n"
+      "  towerd --model model.gguf --socket /tmp/towerd.sock --state-dir /tmp/towerd-state\n\n"
+      "API (HTTP/1.1 on the Unix socket; try: curl --unix-socket SOCK http://localhost/healthz):\n"
+      "  POST /v1/chat/completions   OpenAI-compatible, \"stream\": true gives SSE; extra fields \"session\", \"bot\"\n"
+      "  GET  /v1/models, /v1/pool, /v1/policy (PUT to change), /metrics, /healthz\n"
+      "  /v1/segments[/NAME], /v1/sessions[/ID[/messages|/transcript]]   the Towers API\n"
+      "Signals: SIGTERM stops gracefully, SIGHUP re-reads the [policy] section of the config.\n"
+      "Flags override the config file; every key is documented in etc/towerd.toml."};
+  app.add_option("-c,--config", config_path, "TOML config file (etc/towerd.toml documents every key)");
+  app.add_option("-m,--model", model, "GGUF model file (model.path)");
+  app.add_option("-s,--socket", socket, "Unix socket path (server.socket, default /run/towerd/towerd.sock)");
+  app.add_option("--state-dir", state_dir, "Where segment definitions and transcripts live (state.dir, default /var/lib/towerd)");
+  app.add_option("-t,--threads", threads, "Worker threads for the model (model.threads; 0 = all cores)")->check(CLI::Range(0, 1024));
+  app.add_flag("--debug", debug, "Also log every refused request");
+  CLI11_PARSE(app, argc, argv);
+  set_log_debug(debug);
+
+  Config cfg;
+  if (!config_path.empty()) {
+    auto c = load_config(config_path);
+    if (!c.ok()) return die(2, "invalid config: " + c.error());
+    cfg = std::move(c.value());
+  }
+  if (!model.empty()) cfg.model_path = model;
+  if (!socket.empty()) cfg.socket_path = socket;
+  if (!state_dir.empty()) cfg.state_dir = state_dir;
+  if (threads >= 0) cfg.threads = threads;
+  if (Status st = validate(cfg); !st.ok()) return die(2, "invalid config: " + st.message());
+  int socket_gid = -1;
+  if (!cfg.socket_group.empty()) {
+    struct group* g = ::getgrnam(cfg.socket_group.c_str());
+    if (!g) return die(2, "invalid config: server.socket_group: no group named \"" + cfg.socket_group + "\"");
+    socket_gid = static_cast<int>(g->gr_gid);
+  }
+
+  // Signals are taken synchronously by the main thread; block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  log_info("loading model " + cfg.model_path);
+  auto loaded = Model::load(cfg.model_path);
+  if (!loaded.ok()) return die(1, "cannot load the model: " + loaded.error());
+  const Model& m = *loaded.value();
+  ChatFamily family = detect_chat_family(m.tokenizer().chat_template());
+  if (!cfg.chat_template.empty()) {
+    auto f = chat_family_from_name(cfg.chat_template);
+    if (!f.ok()) return die(2, "invalid config: model.chat_template: " + f.error());
+    family = f.value();
+  }
+  const uint64_t fingerprint = model_fingerprint(cfg.model_path, m.config());
+  ThreadPool threads_pool(cfg.threads);
+  Forward forward(m, threads_pool);
+  PoolOptions po;
+  po.depth = cfg.depth;
+  po.ram_budget_bytes = cfg.policy.ram_budget_bytes;
+  po.eviction = cfg.policy.eviction;
+  po.pin_fan_out = cfg.pin_fan_out;
+  po.model_fingerprint = fingerprint;
+  if (cfg.warm_tier) {
+    po.warm_dir = cfg.state_dir / "warm";
+    std::error_code ec;
+    std::filesystem::remove_all(po.warm_dir, ec);  // spill space of a previous run
+    std::filesystem::create_directories(po.warm_dir, ec);
+    if (ec) return die(1, "cannot create " + po.warm_dir.string() + ": " + ec.message());
+  }
+  SegmentPool pool(m, forward, po);
+  Metrics metrics;
+  Scheduler scheduler(m, forward, pool, metrics, {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length});
+  PromptBuilder prompts(m.tokenizer(), family);
+
+  std::vector<StateStore::Replayed> records;
+  std::vector<std::string> problems;
+  auto store = StateStore::open(cfg.state_dir, records, problems);
+  if (!store.ok()) return die(1, "cannot open the state: " + store.error());
+  for (const auto& p : problems) log_warn(p);
+  Catalog catalog(m, pool, prompts, *store.value(), cfg, fingerprint);
+  for (const auto& r : records) {
+    std::string p = catalog.apply(r);
+    if (!p.empty()) log_warn(p);
+  }
+  if (records.empty()) {
+    (void)store.value()->append(RecordType::Header, {{"model", m.config().name}, {"fingerprint", fingerprint}});
+  }
+  log_info("model " + m.config().name + " (" + m.config().arch_name + ", " + std::to_string(m.config().n_layer) +
+           " layers, context " + std::to_string(m.config().n_ctx_train) + ", chat template " +
+           std::string(chat_family_name(family)) + ", " + std::to_string(threads_pool.size()) + " threads); state: " +
+           std::to_string(records.size()) + " records from " + store.value()->path().string());
+
+  scheduler.start();
+  const auto t_restore = std::chrono::steady_clock::now();
+  Status restored = scheduler.run([&] { return catalog.restore_segments(); });
+  if (!restored.ok()) log_error(restored.message());
+  log_info("restored " + std::to_string(catalog.segment_count()) + " segments and " +
+           std::to_string(catalog.session_count()) + " sessions in " +
+           std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_restore).count()) + " s");
+  catalog.maybe_compact();
+
+  std::string model_id = std::filesystem::path(cfg.model_path).stem().string();
+  Service svc{cfg, m, pool, scheduler, catalog, metrics, prompts, model_id};
+  HttpServerOptions ho;
+  ho.socket_path = cfg.socket_path;
+  ho.socket_mode = cfg.socket_mode;
+  ho.socket_gid = socket_gid;
+  ho.tcp_listen = cfg.tcp_listen;
+  ho.allowed_uids = cfg.allowed_uids;
+  ho.allowed_gids = cfg.allowed_gids;
+  ho.max_body_bytes = cfg.max_body_bytes;
+  ho.max_connections = cfg.max_connections;
+  HttpServer server(ho, [&svc](const HttpRequest& req, HttpResponder& out) { handle_request(svc, req, out); });
+  if (Status st = server.start(); !st.ok()) return die(1, st.message());
+  svc.ready = true;
+  log_info("listening on " + cfg.socket_path + (cfg.tcp_listen.empty() ? "" : " and " + cfg.tcp_listen));
+  sd_notify_message("READY=1\nSTATUS=serving " + model_id);
+
+  const auto watchdog = watchdog_interval();
+  const auto tick = watchdog.count() > 0 ? std::chrono::duration_cast<std::chrono::milliseconds>(watchdog / 3)
+                                         : std::chrono::milliseconds(5000);
+  for (;;) {
+    timespec ts{static_cast<time_t>(tick.count() / 1000), static_cast<long>((tick.count() % 1000) * 1000000)};
+    int sig = sigtimedwait(&sigs, nullptr, &ts);
+    if (sig == SIGHUP) {
+      if (cfg.source.empty()) {
+        log_warn("SIGHUP: no config file to reload");
+        continue;
+      }
+      auto p = load_policy(cfg.source);
+      if (!p.ok()) {
+        log_error("SIGHUP: policy not reloaded: " + p.error());
+        continue;
+      }
+      pool.set_eviction(p->eviction);
+      pool.set_ram_budget(p->ram_budget_bytes);
+      scheduler.post([&pool] { pool.enforce_budget(); });
+      log_info("SIGHUP: policy reloaded: eviction " + std::string(to_string(p->eviction)) + ", ram budget " +
+               (p->ram_budget_bytes ? format_size(p->ram_budget_bytes) : std::string("unlimited")));
+      continue;
+    }
+    if (sig == SIGTERM || sig == SIGINT) {
+      log_info(std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": stopping");
+      break;
+    }
+    // Periodic: watchdog (only while the scheduler makes progress) and log compaction.
+    if (watchdog.count() > 0 && scheduler.stalled_seconds() < 60) sd_notify_message("WATCHDOG=1");
+    catalog.maybe_compact();
+  }
+  svc.stopping = true;
+  sd_notify_message("STOPPING=1");
+  server.stop_accepting();
+  scheduler.shutdown(std::chrono::seconds(10));  // running replies get 10 s to finish, then are cancelled
+  const int left = server.wait_idle(std::chrono::seconds(5));
+  catalog.maybe_compact();
+  log_info("stopped" + (left ? " (" + std::to_string(left) + " idle connection(s) dropped)" : std::string()));
+  std::fflush(stderr);
+  ::_exit(0);  // connection threads may still be parked on idle keep-alive sockets
+}

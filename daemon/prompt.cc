@@ -1,0 +1,146 @@
+#include "daemon/prompt.h"
+
+#include <random>
+
+namespace towers::daemon {
+
+namespace {
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+std::string strip(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && is_space(s[b])) ++b;
+  while (e > b && is_space(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+void append(std::vector<int32_t>& out, const std::vector<int32_t>& more) { out.insert(out.end(), more.begin(), more.end()); }
+}  // namespace
+
+PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, ChatFamily family) : tok_(tokenizer), family_(family) {
+  special_.bos = tok_.bos() >= 0 ? std::string(tok_.token_text(tok_.bos())) : "";
+  special_.eos = tok_.eos() >= 0 ? std::string(tok_.token_text(tok_.eos())) : "";
+  std::random_device rd;
+  nonce_ = std::to_string(rd() % 1000000);
+}
+
+std::string PromptBuilder::trim_content(const std::string& s) const {
+  switch (family_) {
+    case ChatFamily::Llama3:
+    case ChatFamily::Llama2:
+    case ChatFamily::Gemma:
+      return strip(s);
+    default:
+      return s;
+  }
+}
+
+Result<PromptBuilder::Skeleton> PromptBuilder::skeleton(bool has_system, size_t n_user) const {
+  if (n_user == 0) return Status::Error("internal: a conversation needs a user message");
+  auto sentinel = [&](char kind, size_t i) { return "TWRSNTL" + nonce_ + kind + std::to_string(i) + "Z"; };
+  std::vector<ChatMessage> msgs;
+  if (has_system) msgs.push_back({"system", sentinel('S', 0)});
+  std::vector<std::string> slots;
+  for (size_t i = 0; i < n_user; ++i) {
+    msgs.push_back({"user", sentinel('U', i)});
+    slots.push_back(msgs.back().content);
+    if (i + 1 < n_user) {
+      msgs.push_back({"assistant", sentinel('A', i)});
+      slots.push_back(msgs.back().content);
+    }
+  }
+  auto text = apply_chat_template(family_, msgs, special_, /*add_generation_prompt=*/true);
+  if (!text.ok()) return text.status();
+  const std::string& r = text.value();
+  Skeleton sk;
+  size_t at = 0;
+  if (has_system) {
+    const std::string s = sentinel('S', 0);
+    size_t p = r.find(s);
+    if (p == std::string::npos) return Status::Error("chat template dropped the system message");
+    sk.before_system = r.substr(0, p);
+    at = p + s.size();
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    size_t p = r.find(slots[i], at);
+    if (p == std::string::npos) return Status::Error("chat template reorders or drops messages");
+    std::string gap = r.substr(at, p - at);
+    if (i == 0) {
+      if (has_system) sk.after_system = gap;
+      else sk.before_system = gap;
+    } else {
+      sk.gaps.push_back(gap);
+    }
+    at = p + slots[i].size();
+  }
+  sk.gaps.push_back(r.substr(at));
+  return sk;
+}
+
+std::vector<int32_t> PromptBuilder::encode_template(const std::string& text, bool first) const {
+  const bool bos = first && !chat_template_emits_bos(family_) && tok_.add_bos_default();
+  if (text.empty()) return bos && tok_.bos() >= 0 ? std::vector<int32_t>{tok_.bos()} : std::vector<int32_t>{};
+  return tok_.encode(text, bos, /*parse_special=*/true);
+}
+
+std::vector<int32_t> PromptBuilder::encode_content(const std::string& text) const {
+  if (text.empty()) return {};
+  return tok_.encode(text, /*add_bos=*/false, /*parse_special=*/false);
+}
+
+Result<std::vector<int32_t>> PromptBuilder::level(const std::string& text, bool root, bool closes) const {
+  auto sk = skeleton(true, 1);
+  if (!sk.ok()) return sk.status();
+  std::vector<int32_t> t;
+  if (root) append(t, encode_template(sk->before_system, true));
+  append(t, encode_content((root ? "" : "\n\n") + strip(text)));
+  if (closes) append(t, encode_template(sk->after_system, false));
+  if (t.empty()) return Status::Error("segment text renders to no tokens");
+  return t;
+}
+
+Result<std::vector<int32_t>> PromptBuilder::system_block(const std::string* system) const {
+  auto sk = skeleton(system != nullptr, 1);
+  if (!sk.ok()) return sk.status();
+  std::vector<int32_t> t = encode_template(sk->before_system, true);
+  if (system) {
+    append(t, encode_content(strip(*system)));
+    append(t, encode_template(sk->after_system, false));
+  }
+  return t;
+}
+
+Result<std::vector<int32_t>> PromptBuilder::turns(bool has_system, std::span<const ChatMessage> turns,
+                                                  std::span<const std::vector<int32_t>* const> assistant_tokens) const {
+  if (turns.empty() || turns.size() % 2 == 0) {
+    return Status::Error("messages must alternate user, assistant, ..., and end with a user message");
+  }
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const char* want = i % 2 == 0 ? "user" : "assistant";
+    if (turns[i].role != want) {
+      return Status::Error("message " + std::to_string(i) + " has role \"" + turns[i].role + "\" where \"" + want +
+                           "\" was expected (after any system message, messages alternate user/assistant and end "
+                           "with user)");
+    }
+  }
+  auto sk = skeleton(has_system, turns.size() / 2 + 1);
+  if (!sk.ok()) return sk.status();
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const size_t a = i / 2;
+    if (i % 2 == 1 && a < assistant_tokens.size() && assistant_tokens[a]) append(out, *assistant_tokens[a]);
+    else append(out, encode_content(trim_content(turns[i].content)));
+    append(out, encode_template(sk->gaps[i], false));
+  }
+  return out;
+}
+
+Result<std::vector<int32_t>> PromptBuilder::last_turn(bool has_system, size_t n_user, const std::string& user) const {
+  auto sk = skeleton(has_system, n_user);
+  if (!sk.ok()) return sk.status();
+  std::vector<int32_t> out;
+  if (n_user >= 2) append(out, encode_template(sk->gaps[2 * n_user - 3], false));  // after the last assistant
+  append(out, encode_content(trim_content(user)));
+  append(out, encode_template(sk->gaps.back(), false));
+  return out;
+}
+
+}  // namespace towers::daemon

@@ -1,0 +1,76 @@
+// How chat messages become tokens in towerd, so that shared prefixes are token-for-token identical
+// and can be served from segments.
+//
+// The model's chat template (engine/chat_template.h) is rendered once per shape with sentinel strings
+// in place of every content, which splits it into template text and content slots. Template text is
+// tokenized with special tokens parsed; contents (system text, user and assistant messages) are
+// tokenized as plain text (a user typing "<|im_end|>" gets those characters, not the control token).
+// Each piece is tokenized on its own and the pieces are concatenated, so the tokens of a prefix never
+// depend on what follows it.
+//
+// Hierarchy: a bot's system prompt is platform text + "\n\n" + community text + "\n\n" + bot text
+// (each trimmed). The level segments split that system block as:
+//   platform  = template opening (BOS, system header) + platform text
+//   community = "\n\n" + community text
+//   bot       = "\n\n" + bot text + template text up to the first user message's content
+// (a chain of fewer levels works the same way: the deepest level closes the block). A session's
+// transcript follows: user content, template text, assistant tokens (exactly as generated), ...
+//
+// Known limitation: SentencePiece vocabularies with a dummy prefix add "▁" at the start of every
+// separately tokenized piece, so a piece boundary costs one extra space token there (BPE vocabularies,
+// e.g. Llama 3 and Qwen2, are unaffected).
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/chat_template.h"
+#include "engine/status.h"
+#include "engine/tokenizer.h"
+
+namespace towers::daemon {
+
+class PromptBuilder {
+ public:
+  PromptBuilder(const Tokenizer& tokenizer, ChatFamily family);
+  ChatFamily family() const { return family_; }
+
+  // Tokens of one hierarchy level: root levels open the system block, closing ones (bots) close it.
+  Result<std::vector<int32_t>> level(const std::string& text, bool root, bool closes) const;
+
+  // The tokens of a conversation after its system block: turns alternate user, assistant, ..., user
+  // (the last one is the message to answer). assistant_tokens[i], when given (non-null), replaces the
+  // tokenization of the i-th assistant message (sessions keep what was generated). has_system: whether
+  // a system block precedes (a hierarchy or a system message). The caller puts the system block (a
+  // hierarchy chain, or system_block()) in front: these tokens never include the template opening.
+  Result<std::vector<int32_t>> turns(bool has_system, std::span<const ChatMessage> turns,
+                                     std::span<const std::vector<int32_t>* const> assistant_tokens = {}) const;
+
+  // Tokens of the last user turn only (template text after the previous assistant message, the user
+  // content, the opening of the reply) for a conversation of n_user turns (n_user >= 1).
+  Result<std::vector<int32_t>> last_turn(bool has_system, size_t n_user, const std::string& user) const;
+
+  // The system block of a session-less request: template opening + system text + text up to the
+  // first user content; without a system message, the template opening alone (maybe empty).
+  Result<std::vector<int32_t>> system_block(const std::string* system) const;
+
+  std::vector<std::string> stop_strings() const { return chat_stop_strings(family_); }
+  std::string trim_content(const std::string& s) const;
+
+ private:
+  struct Skeleton {
+    std::string before_system, after_system;  // around the system content (after_system runs to u0)
+    std::vector<std::string> gaps;             // gaps[i]: template text after content i (u0, a0, u1, ...)
+  };
+  Result<Skeleton> skeleton(bool has_system, size_t n_user) const;
+  std::vector<int32_t> encode_template(const std::string& text, bool first) const;
+  std::vector<int32_t> encode_content(const std::string& text) const;
+
+  const Tokenizer& tok_;
+  ChatFamily family_;
+  ChatTemplateTokens special_;
+  std::string nonce_;
+};
+
+}  // namespace towers::daemon

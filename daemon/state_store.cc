@@ -1,0 +1,72 @@
+#include "daemon/state_store.h"
+
+namespace towers::daemon {
+
+const char* record_type_name(RecordType t) {
+  switch (t) {
+    case RecordType::Header: return "header";
+    case RecordType::SegmentPut: return "segment_put";
+    case RecordType::SegmentDelete: return "segment_delete";
+    case RecordType::SessionCreate: return "session_create";
+    case RecordType::SessionTurn: return "session_turn";
+    case RecordType::SessionDelete: return "session_delete";
+    case RecordType::SessionSnapshot: return "session_snapshot";
+  }
+  return "?";
+}
+
+Result<std::unique_ptr<StateStore>> StateStore::open(const std::filesystem::path& dir, std::vector<Replayed>& records,
+                                                     std::vector<std::string>& problems) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Error("cannot create state directory " + dir.string() + ": " + ec.message());
+  auto store = std::unique_ptr<StateStore>(new StateStore());
+  store->path_ = dir / "towerd.log";
+  auto rep = read_record_log(store->path_, [&](const LogRecord& r) {
+    if (r.type < 1 || r.type > 7) {
+      problems.push_back(store->path_.string() + ": record at offset " + std::to_string(r.offset) +
+                         " has unknown type " + std::to_string(r.type) + "; skipped");
+      return;
+    }
+    auto j = nlohmann::json::parse(r.payload, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      problems.push_back(store->path_.string() + ": record at offset " + std::to_string(r.offset) +
+                         " is not a JSON object; skipped");
+      return;
+    }
+    records.push_back({static_cast<RecordType>(r.type), std::move(j)});
+  });
+  if (!rep.ok()) return rep.status();
+  for (auto& p : rep->problems) problems.push_back(p);
+  auto w = RecordLogWriter::open(store->path_);
+  if (!w.ok()) return w.status();
+  store->writer_ = std::move(w.value());
+  return store;
+}
+
+Status StateStore::append(RecordType type, const nlohmann::json& body) {
+  const std::string payload = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::lock_guard lock(mu_);
+  return writer_->append(static_cast<uint8_t>(type), payload, /*sync=*/true);
+}
+
+Status StateStore::compact(const std::vector<std::pair<RecordType, nlohmann::json>>& live) {
+  std::vector<RecordToWrite> recs;
+  recs.reserve(live.size());
+  for (const auto& [t, j] : live) {
+    recs.push_back({static_cast<uint8_t>(t), j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+  }
+  std::lock_guard lock(mu_);
+  if (Status st = rewrite_record_log(path_, recs); !st.ok()) return st;
+  auto w = RecordLogWriter::open(path_);
+  if (!w.ok()) return w.status();
+  writer_ = std::move(w.value());
+  return Status::Ok();
+}
+
+uint64_t StateStore::bytes() const {
+  std::lock_guard lock(mu_);
+  return writer_->size();
+}
+
+}  // namespace towers::daemon

@@ -1,0 +1,49 @@
+// One generation's token-by-token state: sampling, end-of-generation, stop strings and streaming
+// UTF-8 text. generate() drives one Decoder over one cache; the daemon's scheduler drives many, one per
+// sequence of a batched step, so both end generations by exactly the same rules:
+//   - an end-of-generation token ends it ("eos"; the token is not kept or printed);
+//   - a stop string ends it ("stop"; the text stops before it);
+//   - the max_tokens-th token ends it ("length");
+//   - a full cache ends it ("context").
+#pragma once
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+namespace towers {
+
+class Decoder {
+ public:
+  // history: the prompt (the repetition penalty looks at it); max_tokens >= 1.
+  Decoder(const Tokenizer& tokenizer, const SamplerConfig& sampling, std::vector<std::string> stop,
+          std::span<const int32_t> history, int max_tokens);
+
+  struct Step {
+    int32_t token = -1;         // the sampled token (kept unless finish_reason == "eos")
+    std::string text;           // text that became safe to emit with it (may be empty)
+    bool done = false;          // generation ended; otherwise evaluate `token` and call step() again
+    std::string finish_reason;  // when done: "eos", "stop", "length" or "context"
+  };
+  // Samples from the logits of the last evaluated token. cache_full: the cache has no room left for
+  // `token` (checked only when nothing else ended the generation).
+  Step step(std::span<const float> logits, bool cache_full);
+  // After a generation that ended by "eos", "length" or "context" (not "stop" or a cancellation): the
+  // text still held back (an incomplete UTF-8 sequence, a possible start of a stop string).
+  std::string flush();
+
+  const std::vector<int32_t>& tokens() const { return tokens_; }  // kept tokens so far
+
+ private:
+  const Tokenizer& tokenizer_;
+  Sampler sampler_;
+  StopMatcher stops_;
+  Detokenizer detok_;
+  std::vector<int32_t> history_;
+  std::vector<int32_t> tokens_;
+  int max_tokens_;
+};
+
+}  // namespace towers
