@@ -134,6 +134,32 @@ int main(int argc, char** argv) {
                 t_ref / t_hot, gb / t_cold, t_cold / rows * 1e9, t_ref / t_cold, gb / t_ref,
                 t_ref / rows * 1e9, t_8 / rows * 1e9, t_8 / rows / T8 * 1e9, t_q * 1e6);
     std::printf("%-5s          L2-resident (64 rows): %.2f GB/s, %.1f ns/row\n", "", static_cast<double>(l2rows * rb) / 1e9 / t_l2, t_l2 / l2rows * 1e9);
+    if (simd::has_packed(tid)) {
+      // The packed (16-row interleaved) layout of the same matrices.
+      const size_t groups = rows / simd::kPackRows, pm = groups * simd::packed_group_bytes(tid, n);
+      std::vector<uint8_t> pw(copies * pm);
+      for (size_t c = 0; c < copies; ++c) simd::pack_rows(tid, w.data() + c * mat, rb, groups, n, pw.data() + c * pm);
+      const double p_hot = time_it(secs, [&](size_t) {
+        simd::gemm_packed(tid, pw.data(), groups, act.data(), as, 1, n, y.data(), rows);
+        g_sink = y[0];
+      });
+      const double p_l2 = time_it(secs, [&](size_t) {
+        simd::gemm_packed(tid, pw.data(), l2rows / simd::kPackRows, act.data(), as, 1, n, y.data(), rows);
+        g_sink = y[0];
+      });
+      const double p_cold = time_it(secs, [&](size_t it) {
+        simd::gemm_packed(tid, pw.data() + (it % copies) * pm, groups, act.data(), as, 1, n, y.data(), rows);
+        g_sink = y[0];
+      });
+      const double p_8 = time_it(secs, [&](size_t) {
+        simd::gemm_packed(tid, pw.data(), groups, act.data(), as, T8, n, y.data(), rows);
+        g_sink = y[0];
+      });
+      std::printf("%-5s packed: gemv hot %.2f GB/s, L2 %.2f GB/s, cold %.2f GB/s (%.2fx gemm_q cold); "
+                  "T=8 %.1f ns/row/tok (%.2fx gemm_q T=8)\n", "", gb / p_hot,
+                  static_cast<double>(l2rows * rb) / 1e9 / p_l2, gb / p_cold, t_cold / p_cold,
+                  p_8 / rows / T8 * 1e9, t_8 / p_8);
+    }
     std::printf("%-5s          T=8: %.2fx faster than ref T=8 (%.1f ns/row), %.2fx the per-token cost of T=1\n", "",
                 t_ref8 / t_8, t_ref8 / rows * 1e9, (t_8 / T8) / t_hot);
   }

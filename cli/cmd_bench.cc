@@ -105,6 +105,8 @@ void add_bench(CLI::App& app) {
     std::printf("memory bandwidth %.2f GB/s (triad, %d threads); %.1f MB read per decode token; "
                 "roofline %.2f tok/s; achieved %.0f%%\n",
                 bw, pool.size(), bytes / 1e6, roofline, 100.0 * g.median / roofline);
+    std::printf("packed weight copies (load-time row interleaving for the fast kernels): %.1f MB extra\n",
+                model.packed_bytes() / 1e6);
     std::string name = std::filesystem::path(o->model).stem().string();
     std::printf("bench model=%s type=%s threads=%d pp=%.2f tg=%.2f roofline_tg=%.2f bw_gbs=%.2f\n", name.c_str(),
                 dominant_type(model).c_str(), pool.size(), p.median, g.median, roofline, bw);

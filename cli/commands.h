@@ -8,6 +8,14 @@ void add_generate(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_model(CLI::App& app);  // model info, model synth
 void add_bench(CLI::App& app);
+void add_codec(CLI::App& app);  // codec encode, codec decode, codec info
+// Client verbs: they talk to a running towerd over its Unix socket (cli/client.h).
+void add_status(CLI::App& app);
+void add_pool(CLI::App& app);
+void add_policy(CLI::App& app);    // policy get, policy set
+void add_segments(CLI::App& app);  // segments ls, show, add, rm
+void add_sessions(CLI::App& app);  // sessions ls, show, create, rm
+void add_chat(CLI::App& app);
 
 // Prints "towerctl: <message>" to stderr and returns the exit status for failures.
 int fail(const std::string& message);

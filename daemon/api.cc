@@ -1,5 +1,5 @@
 // Request routing, the shared JSON helpers, and the operator endpoints:
-//   GET /healthz            {"status":"ok"|"starting"|"stopping", ...}
+//   GET /healthz            {"status":"ok"|"starting"|"stopping", model, queue, sessions, uptime_s}
 //   GET /v1/pool            segments by tier and depth, bytes, hits, sessions warm/cold, latency
 //   GET/PUT /v1/policy      {"eviction":"lru"|"lindy","ram_budget":"2G"|bytes} (runtime; SIGHUP rereads the file)
 //   GET /metrics            Prometheus text format
@@ -172,7 +172,8 @@ void handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool
     const char* status = svc.stopping ? "stopping" : svc.ready ? "ok" : "starting";
     json j = {{"status", status}, {"model", svc.model_id}, {"queued", svc.scheduler.queued()},
               {"active", svc.scheduler.active()}, {"sessions", svc.catalog.session_count()},
-              {"segments", svc.catalog.segment_count()}};
+              {"segments", svc.catalog.segment_count()},
+              {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - svc.started).count()}};
     return send_json(out, svc.ready && !svc.stopping ? 200 : 503, j);
   }
   if (req.path == "/v1/pool") {

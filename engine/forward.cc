@@ -59,9 +59,8 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
 
     // Attention block: x += Wo · attention(rope(Wq·norm(x)), cache + rope(Wk·norm(x)), Wv·norm(x))
     rmsnorm(x_.data(), L.attn_norm, xb_.data(), T);
-    matmul(L.wq, xb_.data(), T, q_.data());
-    matmul(L.wk, xb_.data(), T, k_.data());
-    matmul(L.wv, xb_.data(), T, v_.data());
+    const MatOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+    matmuls(qkv, xb_.data(), T);
     if (cfg_.qkv_bias) {
       add_bias(L.bq, q_.data(), T);
       add_bias(L.bk, k_.data(), T);
@@ -81,8 +80,8 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
 
     // Feed-forward block (SwiGLU): x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
     rmsnorm(x_.data(), L.ffn_norm, xb_.data(), T);
-    matmul(L.w_gate, xb_.data(), T, hb_.data());
-    matmul(L.w_up, xb_.data(), T, hb2_.data());
+    const MatOut gate_up[] = {{&L.w_gate, hb_.data()}, {&L.w_up, hb2_.data()}};
+    matmuls(gate_up, xb_.data(), T);
     for (size_t i = 0; i < size_t(T) * ff; ++i) {
       float g = hb_[i];
       hb_[i] = g / (1.0f + std::exp(-g)) * hb2_[i];
@@ -128,22 +127,61 @@ void Forward::rmsnorm(const float* x, const Weight& w, float* out, int T) {
 
 // y[t][r] = W[r] · x[t]. Each row of W is read once and used for all T tokens.
 void Forward::matmul(const Weight& w, const float* x, int T, float* y) {
-  const int64_t cols = w.cols, rows = w.rows;
-  const auto type = static_cast<uint32_t>(w.type);
-  if (kernels_ == Kernels::Fast && simd::has_quant_dot(type)) {
-    // Activation rows are quantized independently of each other, so batching does not change them.
-    const size_t stride = (simd::act_bytes(type, cols) + 63) / 64 * 64;
-    act_.resize(stride * T + 64);
-    uint8_t* act = act_.data() + (64 - reinterpret_cast<uintptr_t>(act_.data()) % 64) % 64;
-    pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
-      for (size_t t = t0; t < t1; ++t) simd::quantize_act(type, x + t * cols, act + t * stride, cols);
-    });
-    const size_t rstride = w.row_stride();
-    pool_.parallel_for(static_cast<size_t>(rows), [&](size_t r0, size_t r1, int) {
-      simd::gemm_q(type, w.row(r0), rstride, r1 - r0, act, stride, T, cols, y + r0, rows);
-    });
+  const MatOut one{&w, y};
+  matmuls(std::span<const MatOut>(&one, 1), x, T);
+}
+
+void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
+  const int64_t cols = mats[0].w->cols;
+  const auto type0 = static_cast<uint32_t>(mats[0].w->type);
+  bool fast = kernels_ == Kernels::Fast;
+  for (const MatOut& m : mats) {
+    const auto t = static_cast<uint32_t>(m.w->type);
+    fast = fast && simd::has_quant_dot(t) && m.w->cols == cols &&
+           simd::act_bytes(t, cols) == simd::act_bytes(type0, cols);
+  }
+  if (!fast) {
+    for (const MatOut& m : mats) matmul_f32(*m.w, x, T, m.y);
     return;
   }
+  // Activation rows are quantized independently of each other, so batching does not change them;
+  // all matrices here share one activation layout (same family: 32- or 256-element blocks).
+  const size_t stride = (simd::act_bytes(type0, cols) + 63) / 64 * 64;
+  act_.resize(stride * T + 64);
+  uint8_t* act = act_.data() + (64 - reinterpret_cast<uintptr_t>(act_.data()) % 64) % 64;
+  pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
+    for (size_t t = t0; t < t1; ++t) simd::quantize_act(type0, x + t * cols, act + t * stride, cols);
+  });
+  // Work units of 16 rows (a packed group, or up to 16 plain rows), numbered across the matrices.
+  constexpr size_t G = simd::kPackRows;
+  size_t units = 0;
+  for (const MatOut& m : mats) units += (static_cast<size_t>(m.w->rows) + G - 1) / G;
+  pool_.parallel_for(units, [&](size_t u0, size_t u1, int) {
+    size_t base = 0;
+    for (const MatOut& m : mats) {
+      const Weight& w = *m.w;
+      const size_t rows = static_cast<size_t>(w.rows), n = (rows + G - 1) / G;
+      const size_t a = std::max(u0, base), b = std::min(u1, base + n);
+      base += n;
+      if (a >= b) continue;
+      size_t g0 = a - (base - n), g1 = b - (base - n);  // units of this matrix
+      const auto t = static_cast<uint32_t>(w.type);
+      if (w.packed) {
+        const size_t groups = rows / G, gb = simd::packed_group_bytes(t, static_cast<size_t>(cols));
+        const size_t p1 = std::min(g1, groups);
+        if (g0 < p1) {
+          simd::gemm_packed(t, w.packed + g0 * gb, p1 - g0, act, stride, T, cols, m.y + g0 * G, rows);
+        }
+        g0 = std::max(g0, groups);
+      }
+      const size_t r0 = g0 * G, r1 = std::min(rows, g1 * G);
+      if (r0 < r1) simd::gemm_q(t, w.row(r0), w.row_stride(), r1 - r0, act, stride, T, cols, m.y + r0, rows);
+    }
+  });
+}
+
+void Forward::matmul_f32(const Weight& w, const float* x, int T, float* y) {
+  const int64_t cols = w.cols, rows = w.rows;
   pool_.parallel_for(static_cast<size_t>(rows), [&](size_t r0, size_t r1, int thread) {
     std::vector<float>& buf = scratch_[thread];
     if (buf.size() < static_cast<size_t>(cols)) buf.resize(cols);

@@ -44,6 +44,14 @@ class Forward {
   void embed();
   void rmsnorm(const float* x, const Weight& w, float* out, int T);
   void matmul(const Weight& w, const float* x, int T, float* y);
+  // Several matrices reading the same input x (Q/K/V, gate/up): one activation quantization and one
+  // parallel loop over all of their rows. Results are those of separate matmul calls.
+  struct MatOut {
+    const Weight* w;
+    float* y;
+  };
+  void matmuls(std::span<const MatOut> mats, const float* x, int T);
+  void matmul_f32(const Weight& w, const float* x, int T, float* y);  // dequantize + f32 dot
   void add_bias(const Weight& b, float* y, int T);
   void rope(float* vecs, int T, int n_heads);
   void attention(std::span<const Sequence> batch, int layer, int T);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/tokenizer.h"
+#include "simd/quant_dot.h"
 
 namespace towers {
 
@@ -53,7 +54,7 @@ Status bind_weight(const GgufFile& f, const std::string& name, int64_t cols, int
     return Status::Error("tensor " + name + " has shape " + t->shape_string() + ", expected [" +
                          std::to_string(cols) + (rows > 1 ? ", " + std::to_string(rows) : "") + "]");
   }
-  *w = Weight{t->data, t->type, rows, cols};
+  *w = Weight{t->data, nullptr, t->type, rows, cols};
   return Status::Ok();
 }
 
@@ -172,7 +173,29 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
       }
     }
   }
+  m->pack_weights();
   return m;
+}
+
+// Interleaved copies of the matrices the fast kernels read (each matrix once, even when shared).
+void Model::pack_weights() {
+  std::vector<Weight*> ws = {&output};
+  for (LayerWeights& L : layers) {
+    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
+  }
+  for (Weight* w : ws) {
+    const auto t = static_cast<uint32_t>(w->type);
+    const size_t groups = static_cast<size_t>(w->rows) / simd::kPackRows;
+    if (!*w || !simd::has_packed(t) || groups == 0 || w->cols % 32 != 0) continue;
+    const size_t bytes = groups * simd::packed_group_bytes(t, static_cast<size_t>(w->cols));
+    auto buf = std::make_unique_for_overwrite<uint8_t[]>(bytes + 64);
+    uint8_t* p = buf.get() + (64 - reinterpret_cast<uintptr_t>(buf.get()) % 64) % 64;
+    simd::pack_rows(t, w->data, w->row_stride(), groups, static_cast<size_t>(w->cols), p);
+    w->packed = p;
+    packed_bytes_ += bytes;
+    packed_store_.push_back(std::move(buf));
+  }
+  if (config_.tied_embeddings) tok_embd.packed = output.packed;
 }
 
 }  // namespace towers

@@ -45,6 +45,9 @@ struct ModelConfig {
 // A weight matrix of `rows` rows, each `cols` elements of `type`, row-major in the file.
 struct Weight {
   const uint8_t* data = nullptr;
+  // Optional load-time copy of the first rows / 16 * 16 rows in simd's packed (row-interleaved)
+  // layout (simd/quant_dot.h), used by the fast kernels; the remaining rows are read from data.
+  const uint8_t* packed = nullptr;
   GgmlType type = GgmlType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
@@ -73,8 +76,14 @@ class Model {
   Weight tok_embd, output_norm, output;
   std::vector<LayerWeights> layers;
 
+  // Bytes of the packed weight copies made at load (0 when no matrix has a packed layout).
+  size_t packed_bytes() const { return packed_bytes_; }
+
  private:
   Model() = default;
+  void pack_weights();
+  std::vector<std::unique_ptr<uint8_t[]>> packed_store_;
+  size_t packed_bytes_ = 0;
   std::shared_ptr<GgufFile> file_;
   ModelConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job, from a fresh Debian 12 machine: install dependencies, build, start towerd on a
-# temporary socket and state dir, wait for it, run one streamed chat through its OpenAI endpoint,
+# temporary socket and state dir, wait for it, run one streamed chat with `towerctl chat`,
 # print it, stop the daemon. Model: $TOWERS_MODEL, else ../shared/models/stories260K.gguf, else a
 # download of stories260K into ~/.cache/towers, else (offline) a synthetic model that prints noise.
 set -euo pipefail
@@ -42,18 +42,11 @@ for _ in $(seq 300); do
 done
 echo "towerd is up on $sock (model $(basename "$model"))"
 echo "> $message"
-body="$(python3 -c 'import json,sys; print(json.dumps({"messages":[{"role":"user","content":sys.argv[1]}],"stream":True,"temperature":0,"max_tokens":200}))' "$message")"
-curl -sN --unix-socket "$sock" http://localhost/v1/chat/completions -d "$body" | python3 -c '
-import json, sys
-for line in sys.stdin:
-    line = line.strip()
-    if not line.startswith("data: ") or line == "data: [DONE]": continue
-    d = json.loads(line[6:])
-    if "error" in d: sys.exit("error: " + d["error"]["message"])
-    c = d["choices"][0]["delta"].get("content")
-    if c: print(c, end="", flush=True)
-    if "usage" in d: print("\n[%d prompt tokens (%d cached), %d generated]" % (d["usage"]["prompt_tokens"], d["usage"]["prompt_tokens_details"]["cached_tokens"], d["usage"]["completion_tokens"]))
-'
+# The first chat goes through towerctl: a two-level tower (platform, bot), a new session, one streamed reply.
+export TOWERD_SOCKET="$sock"
+"$build/cli/towerctl" segments add demo --level platform --text "You are a storyteller." >/dev/null
+"$build/cli/towerctl" segments add storyteller --level bot --parent demo --text "Tell short, happy stories." >/dev/null
+"$build/cli/towerctl" chat --bot storyteller --message "$message" --temperature 0 --max-tokens 200 --verbose
 curl -s --unix-socket "$sock" http://localhost/v1/pool | python3 -c 'import json,sys; d=json.load(sys.stdin); print("pool: %d segments, %d KV bytes, latency p50 %.1f ms" % (d["segments"], d["kv_bytes"], d["latency_ms"]["p50"]))'
 kill -TERM "$pid"; wait "$pid"; pid=""
 sed -n '$p' "$tmp/towerd.log"

@@ -35,6 +35,7 @@ struct ActRow {
   const float* d;
   const float* ds;      // A32 only
   const int16_t* bs;    // A256 only: 8 sums of 32 per block
+  const int32_t* s;     // A32 only: exact sum of q per block
 };
 inline ActRow act_row(uint32_t type, const uint8_t* a, size_t n) {
   ActRow r{};
@@ -44,6 +45,7 @@ inline ActRow act_row(uint32_t type, const uint8_t* a, size_t n) {
     r.bs = reinterpret_cast<const int16_t*>(a + 2 * n + 4 * (n / 256));
   } else {
     r.ds = r.d + n / 32;
+    r.s = reinterpret_cast<const int32_t*>(r.ds + n / 32);
   }
   return r;
 }
@@ -422,9 +424,6 @@ HWY_NOINLINE void RowQ6K(const uint8_t* HWY_RESTRICT w, const ActRow* A, size_t 
 #undef TOWERS_OUT
 }
 
-#undef TOWERS_ACT_PTRS
-#undef TOWERS_EACH_R
-
 template <uint32_t kType, size_t R>
 HWY_INLINE void RowDot(const uint8_t* w, const ActRow* A, size_t n, float* out) {
   if constexpr (kType == kQ4_K || kType == kQ5_K) {
@@ -490,6 +489,296 @@ void GemmQ(uint32_t type, const void* w, size_t row_stride, size_t rows, const v
 }
 
 // ---------------------------------------------------------------------------------------------
+// Packed 16-row groups (layout in quant_dot.h): int32 lane r of a slice = row r. Activation pairs
+// (two int16 = one int32) are broadcast to all lanes; weights are unpacked once per block and
+// applied to up to 4 activation rows.
+
+// All int32 lanes = the two int16 activation values at p.
+template <class D16>
+HWY_INLINE hn::Vec<D16> PairAt(D16 d16, const int16_t* HWY_RESTRICT p) {
+  const hn::Repartition<int32_t, D16> d32;
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return hn::BitCast(d16, hn::Set(d32, v));
+}
+
+#if HWY_TARGET == HWY_SCALAR
+// One-lane target: plain loops with the same arithmetic per (row, token).
+template <uint32_t kType, size_t R>
+HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
+                              float* HWY_RESTRICT y, size_t ldy) {
+  constexpr size_t kGB = kPackRows * block_bytes(kType);
+  for (size_t i = 0; i < R; ++i) {
+    for (size_t r = 0; r < kPackRows; ++r) {
+      float acc = 0.f;
+      for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = grp + b * kGB;
+        const uint8_t* qs = blk + 2 * kPackRows;
+        const int16_t* a = A[i].q + b * 32;
+        int32_t sum = 0;
+        for (size_t p = 0; p < (kType == kQ8_0 ? 16 : 8); ++p) {
+          for (size_t k = 0; k < 2; ++k) {
+            const uint8_t byte = qs[32 * p + 2 * r + k];
+            if constexpr (kType == kQ8_0) {
+              sum += static_cast<int8_t>(byte) * a[2 * p + k];
+            } else {
+              sum += (byte & 15) * a[2 * p + k] + (byte >> 4) * a[16 + 2 * p + k];
+            }
+          }
+        }
+        if constexpr (kType == kQ4_0) sum -= 8 * A[i].s[b];
+        const float dw = LoadF16(blk + 2 * r);
+        acc = acc + static_cast<float>(sum) * (dw * A[i].d[b]);
+      }
+      y[i * ldy + r] = acc;
+    }
+  }
+}
+#else
+template <uint32_t kType, size_t R>
+HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
+                              float* HWY_RESTRICT y, size_t ldy) {
+  const hn::CappedTag<int32_t, kPackRows> d32;
+  const hn::Repartition<int16_t, decltype(d32)> d16;
+  const hn::RebindToUnsigned<decltype(d16)> du16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Rebind<int8_t, decltype(d16)> di8;
+  const hn::Rebind<float, decltype(d32)> df;
+  const hn::Rebind<hwy::float16_t, decltype(d32)> dh;
+  const size_t NR = hn::Lanes(d32);  // rows per slice
+  constexpr size_t kGB = kPackRows * block_bytes(kType);
+  HWY_ALIGN float acc[kMaxR * kPackRows];
+  for (size_t i = 0; i < R * kPackRows; ++i) acc[i] = 0.f;
+
+  TOWERS_ACT_PTRS(0)
+  TOWERS_ACT_PTRS(1)
+  TOWERS_ACT_PTRS(2)
+  TOWERS_ACT_PTRS(3)
+  const int32_t* HWY_RESTRICT as0 = A[0].s;
+  const int32_t* HWY_RESTRICT as1 = A[1].s;
+  const int32_t* HWY_RESTRICT as2 = A[2].s;
+  const int32_t* HWY_RESTRICT as3 = A[3].s;
+  (void)as0, (void)as1, (void)as2, (void)as3;
+  const auto k15 = hn::Set(du16, uint16_t{15});
+  (void)k15;
+
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
+    const uint8_t* HWY_RESTRICT qs = blk + 2 * kPackRows;
+    const size_t e = b * 32;
+    for (size_t sl = 0; sl < kPackRows; sl += NR) {
+      const auto dw = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk) + sl));
+      auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
+      auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+      if constexpr (kType == kQ8_0) {
+        for (size_t p = 0; p < 16; ++p) {
+          const auto w = hn::PromoteTo(d16, hn::LoadU(di8, reinterpret_cast<const int8_t*>(qs) + 32 * p + 2 * sl));
+#define TOWERS_MAC(i) s##i = hn::ReorderWidenMulAccumulate(d32, w, PairAt(d16, aq##i + e + 2 * p), s##i, u##i);
+          TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+        }
+#define TOWERS_FIN(i) s##i = hn::RearrangeToOddPlusEven(s##i, u##i);
+        TOWERS_EACH_R(TOWERS_FIN)
+#undef TOWERS_FIN
+      } else {
+        for (size_t p = 0; p < 8; ++p) {
+          const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qs + 32 * p + 2 * sl));
+          const auto lo = hn::BitCast(d16, hn::And(bytes, k15));       // elements 2p, 2p+1
+          const auto hi = hn::BitCast(d16, hn::ShiftRight<4>(bytes));  // elements 2p+16, 2p+17
+#define TOWERS_MAC(i)                                                                        \
+  s##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + e + 2 * p), s##i, u##i); \
+  s##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + e + 16 + 2 * p), s##i, u##i);
+          TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+        }
+        // sum (q - 8) * x = sum q * x - 8 * sum x, exactly in int32.
+#define TOWERS_FIN(i) s##i = hn::Sub(hn::RearrangeToOddPlusEven(s##i, u##i), hn::Set(d32, 8 * as##i[b]));
+        TOWERS_EACH_R(TOWERS_FIN)
+#undef TOWERS_FIN
+      }
+#define TOWERS_ACC(i)                                                                          \
+  {                                                                                            \
+    float* HWY_RESTRICT a = acc + (i) * kPackRows + sl;                                        \
+    hn::Store(hn::MulAdd(hn::ConvertTo(df, s##i), hn::Mul(dw, hn::Set(df, ad##i[b])),          \
+                         hn::Load(df, a)),                                                     \
+              df, a);                                                                          \
+  }
+      TOWERS_EACH_R(TOWERS_ACC)
+#undef TOWERS_ACC
+    }
+  }
+  for (size_t i = 0; i < R; ++i) {
+    std::memcpy(y + i * ldy, acc + i * kPackRows, kPackRows * sizeof(float));
+  }
+}
+#endif  // HWY_TARGET == HWY_SCALAR
+
+#if HWY_TARGET == HWY_SCALAR
+template <size_t R>
+HWY_NOINLINE void PackedGroupQ6K(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
+                                 float* HWY_RESTRICT y, size_t ldy) {
+  constexpr size_t kGB = kPackRows * block_bytes(kQ6_K);
+  for (size_t i = 0; i < R; ++i) {
+    for (size_t r = 0; r < kPackRows; ++r) {
+      float acc = 0.f;
+      for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = grp + b * kGB;
+        const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 2 * kPackRows);
+        const int16_t* a = A[i].q + b * 256;
+        int32_t total = 0;
+        for (size_t g = 0; g < 16; ++g) {
+          const uint8_t* ql = blk + 2 * kPackRows + 16 * kPackRows + g * 192;
+          const uint8_t* qh = ql + 128;
+          int32_t sum = 0;
+          for (size_t p = 0; p < 4; ++p) {
+            for (size_t k = 0; k < 2; ++k) {
+              const int L = ql[32 * p + 2 * r + k];
+              const int H = qh[32 * (p / 2) + 2 * r + k] >> (4 * (p % 2));
+              const int lo = (L & 15) | ((H & 3) << 4), hi = (L >> 4) | (((H >> 2) & 3) << 4);
+              sum += (lo - 32) * a[16 * g + 2 * p + k] + (hi - 32) * a[16 * g + 8 + 2 * p + k];
+            }
+          }
+          total += sum * sc[16 * g + r];
+        }
+        const float dw = LoadF16(blk + 2 * r);
+        acc = acc + static_cast<float>(total) * (dw * A[i].d[b]);
+      }
+      y[i * ldy + r] = acc;
+    }
+  }
+}
+#else
+// Q6_K group: per 16-element scale group, int32 sums of (q - 32) * x, times the row's int8 scale,
+// summed in int32 over the block; then (sum as f32) * (d_w * d_x) into the f32 accumulator.
+template <size_t R>
+HWY_NOINLINE void PackedGroupQ6K(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
+                                 float* HWY_RESTRICT y, size_t ldy) {
+  const hn::CappedTag<int32_t, kPackRows> d32;
+  const hn::Repartition<int16_t, decltype(d32)> d16;
+  const hn::RebindToUnsigned<decltype(d16)> du16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Rebind<int8_t, decltype(d32)> di8x32;
+  const hn::Rebind<float, decltype(d32)> df;
+  const hn::Rebind<hwy::float16_t, decltype(d32)> dh;
+  const size_t NR = hn::Lanes(d32);
+  constexpr size_t kGB = kPackRows * block_bytes(kQ6_K);
+  HWY_ALIGN float acc[kMaxR * kPackRows];
+  for (size_t i = 0; i < R * kPackRows; ++i) acc[i] = 0.f;
+  TOWERS_ACT_PTRS(0)
+  TOWERS_ACT_PTRS(1)
+  TOWERS_ACT_PTRS(2)
+  TOWERS_ACT_PTRS(3)
+  const auto k15 = hn::Set(du16, uint16_t{15});
+  const auto k48 = hn::Set(du16, uint16_t{48});
+  const auto k32 = hn::Set(du16, uint16_t{32});
+
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
+    const int8_t* HWY_RESTRICT sc = reinterpret_cast<const int8_t*>(blk + 2 * kPackRows);
+    const uint8_t* HWY_RESTRICT q = blk + 2 * kPackRows + 16 * kPackRows;
+    const size_t e0 = b * 256;
+    for (size_t sl = 0; sl < kPackRows; sl += NR) {
+      const auto dw = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk) + sl));
+      auto t0 = hn::Zero(d32), t1 = t0, t2 = t0, t3 = t0;
+      for (size_t g = 0; g < 16; ++g) {
+        const uint8_t* HWY_RESTRICT ql = q + g * 192 + 2 * sl;
+        const uint8_t* HWY_RESTRICT qh = ql + 128;
+        auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
+        auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+        const size_t e = e0 + 16 * g;
+        for (size_t ph = 0; ph < 2; ++ph) {
+          const auto H = hn::PromoteTo(du16, hn::LoadU(du8, qh + 32 * ph));
+          for (size_t pl = 0; pl < 2; ++pl) {
+            const size_t p = 2 * ph + pl;
+            const auto L = hn::PromoteTo(du16, hn::LoadU(du8, ql + 32 * p));
+            const auto Hs = pl ? hn::ShiftRight<4>(H) : H;
+            const auto lo = hn::BitCast(
+                d16, hn::Sub(hn::Or(hn::And(L, k15), hn::And(hn::ShiftLeft<4>(Hs), k48)), k32));
+            const auto hi = hn::BitCast(
+                d16, hn::Sub(hn::Or(hn::ShiftRight<4>(L), hn::And(hn::ShiftLeft<2>(Hs), k48)), k32));
+#define TOWERS_MAC(i)                                                                        \
+  s##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + e + 2 * p), s##i, u##i); \
+  s##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + e + 8 + 2 * p), s##i, u##i);
+            TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+          }
+        }
+        const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, sc + 16 * g + sl));
+#define TOWERS_SC(i) t##i = hn::Add(t##i, hn::Mul(hn::RearrangeToOddPlusEven(s##i, u##i), scv));
+        TOWERS_EACH_R(TOWERS_SC)
+#undef TOWERS_SC
+      }
+#define TOWERS_ACC(i)                                                                          \
+  {                                                                                            \
+    float* HWY_RESTRICT a = acc + (i) * kPackRows + sl;                                        \
+    hn::Store(hn::MulAdd(hn::ConvertTo(df, t##i), hn::Mul(dw, hn::Set(df, ad##i[b])),          \
+                         hn::Load(df, a)),                                                     \
+              df, a);                                                                          \
+  }
+      TOWERS_EACH_R(TOWERS_ACC)
+#undef TOWERS_ACC
+    }
+  }
+  for (size_t i = 0; i < R; ++i) {
+    std::memcpy(y + i * ldy, acc + i * kPackRows, kPackRows * sizeof(float));
+  }
+}
+#endif  // HWY_TARGET == HWY_SCALAR
+
+template <uint32_t kType>
+void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, size_t act_stride,
+                    size_t T, size_t n, float* y, size_t ldy) {
+  constexpr size_t kB = kType == kQ6_K ? 256 : 32;
+  const size_t nb = n / kB;
+  const size_t gbytes = nb * kPackRows * block_bytes(kType);
+  // Token tiles whose activations stay in L2 while the groups stream past them (order only).
+  constexpr size_t kActBudget = 256 * 1024;
+  const size_t tb = std::max<size_t>(kMaxR, (kActBudget / act_stride) / kMaxR * kMaxR);
+  for (size_t t0 = 0; t0 < T; t0 += tb) {
+    const size_t t1 = std::min(T, t0 + tb);
+    for (size_t g = 0; g < groups; ++g) {
+      const uint8_t* grp = packed + g * gbytes;
+      for (size_t t = t0; t < t1; t += kMaxR) {
+        const size_t cnt = std::min(kMaxR, t1 - t);
+        ActRow A[kMaxR];
+        for (size_t i = 0; i < kMaxR; ++i) A[i] = act_row(kType, act + (t + (i < cnt ? i : 0)) * act_stride, n);
+        float* yo = y + t * ldy + g * kPackRows;
+        if constexpr (kType == kQ6_K) {
+          switch (cnt) {
+            case 4: PackedGroupQ6K<4>(grp, A, nb, yo, ldy); break;
+            case 3: PackedGroupQ6K<3>(grp, A, nb, yo, ldy); break;
+            case 2: PackedGroupQ6K<2>(grp, A, nb, yo, ldy); break;
+            default: PackedGroupQ6K<1>(grp, A, nb, yo, ldy); break;
+          }
+        } else {
+          switch (cnt) {
+            case 4: PackedGroup<kType, 4>(grp, A, nb, yo, ldy); break;
+            case 3: PackedGroup<kType, 3>(grp, A, nb, yo, ldy); break;
+            case 2: PackedGroup<kType, 2>(grp, A, nb, yo, ldy); break;
+            default: PackedGroup<kType, 1>(grp, A, nb, yo, ldy); break;
+          }
+        }
+      }
+    }
+  }
+}
+
+void GemmPacked(uint32_t type, const void* packed, size_t groups, const void* act, size_t act_stride,
+                size_t T, size_t n, float* y, size_t ldy) {
+  const auto* pb = static_cast<const uint8_t*>(packed);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  switch (type) {
+    case kQ4_0: return GemmPackedType<kQ4_0>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ8_0: return GemmPackedType<kQ8_0>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ6_K: return GemmPackedType<kQ6_K>(pb, groups, ab, act_stride, T, n, y, ldy);
+    default: return;
+  }
+}
+
+#undef TOWERS_ACT_PTRS
+#undef TOWERS_EACH_R
+
+// ---------------------------------------------------------------------------------------------
 // Activation quantization: per block d = amax/127, q = nearest_even(x * 127/amax).
 void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n) {
   const size_t B = is_k(type) ? 256 : 32;
@@ -498,6 +787,7 @@ void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n
   int16_t* HWY_RESTRICT q = reinterpret_cast<int16_t*>(p);
   float* HWY_RESTRICT d = reinterpret_cast<float*>(p + 2 * n);
   float* HWY_RESTRICT ds = d + nb;                                           // A32
+  int32_t* HWY_RESTRICT si = reinterpret_cast<int32_t*>(ds + nb);             // A32
   int16_t* HWY_RESTRICT bs = reinterpret_cast<int16_t*>(p + 2 * n + 4 * nb);  // A256
   const hn::CappedTag<float, 32> df;
   const hn::Rebind<int32_t, decltype(df)> di32;
@@ -524,6 +814,7 @@ void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n
       const int32_t sum = hn::GetLane(hn::SumOfLanes(di32, vsum));
       if (B == 32) {
         ds[b] = db * static_cast<float>(sum);
+        si[b] = sum;
       } else {
         bs[b * 8 + g / 32] = static_cast<int16_t>(sum);
       }
@@ -539,13 +830,14 @@ HWY_AFTER_NAMESPACE();
 namespace towers::simd {
 HWY_EXPORT(GemmQ);
 HWY_EXPORT(QuantizeAct);
+HWY_EXPORT(GemmPacked);
 
 bool has_quant_dot(uint32_t t) { return qd::block_bytes(t) != 0; }
 
 size_t act_bytes(uint32_t t, size_t n) {
   if (!has_quant_dot(t)) return 0;
   if (qd::is_k(t)) return 2 * n + (4 + 16) * (n / 256);
-  return 2 * n + 8 * (n / 32);
+  return 2 * n + 12 * (n / 32);
 }
 
 void quantize_act(uint32_t t, const float* x, void* act, size_t n) {
@@ -557,6 +849,77 @@ void gemm_q(uint32_t t, const void* w, size_t row_stride, size_t rows, const voi
             size_t act_stride, size_t T, size_t n, float* y, size_t ldy) {
   if (!has_quant_dot(t) || rows == 0 || T == 0) return;
   HWY_DYNAMIC_DISPATCH(GemmQ)(t, w, row_stride, rows, act, act_stride, T, n, y, ldy);
+}
+bool has_packed(uint32_t t) { return t == qd::kQ4_0 || t == qd::kQ8_0 || t == qd::kQ6_K; }
+
+size_t packed_group_bytes(uint32_t t, size_t n) {
+  return has_packed(t) ? kPackRows * qd::block_bytes(t) * (n / (t == qd::kQ6_K ? 256 : 32)) : 0;
+}
+
+namespace {
+// Element e (0..255) of a ggml Q6_K block as its unsigned 6-bit code (ggml's dequantize_row_q6_K).
+int q6k_code(const uint8_t* blk, size_t e) {
+  const size_t h = e / 128, l = e % 128, quarter = l / 32, ll = l % 32;
+  const uint8_t L = blk[64 * h + ll + 32 * (quarter & 1)];
+  const int lo4 = quarter >= 2 ? L >> 4 : L & 15;
+  const int hi2 = (blk[128 + 32 * h + ll] >> (2 * quarter)) & 3;
+  return lo4 | hi2 << 4;
+}
+
+void pack_q6k(const uint8_t* src, size_t row_stride, size_t groups, size_t n, uint8_t* dst) {
+  const size_t nb = n / 256, bb = qd::block_bytes(qd::kQ6_K);
+  for (size_t g = 0; g < groups; ++g) {
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* o = dst + (g * nb + b) * kPackRows * bb;
+      for (size_t r = 0; r < kPackRows; ++r) {
+        const uint8_t* blk = src + (g * kPackRows + r) * row_stride + b * bb;
+        std::memcpy(o + 2 * r, blk + 208, 2);                                       // d
+        for (size_t sg = 0; sg < 16; ++sg) o[2 * kPackRows + 16 * sg + r] = blk[192 + sg];  // scales
+        for (size_t sg = 0; sg < 16; ++sg) {
+          uint8_t* ql = o + 2 * kPackRows + 16 * kPackRows + sg * 192;
+          uint8_t* qh = ql + 128;
+          for (size_t p = 0; p < 4; ++p) {
+            for (size_t k = 0; k < 2; ++k) {
+              const int lo = q6k_code(blk, 16 * sg + 2 * p + k), hi = q6k_code(blk, 16 * sg + 8 + 2 * p + k);
+              ql[32 * p + 2 * r + k] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+              uint8_t& h = qh[32 * (p / 2) + 2 * r + k];
+              if (p % 2 == 0) h = 0;
+              h |= static_cast<uint8_t>(((lo >> 4) | (hi >> 4) << 2) << (4 * (p % 2)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+}  // namespace
+
+void pack_rows(uint32_t t, const void* w, size_t row_stride, size_t groups, size_t n, void* out) {
+  if (!has_packed(t)) return;
+  if (t == qd::kQ6_K) {
+    return pack_q6k(static_cast<const uint8_t*>(w), row_stride, groups, n, static_cast<uint8_t*>(out));
+  }
+  const size_t bb = qd::block_bytes(t), nb = n / 32, chunks = (bb - 2) / 2;
+  const auto* src = static_cast<const uint8_t*>(w);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (size_t g = 0; g < groups; ++g) {
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* o = dst + (g * nb + b) * kPackRows * bb;
+      for (size_t r = 0; r < kPackRows; ++r) {
+        const uint8_t* blk = src + (g * kPackRows + r) * row_stride + b * bb;
+        std::memcpy(o + 2 * r, blk, 2);
+        for (size_t p = 0; p < chunks; ++p) {
+          std::memcpy(o + 2 * kPackRows + 32 * p + 2 * r, blk + 2 + 2 * p, 2);
+        }
+      }
+    }
+  }
+}
+
+void gemm_packed(uint32_t t, const void* packed, size_t groups, const void* act, size_t act_stride,
+                 size_t T, size_t n, float* y, size_t ldy) {
+  if (!has_packed(t) || groups == 0 || T == 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmPacked)(t, packed, groups, act, act_stride, T, n, y, ldy);
 }
 }  // namespace towers::simd
 #endif

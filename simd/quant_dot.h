@@ -12,6 +12,7 @@
 //                       to int16, so the kernels need not widen them for every weight row)
 //     float   d[nb]     amax / 127 of the block (0 when amax < 1e-30: the block is all zeros)
 //     float   ds[nb]    d * (sum of the block's q), used for Q4_1's min term
+//     int32_t s[nb]     sum of the block's q (exact), used by the packed Q4_0 kernel's -8 offset
 //   A256 (for Q4_K, Q5_K, Q6_K weights), nb = n / 256 blocks of 256:
 //     int16_t q[n]      as above, amax taken over 256 elements
 //     float   d[nb]
@@ -45,5 +46,36 @@ bool has_quant_dot(uint32_t weight_type);
 // activation rows the work is tiled so weights and activations stay in L2 (results are unchanged).
 void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows, const void* act,
             size_t act_stride, size_t T, size_t n, float* y, size_t ldy);
+
+// ---------------------------------------------------------------------------------------------
+// Packed (row-interleaved) weights: a load-time copy of a matrix in groups of kPackRows = 16 rows, so
+// that one pass over a group computes 16 rows at once with each activation pair loaded once (one
+// int32 lane per row: no horizontal sums per block). Same number of bytes as the ggml rows.
+//
+// Layout of one group (16 rows, n elements, nb = n / 32 blocks), block after block:
+//   Q4_0: f16 d[16] (row r's scale), then 8 chunks of 32 bytes; chunk p holds, for r = 0..15, row r's
+//         quant bytes 2p and 2p+1 (elements 2p, 2p+1 in the low nibbles, 2p+16, 2p+17 in the high).
+//   Q8_0: f16 d[16], then 16 chunks of 32 bytes; chunk p holds, for r = 0..15, row r's int8 elements
+//         2p and 2p+1.
+//   Q6_K (nb = n / 256): f16 d[16], int8 scales[16 groups][16 rows], then per 16-element scale group
+//         g: 4 chunks of 32 bytes (chunk p, row r, byte k: low nibble = low 4 bits of element
+//         16g+2p+k, high nibble = those of element 16g+8+2p+k) and 2 chunks of 32 bytes for the top
+//         2 bits (chunk c, row r, byte k: for p = 2c, 2c+1 at bit 4(p-2c): element 16g+2p+k's, then
+//         at bit 4(p-2c)+2 element 16g+8+2p+k's). Activations: A256.
+// Any vector width reads a contiguous slice of each chunk (its rows), so the layout does not depend
+// on the Highway target. Per (row, token) the kernel sums exact int32 products per block and adds
+// (int32 sum as f32) * (d_w * d_x) into an f32 accumulator block after block: the result does not
+// depend on T, on the group range of the call or on the thread (it differs from gemm_q's rounding).
+constexpr size_t kPackRows = 16;
+// True for the types with a packed layout (Q4_0, Q8_0, Q6_K).
+bool has_packed(uint32_t weight_type);
+// Bytes of one packed group of kPackRows rows of n elements.
+size_t packed_group_bytes(uint32_t weight_type, size_t n);
+// Packs `groups` groups of 16 ggml rows (row_stride bytes apart) into out (groups * group bytes).
+void pack_rows(uint32_t weight_type, const void* w, size_t row_stride, size_t groups, size_t n, void* out);
+// y[t * ldy + 16 * g + r] = dot(row r of packed group g, activation row t) for g < groups, t < T.
+// packed points at the first group of the call; act as for gemm_q.
+void gemm_packed(uint32_t weight_type, const void* packed, size_t groups, const void* act,
+                 size_t act_stride, size_t T, size_t n, float* y, size_t ldy);
 
 }  // namespace towers::simd

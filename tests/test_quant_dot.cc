@@ -100,9 +100,24 @@ std::vector<double> dequant_act(GgmlType t, const uint8_t* p, size_t n) {
   return out;
 }
 
+// When set, gemm() runs the packed (16-row interleaved) kernel: rows and r0 must be multiples of 16.
+bool g_packed = false;
+
 std::vector<float> gemm(GgmlType t, const Weights& w, const Acts& a, size_t r0, size_t rows, size_t t0,
                         size_t T) {
   std::vector<float> y(T * rows, std::nanf(""));
+  if (g_packed) {
+    REQUIRE(simd::has_packed(id(t)));
+    REQUIRE(rows % simd::kPackRows == 0);
+    REQUIRE(r0 % simd::kPackRows == 0);
+    const size_t groups = rows / simd::kPackRows;
+    std::vector<uint8_t> packed(groups * simd::packed_group_bytes(id(t), w.n) + 1, 0x5A);
+    simd::pack_rows(id(t), w.row(r0), w.stride, groups, w.n, packed.data() + 1);  // unaligned on purpose
+    CHECK(packed[0] == 0x5A);
+    simd::gemm_packed(id(t), packed.data() + 1, groups, a.bytes.data() + t0 * a.stride, a.stride, T, w.n,
+                      y.data(), rows);
+    return y;
+  }
   simd::gemm_q(id(t), w.row(r0), w.stride, rows, a.bytes.data() + t0 * a.stride, a.stride, T, w.n,
                y.data(), rows);
   return y;
@@ -162,7 +177,9 @@ TEST_CASE("quant_dot: API basics") {
     CHECK(simd::has_quant_dot(id(t)));
     const size_t n = 4 * 256;
     const size_t nb = n / act_block(t);
-    CHECK(simd::act_bytes(id(t), n) == 2 * n + (act_block(t) == 32 ? 8 * nb : 20 * nb));
+    CHECK(simd::act_bytes(id(t), n) == 2 * n + (act_block(t) == 32 ? 12 * nb : 20 * nb));
+    CHECK(simd::has_packed(id(t)) == (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K));
+    if (simd::has_packed(id(t))) CHECK(simd::packed_group_bytes(id(t), n) == 16 * row_bytes(t, n));
   }
   CHECK_FALSE(simd::has_quant_dot(0));
   CHECK_FALSE(simd::has_quant_dot(1));
@@ -194,6 +211,7 @@ TEST_CASE("quant_dot: activation layout") {
         }
         if (B == 32) {
           CHECK(v.ds[b] == v.d[b] * static_cast<float>(sum));
+          CHECK(reinterpret_cast<const int32_t*>(v.ds + nb)[b] == sum);
         } else {
           for (size_t g = 0; g < 8; ++g) {
             int32_t s32 = 0;
@@ -341,6 +359,131 @@ TEST_CASE("quant_dot: every compiled target") {
       auto ws = randn(rng, rows * n, 0.1f);
       for (size_t i = 0; i < n; ++i) ws[2 * n + i] += 0.05f;
       const Weights w = make_weights(t, ws, rows, n);
+      const Acts a = make_acts(t, randn(rng, T * n), T, n);
+      check_against_references(t, w, a);
+      const auto all = gemm(t, w, a, 0, rows, 0, T);
+      for (size_t ti = 0; ti < T; ++ti) {
+        const auto one = gemm(t, w, a, 0, rows, ti, 1);
+        CHECK(std::memcmp(one.data(), all.data() + ti * rows, rows * sizeof(float)) == 0);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packed (16-row interleaved) kernels: Q4_0, Q8_0 and Q6_K.
+namespace {
+const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K};
+struct PackedScope {
+  PackedScope() { g_packed = true; }
+  ~PackedScope() { g_packed = false; }
+};
+}  // namespace
+
+TEST_CASE("quant_dot packed: matches the scalar references") {
+  PackedScope scope;
+  std::mt19937 rng(4321);
+  for (GgmlType t : kPackedTypes) {
+    for (size_t n : sizes_for(t)) {
+      const size_t rows = 32, T = 6;
+      auto ws = randn(rng, rows * n, 0.05f);
+      for (size_t i = 0; i < n; ++i) {
+        ws[1 * n + i] *= 40.f;
+        ws[17 * n + i] += 0.03f;
+      }
+      const Weights w = make_weights(t, ws, rows, n);
+      auto xs = randn(rng, T * n, 1.0f);
+      for (size_t i = 0; i < n; ++i) xs[3 * n + i] = std::fabs(xs[3 * n + i]) + 0.5f;
+      const Acts a = make_acts(t, xs, T, n);
+      check_against_references(t, w, a);
+    }
+  }
+}
+
+TEST_CASE("quant_dot packed: bit-identical whatever the batch shape and group split") {
+  PackedScope scope;
+  std::mt19937 rng(98);
+  for (GgmlType t : kPackedTypes) {
+    CAPTURE(ggml_type_name(t));
+    const size_t n = block_elems(t) == 256 ? 9 * 256 : 67 * 32, rows = 48, T = 7;
+    const Weights w = make_weights(t, randn(rng, rows * n, 0.1f), rows, n);
+    const Acts a = make_acts(t, randn(rng, T * n), T, n);
+    const auto all = gemm(t, w, a, 0, rows, 0, T);
+    for (size_t ti = 0; ti < T; ++ti) {
+      const auto one = gemm(t, w, a, 0, rows, ti, 1);
+      CHECK(std::memcmp(one.data(), all.data() + ti * rows, rows * sizeof(float)) == 0);
+    }
+    const auto three = gemm(t, w, a, 0, rows, 2, 3);
+    CHECK(std::memcmp(three.data(), all.data() + 2 * rows, 3 * rows * sizeof(float)) == 0);
+    for (size_t split : {16, 32}) {
+      const auto lo = gemm(t, w, a, 0, split, 0, T);
+      const auto hi = gemm(t, w, a, split, rows - split, 0, T);
+      for (size_t ti = 0; ti < T; ++ti) {
+        CHECK(std::memcmp(lo.data() + ti * split, all.data() + ti * rows, split * sizeof(float)) == 0);
+        CHECK(std::memcmp(hi.data() + ti * (rows - split), all.data() + ti * rows + split,
+                          (rows - split) * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("quant_dot packed: large T (tiled path) equals T = 1") {
+  PackedScope scope;
+  std::mt19937 rng(6);
+  for (GgmlType t : kPackedTypes) {
+    const size_t n = 8192, rows = 16, T = 37;
+    CAPTURE(ggml_type_name(t));
+    const Weights w = make_weights(t, randn(rng, rows * n, 0.1f), rows, n);
+    const Acts a = make_acts(t, randn(rng, T * n), T, n);
+    REQUIRE(T * a.stride > 256 * 1024);
+    const auto all = gemm(t, w, a, 0, rows, 0, T);
+    for (size_t ti = 0; ti < T; ++ti) {
+      const auto one = gemm(t, w, a, 0, rows, ti, 1);
+      CHECK(std::memcmp(one.data(), all.data() + ti * rows, rows * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("quant_dot packed: extreme inputs") {
+  PackedScope scope;
+  std::mt19937 rng(43);
+  for (GgmlType t : kPackedTypes) {
+    for (size_t n : sizes_for(t)) {
+      CAPTURE(ggml_type_name(t));
+      CAPTURE(n);
+      const size_t rows = 16;
+      auto ws = randn(rng, rows * n, 0.2f);
+      std::fill(ws.begin() + 4 * n, ws.begin() + 5 * n, 0.f);  // an all-zero weight row
+      ws[n + n / 3] = 25.f;
+      const Weights w = make_weights(t, ws, rows, n);
+      std::vector<float> xs(4 * n, 0.f);
+      for (size_t i = 0; i < n; ++i) {
+        xs[n + i] = std::normal_distribution<float>(0.f, 1.f)(rng);
+        xs[2 * n + i] = -std::fabs(std::normal_distribution<float>(0.f, 1.f)(rng)) - 0.1f;
+        xs[3 * n + i] = std::normal_distribution<float>(0.f, 1e-3f)(rng);
+      }
+      xs[n + n / 2] = 1e6f;
+      xs[3 * n + 7] = -3e30f;
+      const Acts a = make_acts(t, xs, 4, n);
+      const auto y = gemm(t, w, a, 0, rows, 0, 4);
+      for (size_t r = 0; r < rows; ++r) CHECK(y[r] == 0.f);
+      for (size_t ti = 0; ti < 4; ++ti) CHECK(y[ti * rows + 4] == 0.f);
+      for (float v : y) CHECK(std::isfinite(v));
+      check_against_references(t, w, a);
+    }
+  }
+}
+
+TEST_CASE("quant_dot packed: every compiled target") {
+  PackedScope scope;
+  std::mt19937 rng(78);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    CAPTURE(std::string(simd::target_name()));
+    for (GgmlType t : kPackedTypes) {
+      const size_t n = block_elems(t) == 256 ? 3 * 256 : 67 * 32, rows = 32, T = 5;
+      const Weights w = make_weights(t, randn(rng, rows * n, 0.1f), rows, n);
       const Acts a = make_acts(t, randn(rng, T * n), T, n);
       check_against_references(t, w, a);
       const auto all = gemm(t, w, a, 0, rows, 0, T);

@@ -4,25 +4,9 @@
 # reply equal to the one the same request gave before), pool bytes growing by transcripts only,
 # OpenAI request bodies unchanged, bad input answered with JSON errors while others are served.
 set -euo pipefail
-towerd="$1"; shared="${TOWERS_SHARED:-$2}"; tmp_root="$3"
-model="$shared/models/stories260K.gguf"
-[ -f "$model" ] || { echo "SKIP: $model not found (set TOWERS_SHARED)"; exit 77; }
+. "$(dirname "$0")/lib.sh"
+towerd_setup "$1" "$2" "$3"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
-mkdir -p "$tmp_root"; tmp="$(mktemp -d "$tmp_root/towerd.XXXXXX")"
-sock="$tmp/towerd.sock"; state="$tmp/state"; pid=""
-cleanup() { [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- towerd log:"; tail -20 "$tmp/log" || true; exit 1; }
-start() {
-  "$towerd" --model "$model" --socket "$sock" --state-dir "$state" --threads 2 2>>"$tmp/log" & pid=$!
-  for _ in $(seq 100); do   # bounded readiness poll
-    curl -sf --unix-socket "$sock" http://localhost/healthz >/dev/null 2>&1 && return 0
-    kill -0 "$pid" 2>/dev/null || fail "towerd exited during start"
-    sleep 0.1
-  done
-  fail "towerd not ready after 10 s"
-}
-stop() { kill -TERM "$pid"; wait "$pid" || fail "towerd exited with $? on SIGTERM"; pid=""; }
 api() { curl -s --unix-socket "$sock" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 start

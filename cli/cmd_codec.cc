@@ -1,0 +1,192 @@
+// towerctl codec: the cold-tier codec (engine/codec.h) on text files, offline.
+//   encode: text -> tokens -> arithmetic-coded container (.tcz)
+//   decode: container -> tokens -> the exact original bytes
+//   info:   the container's header
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "engine/codec.h"
+#include "engine/forward.h"
+#include "engine/tokenizer.h"
+#include "simd/ops.h"
+
+namespace towers::cli {
+
+namespace {
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out = ss.str();
+  return !in.bad();
+}
+
+bool write_file(const std::string& path, const void* data, size_t n) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+  out.close();
+  return static_cast<bool>(out);
+}
+
+// "\rcodec encode: 12345/67890 tokens" at most five times a second, for inputs worth watching.
+std::function<void(int64_t, int64_t)> progress_printer(const char* verb) {
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [verb, last](int64_t done, int64_t total) {
+    if (total < 2000) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done < total && now - *last < std::chrono::milliseconds(200)) return;
+    *last = now;
+    std::fprintf(stderr, "\rcodec %s: %lld/%lld tokens", verb, static_cast<long long>(done),
+                 static_cast<long long>(total));
+    if (done >= total) std::fprintf(stderr, "\n");
+  };
+}
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+  auto model = Model::load(path);
+  if (!model) std::exit(fail(model.error()));
+  return std::move(model.value());
+}
+
+}  // namespace
+
+void add_codec(CLI::App& app) {
+  auto* codec = app.add_subcommand(
+      "codec",
+      "The cold-tier codec: arithmetic-code text as tokens against a model's own next-token\n"
+      "probabilities (about the model's surprisal: a few bits per token), and decode it back exactly.\n"
+      "  towerctl codec encode -m stories260K.gguf --in story.txt --out story.tcz\n"
+      "  towerctl codec decode -m stories260K.gguf --in story.tcz --out story.txt\n"
+      "  towerctl codec info story.tcz\n"
+      "Decoding needs the very same model file (its fingerprint is in the container) and the same\n"
+      "kind of CPU (SIMD target): otherwise it refuses, it never returns wrong text.");
+  codec->require_subcommand(1);
+
+  struct Opts {
+    std::string model, in, out;
+    int threads = 0;
+    int chunk = 0;
+    int window = 0;
+    int batch = 32;
+    bool reference = false;
+  };
+  auto o = std::make_shared<Opts>();
+
+  auto* enc = codec->add_subcommand(
+      "encode",
+      "Tokenize a text file (no BOS; the model starts from BOS) and code its tokens.\n"
+      "The text must survive tokenize + detokenize unchanged (valid UTF-8 the vocabulary can spell);\n"
+      "otherwise encode refuses and names the first byte that would change.\n"
+      "--chunk C restarts the coder every C tokens: each chunk is conditioned only on its own earlier\n"
+      "tokens, so decode can run many chunks as one batch (faster), at the cost of a few bits per chunk.\n"
+      "The last line is exactly:\n"
+      "  codec tokens=N bytes_in=I bytes_out=O bits_per_token=B nll_bits=L overhead_pct=P encode_tok_s=E\n"
+      "B = 8*O/N (container included); L = the model's own NLL of the same tokens in bits, under the same\n"
+      "conditioning; P = 100*(8*O - L)/L, what the coder and the container cost over the ideal.");
+  enc->add_option("-m,--model", o->model, "GGUF model file (the coder model)")->required()->check(CLI::ExistingFile);
+  enc->add_option("-i,--in", o->in, "Text file to encode")->required()->check(CLI::ExistingFile);
+  enc->add_option("-o,--out", o->out, "Container to write (.tcz)")->required();
+  enc->add_option("-C,--chunk", o->chunk, "Tokens per independently decodable chunk (0 = one chunk)")
+      ->check(CLI::Range(0, 1 << 26));
+  enc->add_option("-w,--window", o->window,
+                  "Most tokens the model attends to at once (0 = min(model context, 4096)); longer chunks "
+                  "slide the window by half of it")
+      ->check(CLI::Range(0, 1 << 24));
+  enc->add_option("-t,--threads", o->threads, "Worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  enc->add_option("-b,--batch", o->batch, "Chunks evaluated together per step")->check(CLI::Range(1, 4096));
+  enc->add_flag("--reference", o->reference, "Use the reference kernels (decode then uses them too)");
+  enc->callback([o] {
+    auto model = load_model(o->model);
+    const Tokenizer& tok = model->tokenizer();
+    std::string text;
+    if (!read_file(o->in, text)) std::exit(fail(o->in + ": cannot read"));
+    std::vector<int32_t> tokens = tok.encode(text, /*add_bos=*/false, /*parse_special=*/false);
+    if (const std::string back = tok.decode(tokens); back != text) {
+      size_t at = 0;
+      while (at < back.size() && at < text.size() && back[at] == text[at]) ++at;
+      std::exit(fail(o->in + ": this tokenizer does not reproduce the text exactly (first difference at byte " +
+                     std::to_string(at) + " of " + std::to_string(text.size()) +
+                     "): the codec stores tokens, so the round trip could not be exact. Invalid UTF-8 and "
+                     "characters the vocabulary cannot spell (<unk>) cause this; refusing."));
+    }
+    ThreadPool pool(o->threads);
+    Forward fwd(*model, pool, o->reference ? Kernels::Reference : Kernels::Fast);
+    Codec codec(*model, &pool);
+    CodecOptions copt;
+    copt.chunk = o->chunk;
+    copt.window = o->window;
+    copt.batch = o->batch;
+    copt.progress = progress_printer("encode");
+    CodecStats st;
+    auto bytes = codec.encode(fwd, {}, tokens, copt, &st);
+    if (!bytes) std::exit(fail(bytes.error()));
+    if (!write_file(o->out, bytes->data(), bytes->size())) std::exit(fail(o->out + ": cannot write"));
+    const double bits = 8.0 * static_cast<double>(bytes->size());
+    const double n = static_cast<double>(st.tokens);
+    std::fprintf(stderr, "codec: %lld tokens in %d chunk(s), model fingerprint %016llx, %s kernels on %s\n",
+                 static_cast<long long>(st.tokens), st.chunks, static_cast<unsigned long long>(codec.fingerprint()),
+                 o->reference ? "reference" : "fast", simd::target_name());
+    std::printf("codec tokens=%lld bytes_in=%zu bytes_out=%zu bits_per_token=%.4f nll_bits=%.1f "
+                "overhead_pct=%.3f encode_tok_s=%.1f\n",
+                static_cast<long long>(st.tokens), text.size(), bytes->size(), n > 0 ? bits / n : 0.0, st.nll_bits,
+                st.nll_bits > 0 ? 100.0 * (bits - st.nll_bits) / st.nll_bits : 0.0,
+                st.seconds > 0 ? n / st.seconds : 0.0);
+  });
+
+  auto* dec = codec->add_subcommand(
+      "decode",
+      "Decode a container made by `codec encode` back to the exact original bytes.\n"
+      "Needs the same model file; chunks are decoded --batch at a time as one batched model step.\n"
+      "The last line is exactly:\n"
+      "  codec decode_tok_s=D chunks=K");
+  dec->add_option("-m,--model", o->model, "GGUF model file it was encoded with")->required()->check(CLI::ExistingFile);
+  dec->add_option("-i,--in", o->in, "Container (.tcz)")->required()->check(CLI::ExistingFile);
+  dec->add_option("-o,--out", o->out, "Text file to write")->required();
+  dec->add_option("-t,--threads", o->threads, "Worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  dec->add_option("-b,--batch", o->batch, "Chunks decoded together per step")->check(CLI::Range(1, 4096));
+  dec->callback([o] {
+    std::string raw;
+    if (!read_file(o->in, raw)) std::exit(fail(o->in + ": cannot read"));
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(raw.data()), raw.size());
+    auto header = read_codec_header(bytes);
+    if (!header) std::exit(fail(o->in + ": " + header.error()));
+    auto model = load_model(o->model);
+    ThreadPool pool(o->threads);
+    Forward fwd(*model, pool, header->kernels);
+    Codec codec(*model, &pool);
+    CodecOptions copt;
+    copt.batch = o->batch;
+    copt.progress = progress_printer("decode");
+    CodecStats st;
+    auto tokens = codec.decode(fwd, {}, bytes, copt, &st);
+    if (!tokens) std::exit(fail(o->in + ": " + tokens.error()));
+    const std::string text = model->tokenizer().decode(*tokens);
+    if (!write_file(o->out, text.data(), text.size())) std::exit(fail(o->out + ": cannot write"));
+    std::printf("codec decode_tok_s=%.1f chunks=%d\n",
+                st.seconds > 0 ? static_cast<double>(st.tokens) / st.seconds : 0.0, st.chunks);
+  });
+
+  auto* info = codec->add_subcommand("info", "Print a container's header (no model needed).");
+  info->add_option("file", o->in, "Container (.tcz)")->required()->check(CLI::ExistingFile);
+  info->callback([o] {
+    std::string raw;
+    if (!read_file(o->in, raw)) std::exit(fail(o->in + ": cannot read"));
+    auto h = read_codec_header(std::span(reinterpret_cast<const uint8_t*>(raw.data()), raw.size()));
+    if (!h) std::exit(fail(o->in + ": " + h.error()));
+    std::printf("version %d\nkernels %s\nfingerprint %016llx\ntarget_tag %u (this machine: %s, %u)\nwindow %d\n"
+                "context_tokens %lld\ntokens %lld\nchunk %d\nchunks %zu\nheader_bytes %zu\ncoded_bytes %zu\n",
+                h->version, h->kernels == Kernels::Fast ? "fast" : "reference",
+                static_cast<unsigned long long>(h->fingerprint), h->target_tag, simd::target_name(),
+                codec_target_tag(), h->window, static_cast<long long>(h->context_length),
+                static_cast<long long>(h->tokens), h->chunk, h->chunk_bytes.size(), h->header_bytes,
+                raw.size() - h->header_bytes);
+  });
+}
+
+}  // namespace towers::cli

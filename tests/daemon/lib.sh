@@ -1,0 +1,28 @@
+# Shared by the towerd end-to-end checks (sourced): a towerd with stories260K on a temporary socket
+# and state dir, started and stopped by the script.
+#   towerd_setup TOWERD SHARED TMP_ROOT   sets model, tmp, sock, state, pid; exits 77 without the model
+#   start [towerd args...]                starts towerd, waits (bounded) until healthy() passes
+#   stop                                  SIGTERM, and the exit status must be 0
+#   fail MESSAGE                          prints it and the end of towerd's log, exits 1
+# healthy() asks /healthz with curl; a script may redefine it (check_towerctl.sh uses towerctl).
+towerd_setup() {
+  towerd="$1"; shared="${TOWERS_SHARED:-$2}"; local tmp_root="$3"
+  model="$shared/models/stories260K.gguf"
+  [ -f "$model" ] || { echo "SKIP: $model not found (set TOWERS_SHARED)"; exit 77; }
+  mkdir -p "$tmp_root"; tmp="$(mktemp -d "$tmp_root/towerd.XXXXXX")"
+  sock="$tmp/towerd.sock"; state="$tmp/state"; pid=""
+  trap cleanup EXIT
+}
+cleanup() { [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
+fail() { echo "FAIL: $*"; echo "--- towerd log:"; tail -20 "$tmp/log" || true; exit 1; }
+healthy() { curl -sf --unix-socket "$sock" http://localhost/healthz >/dev/null 2>&1; }
+start() {
+  "$towerd" --model "$model" --socket "$sock" --state-dir "$state" --threads 2 "$@" 2>>"$tmp/log" & pid=$!
+  for _ in $(seq 100); do   # bounded readiness poll
+    healthy && return 0
+    kill -0 "$pid" 2>/dev/null || fail "towerd exited during start"
+    sleep 0.1
+  done
+  fail "towerd not ready after 10 s"
+}
+stop() { kill -TERM "$pid"; wait "$pid" || fail "towerd exited with $? on SIGTERM"; pid=""; }
