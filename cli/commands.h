@@ -15,6 +15,7 @@ void add_pool(CLI::App& app);
 void add_policy(CLI::App& app);    // policy get, policy set
 void add_segments(CLI::App& app);  // segments ls, show, add, rm
 void add_sessions(CLI::App& app);  // sessions ls, show, create, rm
+void add_cold(CLI::App& app);      // compress, thaw (cold tier of a running towerd)
 void add_chat(CLI::App& app);
 
 // Prints "towerctl: <message>" to stderr and returns the exit status for failures.

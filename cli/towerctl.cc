@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
       "  towerctl segments add acme --level platform --text \"You work for Acme.\"\n"
       "  towerctl sessions create --bot helper\n"
       "  towerctl chat --session ID\n"
+      "  towerctl compress --idle-for 3600      (cold tier; towerctl thaw NAME brings one back)\n"
       "`towerctl VERB --help` explains a verb with examples."};
   app.require_subcommand(1);
   app.fallthrough();
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   towers::cli::add_policy(app);
   towers::cli::add_segments(app);
   towers::cli::add_sessions(app);
+  towers::cli::add_cold(app);
   towers::cli::add_chat(app);
   try {
     app.parse(argc, argv);

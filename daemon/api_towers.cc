@@ -4,6 +4,9 @@
 //   PUT    /v1/segments/{name}          {"level": "platform|community|bot", "parent": "...", "text": "..."}
 //   POST   /v1/segments                 same, with "name" in the body
 //   DELETE /v1/segments/{name}          refused (409) while it has child segments or sessions
+//   POST   /v1/segments/{name}/compress move its KV to the cold tier now (arithmetic-coded tokens)
+//   POST   /v1/segments/{name}/thaw     bring it back to RAM now (one prefill)
+//   POST   /v1/compress                 {"idle_seconds": N}: every segment idle that long goes cold
 //   GET    /v1/sessions                 list
 //   POST   /v1/sessions                 {"bot": "...", "id": optional}
 //   GET    /v1/sessions/{id}            summary; ?transcript=1 adds the messages
@@ -71,6 +74,24 @@ void handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, boo
                         parent = str_field(b, "parent", false), text = str_field(b, "text", true);
       return send_json(out, 200, run_on_scheduler(svc, [&] { return svc.catalog.put_segment(name, level, parent, text); }));
     }
+    if (parts.size() == 2 && (parts[1] == "compress" || parts[1] == "thaw")) {
+      if (req.method != "POST") throw HttpError(405, "invalid_request_error", "use POST");
+      const std::string name = parts[0];
+      json seg = svc.catalog.segment_json(name);  // 404 for an unknown name
+      if (!seg.contains("pool") || seg["pool"].is_null()) {
+        throw HttpError(409, "invalid_request_error", "segment \"" + name + "\" has no KV in the pool yet");
+      }
+      const SegmentId id = seg["pool"]["id"].get<SegmentId>();
+      Status st;
+      if (parts[1] == "compress") {
+        if (!svc.compressor) throw HttpError(409, "invalid_request_error", "the cold tier is disabled ([cold] enabled)");
+        st = svc.compressor->compress(id);
+      } else {
+        st = svc.scheduler.run([&] { return svc.pool.thaw(id); });
+      }
+      if (!st.ok()) throw HttpError(409, "invalid_request_error", parts[1] + " " + name + ": " + st.message());
+      return send_json(out, 200, svc.catalog.segment_json(name));
+    }
     if (parts.size() != 1) throw not_found("no such resource: " + p);
     const std::string name = parts[0];
     if (req.method == "GET") return send_json(out, 200, svc.catalog.segment_json(name));
@@ -88,6 +109,21 @@ void handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, boo
       return send_json(out, 200, {{"deleted", name}});
     }
     throw HttpError(405, "invalid_request_error", "use GET, PUT or DELETE");
+  }
+  if (p == "/v1/compress") {
+    handled = true;
+    if (req.method != "POST") throw HttpError(405, "invalid_request_error", "use POST");
+    if (!svc.compressor) throw HttpError(409, "invalid_request_error", "the cold tier is disabled ([cold] enabled)");
+    json b = parse_body(req);
+    if (!b.contains("idle_seconds") || !b["idle_seconds"].is_number() || b["idle_seconds"].get<double>() < 0) {
+      throw bad_request("\"idle_seconds\" must be a number >= 0");
+    }
+    const auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(b["idle_seconds"].get<double>()));
+    const size_t n = svc.compressor->compress_idle(idle);
+    auto cs = svc.compressor->stats();
+    return send_json(out, 200, {{"compressed", n}, {"total_compressed", cs.compressed}, {"tokens", cs.tokens},
+                                {"coded_bytes", cs.coded_bytes}, {"last_error", cs.last_error}});
   }
   if (p == "/v1/sessions" || p.rfind("/v1/sessions/", 0) == 0) {
     handled = true;

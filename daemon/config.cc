@@ -185,7 +185,7 @@ Result<Config> load_config(const std::filesystem::path& path) {
   if (!parsed.ok()) return parsed.status();
   const toml::table& root = parsed.value();
   Ctx c{path.string(), ""};
-  bool ok = check_keys(c, root, "", {"model", "server", "state", "pool", "policy", "limits"});
+  bool ok = check_keys(c, root, "", {"model", "server", "state", "pool", "cold", "policy", "limits"});
   if (ok) {
     if (const toml::table* t = section(root, "model")) {
       ok = check_keys(c, *t, "model", {"path", "threads", "chat_template"}) &&
@@ -269,6 +269,15 @@ Result<Config> load_config(const std::filesystem::path& path) {
           }
         }
       }
+    }
+  }
+  if (ok) {
+    if (const toml::table* t = section(root, "cold")) {
+      ok = check_keys(c, *t, "cold", {"enabled", "idle_seconds", "scan_seconds", "chunk"}) &&
+           get_bool(c, *t, "cold", "enabled", cfg.cold_enabled) &&
+           get_int_as(c, *t, "cold", "idle_seconds", 0, 365 * 86400, cfg.cold_idle_seconds) &&
+           get_int_as(c, *t, "cold", "scan_seconds", 1, 86400, cfg.cold_scan_seconds) &&
+           get_int_as(c, *t, "cold", "chunk", 0, 1 << 20, cfg.cold_chunk);
     }
   }
   if (ok) ok = read_policy(c, root, cfg.policy);

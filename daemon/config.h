@@ -38,6 +38,11 @@ struct Config {
   DepthPolicy depth;
   size_t pin_fan_out = 8;
   std::vector<std::string> pin_levels = {"platform", "community"};
+  // [cold]
+  bool cold_enabled = true;          // background compressor: idle segments -> arithmetic-coded tokens
+  int cold_idle_seconds = 600;       // unused this long (and not pinned or leased) -> cold
+  int cold_scan_seconds = 30;        // how often the compressor looks
+  int cold_chunk = 256;              // tokens per independently decodable chunk of a coded segment
   // [policy]
   PolicyConfig policy;
   // [limits]

@@ -17,22 +17,14 @@
 #include "daemon/state_store.h"
 #include "engine/chat_template.h"
 #include "engine/tokenizer.h"
+#include "engine/codec.h"
+#include "mmapstore/compressor.h"
 #include "mmapstore/segment_file.h"
 
 using namespace towers;
 using namespace towers::daemon;
 
 namespace {
-
-uint64_t model_fingerprint(const std::string& path, const ModelConfig& c) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<uint8_t> head(1 << 20);
-  in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<size_t>(in.gcount()));
-  std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
-  return xxh3_64(head, size ^ (static_cast<uint64_t>(c.n_vocab) << 32) ^ static_cast<uint64_t>(c.n_layer));
-}
 
 int die(int code, const std::string& message) {
   std::fprintf(stderr, "towerd: %s\n", message.c_str());
@@ -102,8 +94,8 @@ int main(int argc, char** argv) {
     if (!f.ok()) return die(2, "invalid config: model.chat_template: " + f.error());
     family = f.value();
   }
-  const uint64_t fingerprint = model_fingerprint(cfg.model_path, m.config());
   ThreadPool threads_pool(cfg.threads);
+  const uint64_t fingerprint = model_fingerprint(m, &threads_pool);
   Forward forward(m, threads_pool);
   PoolOptions po;
   po.depth = cfg.depth;
@@ -150,8 +142,27 @@ int main(int argc, char** argv) {
            std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_restore).count()) + " s");
   catalog.maybe_compact();
 
+  // The cold tier: a SCHED_IDLE thread codes idle segments' tokens and drops their KV.
+  Codec codec(m, fingerprint);
+  CodecOptions codec_options;
+  codec_options.chunk = cfg.cold_chunk;
+  Compressor::Options co;
+  co.idle_for = std::chrono::seconds(cfg.cold_idle_seconds);
+  co.scan_every = std::chrono::seconds(cfg.cold_scan_seconds);
+  Compressor compressor(
+      pool, m,
+      [&codec, codec_options](Forward& f, std::span<const int32_t> context, std::span<const int32_t> tokens) {
+        return codec.encode(f, context, tokens, codec_options);
+      },
+      co);
+  if (cfg.cold_enabled) {
+    compressor.start();
+    log_info("cold tier: segments idle for " + std::to_string(cfg.cold_idle_seconds) + " s are coded in the background");
+  }
+
   std::string model_id = std::filesystem::path(cfg.model_path).stem().string();
   Service svc{cfg, m, pool, scheduler, catalog, metrics, prompts, model_id};
+  if (cfg.cold_enabled) svc.compressor = &compressor;
   HttpServerOptions ho;
   ho.socket_path = cfg.socket_path;
   ho.socket_mode = cfg.socket_mode;
@@ -202,6 +213,7 @@ int main(int argc, char** argv) {
   sd_notify_message("STOPPING=1");
   server.stop_accepting();
   scheduler.shutdown(std::chrono::seconds(10));  // running replies get 10 s to finish, then are cancelled
+  compressor.stop();
   const int left = server.wait_idle(std::chrono::seconds(5));
   catalog.maybe_compact();
   log_info("stopped" + (left ? " (" + std::to_string(left) + " idle connection(s) dropped)" : std::string()));

@@ -13,6 +13,7 @@
 #include "daemon/metrics.h"
 #include "daemon/prompt.h"
 #include "daemon/scheduler.h"
+#include "mmapstore/compressor.h"
 
 namespace towers::daemon {
 
@@ -28,6 +29,7 @@ struct Service {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
+  Compressor* compressor = nullptr;  // the cold tier's background compressor
 };
 
 void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out);

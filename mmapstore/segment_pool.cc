@@ -145,6 +145,13 @@ Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {
   return Status::Ok();
 }
 
+Status SegmentPool::thaw(SegmentId id) {
+  std::unique_lock lock(mu_);
+  if (!entries_.count(id)) return Status::Error("unknown segment " + std::to_string(id));
+  auto chain = chain_locked(id, lock);
+  return chain.ok() ? Status::Ok() : chain.status();
+}
+
 std::vector<uint8_t> SegmentPool::coded(SegmentId id) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);

@@ -140,6 +140,9 @@ class SegmentPool {
   // Drops a segment's KV (RAM and warm file) and keeps `coded` (its tokens arithmetic-coded by the
   // caller; may be empty). Refused while it is leased or pinned. The next lease through it thaws it.
   Status freeze(SegmentId id, std::vector<uint8_t> coded);
+  // Brings a segment (and its parents) back to RAM: pages in warm ones, thaws cold ones by prefill.
+  // Runs the model: scheduler thread only.
+  Status thaw(SegmentId id);
   // The coded form given to freeze (empty when none or not cold).
   std::vector<uint8_t> coded(SegmentId id) const;
 

@@ -94,6 +94,20 @@ done
 has "$out" "eviction     lru"; has "$out" "ram budget   128"
 err="$(expect_error policy set)"; has "$err" 'give --eviction'
 
+# Cold tier: compress a bot, the next reply under it (thawed by prefill) is the same; thaw on demand.
+ctl sessions create --bot bot1 --id c1 >/dev/null
+ctl sessions create --bot bot1 --id c2 >/dev/null
+before="$(ctl chat --session c1 --message "The dragon" --temperature 0 --max-tokens 12)"
+out="$(ctl compress bot1)"; has "$out" '^bot1: cold'
+after="$(ctl chat --session c2 --message "The dragon" --temperature 0 --max-tokens 12)"
+[ "$before" = "$after" ] || fail "reply after a thaw differs: [$before] vs [$after]"
+out="$(ctl compress bot1)"; has "$out" '^bot1: cold'
+out="$(ctl thaw bot1)"; has "$out" '^bot1: hot'
+err="$(expect_error compress plat)"; has "$err" 'pinned'
+out="$(ctl compress --idle-for 0)"; has "$out" '^compressed [0-9]* segment'
+expect_error compress >/dev/null
+ctl pool --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["cold"]["segments"] > 0, d["cold"]'
+
 # Daemon errors: one line, non-zero.
 err="$(expect_error chat --session nope --message hi)"; has "$err" '^towerctl: session "nope" does not exist (HTTP 404)$'
 expect_error sessions show nope >/dev/null
