@@ -11,52 +11,17 @@
 #include "engine/forward.h"
 #include "engine/modular.h"
 #include "engine/tokenizer.h"
+#include "model_fixtures.h"
 #include "test_support.h"
 
 using namespace towers;
 
 namespace {
 
-std::unique_ptr<Model> load_shared(const char* rel) {
-  auto p = test::shared_file(rel);
-  if (p.empty()) return nullptr;
-  auto m = Model::load(p.string());
-  REQUIRE_MESSAGE(m.ok(), m.error());
-  return std::move(m.value());
-}
-
-// Passages of the TinyStories corpus, tokenized (BOS first), each at least n tokens, cut to n.
-std::vector<std::vector<int32_t>> passages(const Model& model, int count, int n) {
-  auto p = test::shared_file("corpora/tinystories_val_subset.txt");
-  std::vector<std::vector<int32_t>> out;
-  if (p.empty()) return out;
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  size_t at = 0;
-  while (static_cast<int>(out.size()) < count && at + 4000 < text.size()) {
-    auto ids = model.tokenizer().encode(std::string_view(text).substr(at, 4000), true, false);
-    at += 4000;
-    if (static_cast<int>(ids.size()) < n) continue;
-    ids.resize(n);
-    out.push_back(ids);
-  }
-  return out;
-}
-
-std::vector<float> eval_all(Forward& fwd, KvCache& cache, std::span<const int32_t> ids) {
-  std::vector<float> logits;
-  REQUIRE(fwd.eval(cache, ids, Logits::All, logits).ok());
-  return logits;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
-  return m;
-}
+using test::eval_all;
+using test::load_shared;
+using test::max_abs_diff;
+using test::passages;
 
 // Prefills `tokens` after `prefix` and seals them into one exact segment (the pool's exact mode).
 std::shared_ptr<const Segment> exact_segment(const Model& model, Forward& fwd,
