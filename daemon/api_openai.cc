@@ -6,6 +6,7 @@
 #include <random>
 
 #include "daemon/http_error.h"
+#include "daemon/random_id.h"
 #include "daemon/log.h"
 #include "daemon/service.h"
 
@@ -16,14 +17,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string completion_id() {
-  static std::mt19937_64 rng{std::random_device{}()};
-  static std::mutex mu;
-  std::lock_guard lock(mu);
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "chatcmpl-%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
-}
+std::string completion_id() { return random_hex_id("chatcmpl-"); }
 
 // What the client sees: OpenAI's finish reasons ("timeout" and "context" read as "length").
 std::string openai_finish(const std::string& r) {

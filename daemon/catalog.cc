@@ -6,6 +6,7 @@
 
 #include "daemon/http_error.h"
 #include "daemon/log.h"
+#include "daemon/random_id.h"
 
 namespace towers::daemon {
 
@@ -22,14 +23,7 @@ bool valid_name(const std::string& s) {
   return s != "." && s != "..";
 }
 
-std::string random_id() {
-  static std::mt19937_64 rng{std::random_device{}()};
-  static std::mutex mu;
-  std::lock_guard lock(mu);
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "s-%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
-}
+std::string random_id() { return random_hex_id("s-"); }
 
 int level_rank(const std::string& level) { return level == "platform" ? 0 : level == "community" ? 1 : 2; }
 

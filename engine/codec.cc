@@ -68,16 +68,6 @@ uint64_t hash_bytes(const uint8_t* p, size_t n, uint64_t seed) {
   return r;
 }
 
-size_t gguf_elem_size(GgufValueType t) {
-  switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
-    case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
-    case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64: return 8;
-    default: return 0;
-  }
-}
-
 void put_bytes(std::string& s, const void* p, size_t n) { s.append(static_cast<const char*>(p), n); }
 template <class T>
 void put_pod(std::string& s, T v) { put_bytes(s, &v, sizeof v); }
@@ -112,7 +102,7 @@ uint64_t model_fingerprint(const Model& model, ThreadPool* pool) {
         if (v.elem_type == GgufValueType::STRING) {
           for (std::string_view s : v.strings) put_str(meta, s);
         } else if (v.data) {
-          put_bytes(meta, v.data, v.count * gguf_elem_size(v.elem_type));
+          put_bytes(meta, v.data, v.count * gguf_scalar_size(v.elem_type));
         }
         break;
       default:

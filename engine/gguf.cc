@@ -23,16 +23,6 @@ constexpr uint32_t kMaxDims = 4;
 // in a multi-GB file must not turn into a tens-of-GB allocation). Vectors grow with real entries.
 constexpr uint64_t kMaxReserve = 1024;
 
-// Size in bytes of a fixed-size metadata value type, 0 for STRING/ARRAY/unknown.
-uint64_t scalar_size(GgufValueType t) {
-  switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
-    case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
-    case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64: return 8;
-    default: return 0;
-  }
-}
 
 bool known_value_type(uint32_t t) { return t <= 12; }
 
@@ -157,7 +147,7 @@ Status read_value(Cursor& c, uint32_t raw_type, GgufValue* v, uint64_t type_at) 
     }
     return Status::Ok();
   }
-  uint64_t esz = scalar_size(v->elem_type);
+  uint64_t esz = gguf_scalar_size(v->elem_type);
   if (v->count > c.remaining() / esz) {
     return c.error_at(count_at, "array of " + std::to_string(v->count) + " " +
                                     std::string(gguf_value_type_name(v->elem_type)) +
@@ -180,7 +170,7 @@ T load_le(const uint8_t* p) {
 }
 
 double array_elem_as_double(const GgufValue& v, uint64_t k) {
-  const uint8_t* p = v.data + k * scalar_size(v.elem_type);
+  const uint8_t* p = v.data + k * gguf_scalar_size(v.elem_type);
   switch (v.elem_type) {
     case GgufValueType::UINT8: return load_le<uint8_t>(p);
     case GgufValueType::INT8: return load_le<int8_t>(p);
@@ -209,6 +199,16 @@ I saturate(double x) {
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
 }  // namespace
+
+uint64_t gguf_scalar_size(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
+    case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
+    case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
+    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64: return 8;
+    default: return 0;
+  }
+}
 
 std::string_view gguf_value_type_name(GgufValueType t) {
   static constexpr std::string_view names[] = {"u8",   "i8",  "u16",    "i16", "u32", "i32", "f32",

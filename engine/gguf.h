@@ -21,6 +21,8 @@ enum class GgufValueType : uint32_t {
   STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
 std::string_view gguf_value_type_name(GgufValueType t);
+// Bytes of one value of a fixed-size type; 0 for STRING, ARRAY and unknown types.
+uint64_t gguf_scalar_size(GgufValueType t);
 
 // One metadata value. Strings and array elements point into the mapped file (valid while the
 // GgufFile lives). Nested arrays are rejected by the reader (no real model uses them).

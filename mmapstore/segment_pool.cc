@@ -223,6 +223,15 @@ std::unique_ptr<SegmentPool::Entry> SegmentPool::make_entry(std::shared_ptr<cons
   return e;
 }
 
+Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options) {
+  if (options.id != kNoSegment && (entries_.count(options.id) || trie_.contains(options.id))) {
+    return Status::Error("segment id " + std::to_string(options.id) + " is already in use");
+  }
+  const SegmentId id = options.id != kNoSegment ? options.id : next_id_;
+  next_id_ = std::max(next_id_, id + 1);
+  return id;
+}
+
 Result<SegmentId> SegmentPool::add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options) {
   std::unique_lock lock(mu_);
   return add_locked(parent, tokens, options, lock);
@@ -255,11 +264,9 @@ Result<SegmentId> SegmentPool::add_locked(SegmentId parent, std::span<const int3
   }
   auto m = trie_.match(sequence);
   if (m.length == sequence.size()) return m.segment;  // already resident under the same chain
-  if (options.id != kNoSegment && (entries_.count(options.id) || trie_.contains(options.id))) {
-    return Status::Error("segment id " + std::to_string(options.id) + " is already in use");
-  }
-  const SegmentId id = options.id != kNoSegment ? options.id : next_id_;
-  next_id_ = std::max(next_id_, id + 1);
+  auto id_or = allocate_id_locked(options);
+  if (!id_or.ok()) return id_or.status();
+  const SegmentId id = id_or.value();
 
   // Prefill outside the lock (readers of stats keep going); the parent chain stays pinned meanwhile.
   auto chain_or = chain_locked(parent, lock);
@@ -363,11 +370,9 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
     auto tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
     lease.tower = std::move(tower);
   } else {
-    if (options.id != kNoSegment && (entries_.count(options.id) || trie_.contains(options.id))) {
-      return Status::Error("segment id " + std::to_string(options.id) + " is already in use");
-    }
-    id = options.id != kNoSegment ? options.id : next_id_;
-    next_id_ = std::max(next_id_, id + 1);
+    auto id_or = allocate_id_locked(options);
+    if (!id_or.ok()) return id_or.status();
+    id = id_or.value();
     const KvQuant format = options.format.value_or(options_.depth.transcript);
     auto seg = lease.tower->seal_tail(std::move(tail_tokens), format, id);
     if (!seg) return Status::Error("internal: sealing the tail failed");

@@ -170,6 +170,8 @@ class SegmentPool {
   Status thaw_locked(std::span<const SegmentId> ids, std::unique_lock<std::mutex>& lock);
   Status page_out_locked(SegmentId id, Entry& e);
   static void drop_file(Entry& e);
+  // options.id when free (restoring), else the next unused id.
+  Result<SegmentId> allocate_id_locked(const SegmentOptions& options);
   static std::unique_ptr<Entry> make_entry(std::shared_ptr<const Segment> seg, const SegmentOptions& options);
   SegmentInfo info_locked(const Entry& e) const;
   size_t depth_locked(SegmentId id) const;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/forward.h"
+#include "engine/synth.h"
 #include "engine/tokenizer.h"
 #include "test_support.h"
 
@@ -19,6 +20,23 @@ inline std::unique_ptr<Model> load_shared(const char* rel) {
   auto p = shared_file(rel);
   if (p.empty()) return nullptr;
   auto m = Model::load(p.string());
+  REQUIRE_MESSAGE(m.ok(), m.error());
+  return std::move(m.value());
+}
+
+// The synthetic "tiny" model in file type `type` (f16, q8_0, ...), written once per build tree as
+// <file_tag>-tiny-<type>.gguf. Each test executable passes its own tag: ctest runs them in parallel.
+inline std::unique_ptr<Model> synth_tiny(const std::string& file_tag, const std::string& type) {
+  SynthOptions o;
+  o.shape = "tiny";
+  o.type = type;
+  o.out = (temp_dir() / (file_tag + "-tiny-" + type + ".gguf")).string();
+  o.shared_dir = shared_dir().string();
+  if (!std::filesystem::exists(o.out)) {
+    auto st = synthesize_model(o);
+    REQUIRE_MESSAGE(st.ok(), st.message());
+  }
+  auto m = Model::load(o.out);
   REQUIRE_MESSAGE(m.ok(), m.error());
   return std::move(m.value());
 }

@@ -4,25 +4,14 @@
 #include <future>
 #include <random>
 
-#include "engine/synth.h"
 #include "mmapstore/compressor.h"
+#include "model_fixtures.h"
 #include "test_support.h"
 
 using namespace towers;
 
 namespace {
 
-std::unique_ptr<Model> tiny_model() {
-  SynthOptions o;
-  o.shape = "tiny";
-  o.type = "q8_0";
-  o.out = (test::temp_dir() / "compressor-tiny-q8_0.gguf").string();
-  o.shared_dir = test::shared_dir().string();
-  if (!std::filesystem::exists(o.out)) REQUIRE(synthesize_model(o).ok());
-  auto m = Model::load(o.out);
-  REQUIRE_MESSAGE(m.ok(), m.error());
-  return std::move(m.value());
-}
 
 // Stands in for the arithmetic coder: records what it was asked to code, returns the tokens as bytes.
 struct RecordingEncoder {
@@ -46,7 +35,7 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
 }  // namespace
 
 TEST_CASE("compress codes a segment under its parents' tokens and freezes it; leased ones are skipped") {
-  auto model = tiny_model();
+  auto model = test::synth_tiny("compressor", "q8_0");
   ThreadPool threads(2);
   Forward fwd(*model, threads);
   SegmentPool pool(*model, fwd);
@@ -87,7 +76,7 @@ TEST_CASE("compress codes a segment under its parents' tokens and freezes it; le
 }
 
 TEST_CASE("the background loop compresses what is idle and stops cleanly") {
-  auto model = tiny_model();
+  auto model = test::synth_tiny("compressor", "q8_0");
   ThreadPool threads(1);
   Forward fwd(*model, threads);
   SegmentPool pool(*model, fwd);

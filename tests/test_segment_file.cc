@@ -3,8 +3,8 @@
 #include <random>
 
 #include "engine/forward.h"
-#include "engine/synth.h"
 #include "mmapstore/segment_file.h"
+#include "model_fixtures.h"
 #include "test_support.h"
 
 using namespace towers;
@@ -12,18 +12,7 @@ using namespace towers;
 namespace {
 
 struct Tiny {
-  std::unique_ptr<Model> model;
-  Tiny() {
-    SynthOptions o;
-    o.shape = "tiny";
-    o.type = "f16";
-    o.out = (test::temp_dir() / "segfile-tiny-f16.gguf").string();
-    o.shared_dir = test::shared_dir().string();
-    if (!std::filesystem::exists(o.out)) REQUIRE(synthesize_model(o).ok());
-    auto m = Model::load(o.out);
-    REQUIRE_MESSAGE(m.ok(), m.error());
-    model = std::move(m.value());
-  }
+  std::unique_ptr<Model> model = test::synth_tiny("segfile", "f16");
 };
 
 std::shared_ptr<const Segment> make_segment(const Model& model, KvQuant format, int n, int32_t first_pos) {

@@ -5,30 +5,14 @@
 #include <cmath>
 #include <random>
 
-#include "engine/synth.h"
 #include "mmapstore/segment_pool.h"
+#include "model_fixtures.h"
 #include "test_support.h"
 
 using namespace towers;
 
 namespace {
 
-std::unique_ptr<Model> tiny_model() {
-  static std::string path;
-  if (path.empty()) {
-    SynthOptions o;
-    o.shape = "tiny";
-    o.type = "f16";
-    o.out = (test::temp_dir() / "pool-tiny-f16.gguf").string();
-    o.shared_dir = test::shared_dir().string();
-    auto st = synthesize_model(o);
-    REQUIRE_MESSAGE(st.ok(), st.message());
-    path = o.out;
-  }
-  auto m = Model::load(path);
-  REQUIRE_MESSAGE(m.ok(), m.error());
-  return std::move(m.value());
-}
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
   std::uniform_int_distribution<int32_t> d(3, vocab - 1);
@@ -74,7 +58,7 @@ PoolOptions exact_f32() {
 }
 
 struct Fixture {
-  std::unique_ptr<Model> model = tiny_model();
+  std::unique_ptr<Model> model = test::synth_tiny("pool", "f16");
   ThreadPool threads{2};
   Forward fwd{*model, threads, Kernels::Reference};
   std::mt19937 rng{7};
