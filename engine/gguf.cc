@@ -626,9 +626,19 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
 }
 
 Status GgufWriter::write(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return Status::Error(tmp + ": cannot create: " + std::strerror(errno));
+  // A unique temporary name: two writers of the same path (parallel tests, two `model synth` runs) must
+  // never truncate each other's half-written file; the rename makes whichever finishes last win whole.
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = mkstemp(tmp.data());
+  if (fd < 0) return Status::Error(path + ".tmp: cannot create: " + std::strerror(errno));
+  fchmod(fd, 0644);
+  FILE* f = fdopen(fd, "wb");
+  if (!f) {
+    const int e = errno;
+    close(fd);
+    std::remove(tmp.c_str());
+    return Status::Error(tmp + ": cannot open: " + std::strerror(e));
+  }
   auto fail = [&](const std::string& what) {
     int e = errno;
     std::fclose(f);
