@@ -34,20 +34,6 @@ bool write_file(const std::string& path, const void* data, size_t n) {
   return static_cast<bool>(out);
 }
 
-// "\rcodec encode: 12345/67890 tokens" at most five times a second, for inputs worth watching.
-std::function<void(int64_t, int64_t)> progress_printer(const char* verb) {
-  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
-  return [verb, last](int64_t done, int64_t total) {
-    if (total < 2000) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (done < total && now - *last < std::chrono::milliseconds(200)) return;
-    *last = now;
-    std::fprintf(stderr, "\rcodec %s: %lld/%lld tokens", verb, static_cast<long long>(done),
-                 static_cast<long long>(total));
-    if (done >= total) std::fprintf(stderr, "\n");
-  };
-}
-
 std::unique_ptr<Model> load_model(const std::string& path) {
   auto model = Model::load(path);
   if (!model) std::exit(fail(model.error()));
@@ -55,6 +41,19 @@ std::unique_ptr<Model> load_model(const std::string& path) {
 }
 
 }  // namespace
+
+std::function<void(int64_t, int64_t)> progress_printer(std::string verb) {
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [verb, last](int64_t done, int64_t total) {
+    if (total < 2000) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done < total && now - *last < std::chrono::milliseconds(200)) return;
+    *last = now;
+    std::fprintf(stderr, "\r%s: %lld/%lld tokens", verb.c_str(), static_cast<long long>(done),
+                 static_cast<long long>(total));
+    if (done >= total) std::fprintf(stderr, "\n");
+  };
+}
 
 void add_codec(CLI::App& app) {
   auto* codec = app.add_subcommand(
@@ -125,7 +124,7 @@ void add_codec(CLI::App& app) {
     copt.chunk = o->chunk;
     copt.window = o->window;
     copt.batch = o->batch;
-    copt.progress = progress_printer("encode");
+    copt.progress = progress_printer("codec encode");
     CodecStats st;
     auto bytes = codec.encode(fwd, {}, tokens, copt, &st);
     if (!bytes) std::exit(fail(bytes.error()));
@@ -165,7 +164,7 @@ void add_codec(CLI::App& app) {
     Codec codec(*model, &pool);
     CodecOptions copt;
     copt.batch = o->batch;
-    copt.progress = progress_printer("decode");
+    copt.progress = progress_printer("codec decode");
     CodecStats st;
     auto tokens = codec.decode(fwd, {}, bytes, copt, &st);
     if (!tokens) std::exit(fail(o->in + ": " + tokens.error()));

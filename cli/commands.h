@@ -1,6 +1,9 @@
 // towerctl's verbs. Each registers its subcommand on the app and runs when chosen.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
 
 namespace towers::cli {
 
@@ -15,10 +18,12 @@ void add_pool(CLI::App& app);
 void add_policy(CLI::App& app);    // policy get, policy set
 void add_segments(CLI::App& app);  // segments ls, show, add, rm
 void add_sessions(CLI::App& app);  // sessions ls, show, create, rm
-void add_cold(CLI::App& app);      // compress, thaw (cold tier of a running towerd)
+void add_cold(CLI::App& app);      // compress, thaw (cold tier: a running towerd, or its stopped state)
 void add_chat(CLI::App& app);
 
 // Prints "towerctl: <message>" to stderr and returns the exit status for failures.
 int fail(const std::string& message);
+// "\r<verb>: 12345/67890 tokens" on stderr at most five times a second, for totals worth watching.
+std::function<void(int64_t, int64_t)> progress_printer(std::string verb);
 
 }  // namespace towers::cli

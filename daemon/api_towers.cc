@@ -4,8 +4,9 @@
 //   PUT    /v1/segments/{name}          {"level": "platform|community|bot", "parent": "...", "text": "..."}
 //   POST   /v1/segments                 same, with "name" in the body
 //   DELETE /v1/segments/{name}          refused (409) while it has child segments or sessions
-//   POST   /v1/segments/{name}/compress move its KV to the cold tier now (arithmetic-coded tokens)
-//   POST   /v1/segments/{name}/thaw     bring it back to RAM now (one prefill)
+//   POST   /v1/segments/{name}/compress move its KV to the cold tier now (arithmetic-coded tokens); it
+//                                        also restarts cold (its coded bytes go to the state log)
+//   POST   /v1/segments/{name}/thaw     bring it back to RAM now (one prefill); it restarts hot
 //   POST   /v1/compress                 {"idle_seconds": N}: every segment idle that long goes cold
 //   GET    /v1/sessions                 list
 //   POST   /v1/sessions                 {"bot": "...", "id": optional}
@@ -86,8 +87,10 @@ void handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, boo
       if (parts[1] == "compress") {
         if (!svc.compressor) throw HttpError(409, "invalid_request_error", "the cold tier is disabled ([cold] enabled)");
         st = svc.compressor->compress(id);
+        if (st.ok()) svc.catalog.record_cold_tiers();  // it restarts cold too
       } else {
         st = svc.scheduler.run([&] { return svc.pool.thaw(id); });
+        if (st.ok()) st = svc.catalog.set_hot(name);
       }
       if (!st.ok()) throw HttpError(409, "invalid_request_error", parts[1] + " " + name + ": " + st.message());
       return send_json(out, 200, svc.catalog.segment_json(name));
@@ -121,9 +124,11 @@ void handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, boo
     const auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(b["idle_seconds"].get<double>()));
     const size_t n = svc.compressor->compress_idle(idle);
+    const std::vector<std::string> recorded = svc.catalog.record_cold_tiers();
     auto cs = svc.compressor->stats();
     return send_json(out, 200, {{"compressed", n}, {"total_compressed", cs.compressed}, {"tokens", cs.tokens},
-                                {"coded_bytes", cs.coded_bytes}, {"last_error", cs.last_error}});
+                                {"coded_bytes", cs.coded_bytes}, {"last_error", cs.last_error},
+                                {"cold_at_rest", recorded}});
   }
   if (p == "/v1/sessions" || p.rfind("/v1/sessions/", 0) == 0) {
     handled = true;

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <random>
 
+#include "daemon/base64.h"
 #include "daemon/http_error.h"
 #include "daemon/log.h"
 #include "daemon/random_id.h"
@@ -74,6 +75,7 @@ Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std:
   auto chain = chain_locked(name);
   if (chain.empty()) return Status::Error("unknown segment \"" + name + "\"");
   SegmentId parent = kNoSegment;
+  std::vector<int32_t> context;
   for (SegmentDef* d : chain) {
     if (d->tokens.empty()) {
       if (Status st = tokenize_def_locked(*d); !st.ok()) return st;
@@ -82,13 +84,22 @@ Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std:
       SegmentOptions o;
       o.label = d->level + ":" + d->name;
       o.pinned = std::find(config_.pin_levels.begin(), config_.pin_levels.end(), d->level) != config_.pin_levels.end();
+      if (!d->coded.empty()) {
+        if (std::string why = cold_mismatch_locked(*d, context); why.empty()) {
+          o.cold = d->coded;  // no prefill now: it thaws on its first lease
+        } else {
+          log_warn("segment \"" + d->name + "\" restarts hot: its cold copy " + why);
+          d->coded.clear();
+        }
+      }
       auto added = pool_.add(parent, d->tokens, o);
       if (!added.ok()) return Status::Error("segment \"" + d->name + "\": " + added.error());
       d->pool_id = added.value();
     }
     parent = d->pool_id;
-    if (base) base->insert(base->end(), d->tokens.begin(), d->tokens.end());
+    context.insert(context.end(), d->tokens.begin(), d->tokens.end());
   }
+  if (base) base->insert(base->end(), context.begin(), context.end());
   if (id) *id = parent;
   return Status::Ok();
 }
@@ -119,6 +130,17 @@ std::string Catalog::apply(const StateStore::Replayed& r) {
       case RecordType::SegmentDelete:
         defs_.erase(str("name"));
         return "";
+      case RecordType::SegmentTier: {
+        SegmentDef* d = find_def(str("name"));
+        if (!d) return "tier of unknown segment \"" + str("name") + "\"; skipped";
+        d->coded.clear();
+        if (b.contains("coded")) {
+          auto bytes = base64_decode(str("coded"));
+          if (!bytes || bytes->empty()) return "segment \"" + d->name + "\": cold copy is not base64; it restarts hot";
+          d->coded = std::move(*bytes);
+        }
+        return "";
+      }
       case RecordType::SessionCreate: {
         Session s;
         s.id = str("id"), s.bot = str("bot");
@@ -212,6 +234,9 @@ Status Catalog::restore_segments() {
     }
     if (++done % 10 == 0 || done == total) log_info("restored " + std::to_string(done) + "/" + std::to_string(total) + " segments");
   }
+  size_t cold = 0;
+  for (const auto& [name, d] : defs_) cold += !d.coded.empty();
+  if (cold) log_info(std::to_string(cold) + " segment(s) restarted cold (not prefilled; each thaws on first use)");
   if (model_changed_) {
     std::vector<std::pair<RecordType, json>> live = live_records_locked();
     if (Status st = store_.compact(live); !st.ok()) log_error("cannot rewrite the state log: " + st.message());
@@ -242,7 +267,8 @@ size_t Catalog::warm_sessions() const {
 
 json Catalog::def_json_locked(const SegmentDef& d) const {
   json j = {{"name", d.name}, {"level", d.level}, {"parent", d.parent}, {"text", d.text},
-            {"tokens", d.tokens.size()}, {"updated", d.updated}};
+            {"tokens", d.tokens.size()}, {"updated", d.updated}, {"at_rest", d.coded.empty() ? "hot" : "cold"},
+            {"coded_bytes", d.coded.size()}};
   json children = json::array();
   for (const auto& [n, c] : defs_) {
     if (c.parent == d.name) children.push_back(n);
@@ -644,6 +670,7 @@ std::vector<std::pair<RecordType, json>> Catalog::live_records_locked() const {
       if (d.level == level) {
         live.push_back({RecordType::SegmentPut, {{"name", d.name}, {"level", d.level}, {"parent", d.parent},
                                                  {"text", d.text}, {"updated", d.updated}}});
+        if (!d.coded.empty()) live.push_back({RecordType::SegmentTier, {{"name", d.name}, {"coded", base64_encode(d.coded)}}});
       }
     }
   }
@@ -659,7 +686,7 @@ std::vector<std::pair<RecordType, json>> Catalog::live_records_locked() const {
 
 size_t Catalog::live_estimate_locked() const {
   size_t n = 64;
-  for (const auto& [k, d] : defs_) n += d.text.size() + 96;
+  for (const auto& [k, d] : defs_) n += d.text.size() + d.coded.size() * 4 / 3 + 96;
   for (const auto& [k, s] : sessions_) {
     n += 128 + s.transcript.size() * 7;
     for (const auto& m : s.messages) n += m.content.size() + 32;
@@ -677,6 +704,95 @@ void Catalog::maybe_compact() {
     return;
   }
   log_info("compacted the state log from " + format_size(bytes) + " to " + format_size(store_.bytes()));
+}
+
+std::string Catalog::cold_mismatch_locked(const SegmentDef& d, std::span<const int32_t> context) const {
+  auto h = read_codec_header(d.coded);
+  if (!h.ok()) return "is damaged (" + h.error() + ")";
+  if (h->fingerprint != fingerprint_) return "was coded with another model";
+  if (h->tokens != static_cast<int64_t>(d.tokens.size()) || h->tokens_crc != codec::crc32_tokens(d.tokens)) {
+    return "codes other tokens (the text or the tokenizer changed)";
+  }
+  if (h->context_length != static_cast<int64_t>(context.size()) || h->context_crc != codec::crc32_tokens(context)) {
+    return "was coded under another parent chain";
+  }
+  return "";
+}
+
+Status Catalog::record_tier_locked(SegmentDef& d, std::vector<uint8_t> coded) {
+  json body = {{"name", d.name}, {"at", now_s()}};
+  if (!coded.empty()) body["coded"] = base64_encode(coded);
+  if (Status st = store_.append(RecordType::SegmentTier, body); !st.ok()) return st;
+  d.coded = std::move(coded);
+  return Status::Ok();
+}
+
+std::vector<std::string> Catalog::record_cold_tiers() {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> names;
+  for (auto& [name, d] : defs_) {
+    if (!d.coded.empty() || d.pool_id == kNoSegment) continue;
+    auto info = pool_.info(d.pool_id);
+    if (!info || info->tier != Tier::Cold) continue;
+    std::vector<uint8_t> coded = pool_.coded(d.pool_id);
+    if (coded.empty()) continue;
+    if (Status st = record_tier_locked(d, std::move(coded)); !st.ok()) {
+      log_error("cannot record segment \"" + name + "\" as cold: " + st.message());
+      continue;
+    }
+    names.push_back(name);
+  }
+  return names;
+}
+
+Status Catalog::set_hot(const std::string& name) {
+  std::lock_guard lock(mu_);
+  SegmentDef* d = find_def(name);
+  if (!d) return Status::Error("segment \"" + name + "\" does not exist");
+  return d->coded.empty() ? Status::Ok() : record_tier_locked(*d, {});
+}
+
+Result<size_t> Catalog::encode_cold(const std::string& name, const Codec& codec, Forward& forward,
+                                    const CodecOptions& options) {
+  std::lock_guard lock(mu_);
+  auto chain = chain_locked(name);
+  if (chain.empty()) return Status::Error("segment \"" + name + "\" does not exist");
+  std::vector<int32_t> context;
+  for (SegmentDef* d : chain) {
+    if (d->tokens.empty()) {
+      if (Status st = tokenize_def_locked(*d); !st.ok()) return Status::Error("segment \"" + d->name + "\": " + st.message());
+    }
+    if (d != chain.back()) context.insert(context.end(), d->tokens.begin(), d->tokens.end());
+  }
+  SegmentDef& d = *chain.back();
+  auto coded = codec.encode(forward, context, d.tokens, options);
+  if (!coded.ok()) return coded.status();
+  const size_t bytes = coded->size();
+  if (Status st = record_tier_locked(d, std::move(coded.value())); !st.ok()) return st;
+  return bytes;
+}
+
+std::vector<std::string> Catalog::idle_segments(int64_t idle_seconds, int64_t now) const {
+  std::lock_guard lock(mu_);
+  std::map<std::string, int64_t> last;  // newest change or session turn in each definition's subtree
+  for (const auto& [name, d] : defs_) last[name] = d.updated;
+  auto touch = [&](std::string name, int64_t at) {
+    for (int depth = 0; !name.empty() && depth < 8; ++depth) {
+      auto it = last.find(name);
+      if (it == last.end()) break;
+      it->second = std::max(it->second, at);
+      name = defs_.at(name).parent;
+    }
+  };
+  for (const auto& [name, d] : defs_) touch(d.parent, d.updated);
+  for (const auto& [id, s] : sessions_) touch(s.bot, s.updated);
+  std::vector<std::string> out;
+  for (const char* level : {"bot", "community", "platform"}) {
+    for (const auto& [name, d] : defs_) {
+      if (d.level == level && d.coded.empty() && now - last.at(name) >= idle_seconds) out.push_back(name);
+    }
+  }
+  return out;
 }
 
 }  // namespace towers::daemon

@@ -25,6 +25,7 @@
 #include "daemon/prompt.h"
 #include "daemon/scheduler.h"
 #include "daemon/state_store.h"
+#include "engine/codec.h"
 #include "mmapstore/segment_pool.h"
 
 namespace towers::daemon {
@@ -34,6 +35,10 @@ struct SegmentDef {
   std::vector<int32_t> tokens;   // this level's tokens (computed from the text)
   SegmentId pool_id = kNoSegment;
   int64_t updated = 0;           // unix seconds
+  // Tier at rest, set by `towerctl compress|thaw` (daemon or offline): non-empty = cold, the codec
+  // container of `tokens` under the parent chain. A cold definition is put in the pool without a
+  // prefill (at start or on demand) and thaws on its first lease.
+  std::vector<uint8_t> coded;
 };
 
 struct Session {
@@ -103,6 +108,18 @@ class Catalog {
   // Compaction when the log is big and mostly dead.
   void maybe_compact();
 
+  // The cold tier at rest. record_cold_tiers (after the daemon's compressor ran): every hierarchy
+  // segment the pool holds cold gets its coded bytes recorded; returns their names. set_hot (after a
+  // thaw): the segment restarts hot. encode_cold (offline, towerctl on a stopped daemon's state):
+  // codes the segment's tokens under its parent chain and records them.
+  std::vector<std::string> record_cold_tiers();
+  Status set_hot(const std::string& name);
+  Result<size_t> encode_cold(const std::string& name, const Codec& codec, Forward& forward, const CodecOptions& options);
+  // Offline idleness: definitions (not cold yet) with no change and no session turn in their subtree
+  // for idle_seconds before now, leaves first.
+  std::vector<std::string> idle_segments(int64_t idle_seconds, int64_t now) const;
+  bool model_changed() const { return model_changed_; }
+
  private:
   SegmentDef* find_def(const std::string& name);
   const SegmentDef* find_def(const std::string& name) const;
@@ -114,6 +131,8 @@ class Catalog {
   nlohmann::json def_json_locked(const SegmentDef& d) const;
   size_t live_estimate_locked() const;
   std::vector<std::pair<RecordType, nlohmann::json>> live_records_locked() const;
+  Status record_tier_locked(SegmentDef& d, std::vector<uint8_t> coded);
+  std::string cold_mismatch_locked(const SegmentDef& d, std::span<const int32_t> context) const;
 
   const Model& model_;
   SegmentPool& pool_;

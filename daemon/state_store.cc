@@ -1,5 +1,12 @@
 #include "daemon/state_store.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 namespace towers::daemon {
 
 const char* record_type_name(RecordType t) {
@@ -11,6 +18,7 @@ const char* record_type_name(RecordType t) {
     case RecordType::SessionTurn: return "session_turn";
     case RecordType::SessionDelete: return "session_delete";
     case RecordType::SessionSnapshot: return "session_snapshot";
+    case RecordType::SegmentTier: return "segment_tier";
   }
   return "?";
 }
@@ -21,9 +29,18 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::filesystem::path
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Error("cannot create state directory " + dir.string() + ": " + ec.message());
   auto store = std::unique_ptr<StateStore>(new StateStore());
+  // One writer per state directory: a second towerd, or an offline towerctl verb while towerd runs,
+  // would interleave records with ours. The lock goes when the process does (even on a crash).
+  const auto lock_path = dir / "towerd.lock";
+  store->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (store->lock_fd_ < 0) return Status::Error("cannot open " + lock_path.string() + ": " + std::strerror(errno));
+  if (flock(store->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return Status::Error(dir.string() + " is in use by another process (a running towerd, or a towerctl verb on it): " +
+                         std::strerror(errno));
+  }
   store->path_ = dir / "towerd.log";
   auto rep = read_record_log(store->path_, [&](const LogRecord& r) {
-    if (r.type < 1 || r.type > 7) {
+    if (r.type < 1 || r.type > static_cast<uint8_t>(RecordType::SegmentTier)) {
       problems.push_back(store->path_.string() + ": record at offset " + std::to_string(r.offset) +
                          " has unknown type " + std::to_string(r.type) + "; skipped");
       return;
@@ -42,6 +59,11 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::filesystem::path
   if (!w.ok()) return w.status();
   store->writer_ = std::move(w.value());
   return store;
+}
+
+StateStore::~StateStore() {
+  writer_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 Status StateStore::append(RecordType type, const nlohmann::json& body) {

@@ -7,6 +7,9 @@
 //   session_turn     {id, user, assistant, delta, generated, seals, at}   one completed reply
 //   session_delete   {id}
 //   session_snapshot {id, bot, created, updated, messages, transcript, seals}  (written by compaction)
+//   segment_tier     {name, coded?, at}   a hierarchy segment's tier at rest: with `coded` (base64 codec
+//                                         container of its tokens) it restarts cold, without it hot
+// The directory is locked (flock on <state_dir>/towerd.lock) while a StateStore is open.
 // fsync policy: every record is appended with fdatasync before the client gets its answer (segment
 // and session changes when they are made, a session turn at the end of its reply). A reply that was
 // cancelled (client gone, shutdown) is not recorded: the session stays as it was before the message.
@@ -34,6 +37,7 @@ enum class RecordType : uint8_t {
   SessionTurn = 5,
   SessionDelete = 6,
   SessionSnapshot = 7,
+  SegmentTier = 8,
 };
 const char* record_type_name(RecordType t);
 
@@ -50,12 +54,17 @@ class StateStore {
   Status append(RecordType type, const nlohmann::json& body);  // synced
   Status compact(const std::vector<std::pair<RecordType, nlohmann::json>>& live);
   uint64_t bytes() const;
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  StateStore() = default;
   std::filesystem::path path_;
   mutable std::mutex mu_;
   std::unique_ptr<RecordLogWriter> writer_;
+  int lock_fd_ = -1;  // holds the directory's flock
 };
 
 }  // namespace towers::daemon

@@ -103,6 +103,7 @@ Status SegmentPool::thaw_locked(std::span<const SegmentId> ids, std::unique_lock
       result = Status::Error("cannot thaw segment " + std::to_string(id) + ": " + (st.ok() ? "seal failed" : st.message()));
       break;
     }
+    e.kv_bytes = seg->kv_bytes();  // unknown until now for a segment added cold
     e.segment = std::move(seg);
     e.coded.clear();
     counters_.thaws++;
@@ -267,6 +268,7 @@ Result<SegmentId> SegmentPool::add_locked(SegmentId parent, std::span<const int3
   auto id_or = allocate_id_locked(options);
   if (!id_or.ok()) return id_or.status();
   const SegmentId id = id_or.value();
+  if (options.cold) return add_cold_locked(id, parent, sequence, tokens.size(), options);
 
   // Prefill outside the lock (readers of stats keep going); the parent chain stays pinned meanwhile.
   auto chain_or = chain_locked(parent, lock);
@@ -289,6 +291,25 @@ Result<SegmentId> SegmentPool::add_locked(SegmentId parent, std::span<const int3
   if (!ins.ok()) return ins.status();
   if (!ins.value().inserted) return ins.value().segment;
   entries_.emplace(id, make_entry(std::move(seg), options));
+  return id;
+}
+
+Result<SegmentId> SegmentPool::add_cold_locked(SegmentId id, SegmentId parent, std::span<const int32_t> sequence,
+                                               size_t length, const SegmentOptions& options) {
+  auto ins = trie_.insert(sequence, id);
+  if (!ins.ok()) return ins.status();
+  if (!ins.value().inserted) return ins.value().segment;
+  auto e = std::make_unique<Entry>();
+  e->id = id;
+  e->parent = parent;
+  e->length = static_cast<int32_t>(length);
+  e->computed_pos = static_cast<int32_t>(sequence.size() - length);
+  e->format = options.format.value_or(options_.depth.at_depth(parent == kNoSegment ? 0 : depth_locked(parent) + 1));
+  e->coded = *options.cold;
+  e->label = options.label;
+  e->pinned = options.pinned;
+  e->created = e->last_used = std::chrono::steady_clock::now();
+  entries_.emplace(id, std::move(e));
   return id;
 }
 

@@ -59,6 +59,9 @@ struct SegmentOptions {
   SegmentId id = kNoSegment;      // restore with a known id (persistence); kNoSegment = allocate
   bool pinned = false;            // never evicted (hierarchy bases defined by the operator)
   std::string label;              // free text for listings ("platform", "bot:helper", ...)
+  // Add the segment cold, without running the model: it holds these coded tokens (a cold tier kept
+  // on disk) and thaws by prefill on its first lease. The caller has checked that they code `tokens`.
+  std::optional<std::vector<uint8_t>> cold;
 };
 
 struct SegmentInfo {
@@ -163,6 +166,8 @@ class SegmentPool {
   Result<SegmentId> add_locked(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options,
                                std::unique_lock<std::mutex>& lock);
   // The segments from the top down to id, paged in when warm and thawed when cold.
+  Result<SegmentId> add_cold_locked(SegmentId id, SegmentId parent, std::span<const int32_t> sequence, size_t length,
+                                    const SegmentOptions& options);
   Result<std::vector<std::shared_ptr<const Segment>>> chain_locked(SegmentId id, std::unique_lock<std::mutex>& lock);
   Status page_in_locked(std::span<const SegmentId> ids);
   // Thaws the cold ones among ids (root first, each id's parent before it) by prefill. Unlocks while

@@ -368,3 +368,35 @@ TEST_CASE("idle segments freeze to cold (no KV anywhere) and thaw by prefill to 
   REQUIRE_MESSAGE(child.ok(), child.error());
   CHECK(pool.info(b)->tier == Tier::Hot);
 }
+
+TEST_CASE("a segment added cold (a cold tier restored from disk) runs no model until its first lease") {
+  Fixture f;
+  PoolOptions o;
+  SegmentPool hot_pool(*f.model, f.fwd, o);
+  auto sys = random_tokens(f.rng, 20, f.vocab()), bot = random_tokens(f.rng, 10, f.vocab()),
+       user = random_tokens(f.rng, 4, f.vocab());
+  auto hb = hot_pool.add(hot_pool.add(kNoSegment, sys).value(), bot).value();
+  const auto want_v = hot_pool.get(hb)->v_bytes();
+
+  SegmentPool pool(*f.model, f.fwd, o);
+  SegmentOptions cold;
+  cold.cold = std::vector<uint8_t>{7, 7};
+  auto base = pool.add(kNoSegment, sys, cold);
+  REQUIRE(base.ok());
+  auto b = pool.add(base.value(), bot, cold);
+  REQUIRE(b.ok());
+  CHECK(pool.info(b.value())->tier == Tier::Cold);
+  CHECK(pool.info(b.value())->format == hot_pool.info(hb)->format);  // the depth policy still applies
+  CHECK(pool.coded(b.value()) == std::vector<uint8_t>{7, 7});
+  CHECK(pool.stats().kv_bytes == 0);
+  CHECK(pool.stats().cold_segments == 2);
+  CHECK(pool.stats().thaws == 0);
+
+  auto l = pool.assemble(concat({sys, bot, user}), 0);
+  REQUIRE(l.ok());
+  CHECK(l->cached_tokens == 30);
+  CHECK(pool.stats().thaws == 2);
+  CHECK(pool.get(b.value())->v_bytes() == want_v);
+  CHECK(pool.info(b.value())->kv_bytes == hot_pool.info(hb)->kv_bytes);
+  pool.release(*l);
+}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # towerctl's client verbs against a real towerd (stories260K, temporary socket and state dir): status,
 # segments add (3 levels, a TOML library, a directory) / ls / show / rm, sessions create / ls / show /
-# rm, chat (one message, and stdin lines), pool, policy get / set, SIGHUP re-reading [policy], and the
-# errors: a daemon error is one line on stderr and a non-zero exit; no daemon gives the connection hint.
+# rm, chat (one message, and stdin lines), pool, policy get / set, SIGHUP re-reading [policy], the cold
+# tier (compress / thaw on the daemon, and offline on its stopped state), and the errors: a daemon error is one line on stderr and a non-zero exit; no daemon gives the connection hint.
 set -euo pipefail
 towerctl="$1"
 . "$(dirname "$0")/lib.sh"
@@ -107,6 +107,8 @@ err="$(expect_error compress plat)"; has "$err" 'pinned'
 out="$(ctl compress --idle-for 0)"; has "$out" '^compressed [0-9]* segment'
 expect_error compress >/dev/null
 ctl pool --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["cold"]["segments"] > 0, d["cold"]'
+# Offline verbs refuse a state directory that a running towerd holds.
+err="$(expect_error compress --state-dir "$state" -m "$model" bot1)"; has "$err" 'in use by another process'
 
 # Daemon errors: one line, non-zero.
 err="$(expect_error chat --session nope --message hi)"; has "$err" '^towerctl: session "nope" does not exist (HTTP 404)$'
@@ -120,4 +122,25 @@ stop
 err="$(expect_error status)"
 has "$err" "^towerctl: cannot connect to $sock: .* is towerd running? (--socket / TOWERD_SOCKET)"
 err="$(expect_error pool --socket "$tmp/none.sock")"; has "$err" "cannot connect to $tmp/none.sock"
+
+# Offline cold tier on the stopped daemon's state: thaw (restarts hot), compress one segment, then
+# towerd restarts with it cold (no prefill) and the reply under it is the one given before.
+off=(--state-dir "$state" -m "$model")
+out="$(ctl thaw "${off[@]}" bot1)"; has "$out" '^bot1: .*restarts hot$'
+out="$(ctl compress "${off[@]}" bot1)"; has "$out" '^bot1: [0-9]* tokens -> .* coded (.* bits/token); restarts cold$'
+out="$(ctl compress "${off[@]}" --idle-for 86400)"; has "$out" 'no segment is idle'
+err="$(expect_error compress --state-dir "$tmp/nothing" -m "$model" bot1)"; has "$err" 'no towerd state'
+err="$(expect_error compress "${off[@]}" nope)"; has "$err" 'nope.*does not exist'
+err="$(expect_error compress --state-dir "$state" -m "$shared/models/babyllama105.gguf" bot1)"; has "$err" 'another model'
+start --config "$tmp/towerd.toml"
+ctl segments show bot1 --json | python3 -c '
+import json,sys; d=json.load(sys.stdin)
+assert d["at_rest"] == "cold" and d["coded_bytes"] > 0, d
+assert d["pool"]["tier"] == "cold" and d["pool"]["kv_bytes"] == 0, d["pool"]'
+ctl sessions create --bot bot1 --id c3 >/dev/null
+again="$(ctl chat --session c3 --message "The dragon" --temperature 0 --max-tokens 12)"
+[ "$before" = "$again" ] || fail "reply after a cold restart differs: [$before] vs [$again]"
+ctl segments show bot1 --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["pool"]["tier"] == "hot", d'
+out="$(ctl thaw bot1)"; has "$out" '^bot1: hot.*restarts hot$'
+stop
 echo "towerctl client verbs: OK"
