@@ -69,12 +69,8 @@ int with_offline_state(const OfflineOptions& o, Work work) {
   auto loaded = Model::load(cfg.model_path);
   if (!loaded.ok()) return fail("cannot load the model: " + loaded.error());
   const Model& m = *loaded.value();
-  ChatFamily family = detect_chat_family(m.tokenizer().chat_template());
-  if (!cfg.chat_template.empty()) {
-    auto f = chat_family_from_name(cfg.chat_template);
-    if (!f.ok()) return fail(f.error());
-    family = f.value();
-  }
+  auto family = chat_family_for(m.tokenizer().chat_template(), cfg.chat_template);
+  if (!family.ok()) return fail("model.chat_template: " + family.error());
   ThreadPool threads(o.threads);
   const uint64_t fingerprint = model_fingerprint(m, &threads);
   Forward forward(m, threads);
@@ -82,7 +78,7 @@ int with_offline_state(const OfflineOptions& o, Work work) {
   po.depth = cfg.depth;
   po.model_fingerprint = fingerprint;
   SegmentPool pool(m, forward, po);  // runs no model here: the catalog only reads its definitions
-  PromptBuilder prompts(m.tokenizer(), family);
+  PromptBuilder prompts(m.tokenizer(), family.value());
   std::vector<StateStore::Replayed> records;
   std::vector<std::string> problems;
   auto store = StateStore::open(cfg.state_dir, records, problems);

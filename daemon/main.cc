@@ -88,12 +88,9 @@ int main(int argc, char** argv) {
   auto loaded = Model::load(cfg.model_path);
   if (!loaded.ok()) return die(1, "cannot load the model: " + loaded.error());
   const Model& m = *loaded.value();
-  ChatFamily family = detect_chat_family(m.tokenizer().chat_template());
-  if (!cfg.chat_template.empty()) {
-    auto f = chat_family_from_name(cfg.chat_template);
-    if (!f.ok()) return die(2, "invalid config: model.chat_template: " + f.error());
-    family = f.value();
-  }
+  auto chat_family = chat_family_for(m.tokenizer().chat_template(), cfg.chat_template);
+  if (!chat_family.ok()) return die(2, "invalid config: model.chat_template: " + chat_family.error());
+  const ChatFamily family = chat_family.value();
   ThreadPool threads_pool(cfg.threads);
   const uint64_t fingerprint = model_fingerprint(m, &threads_pool);
   Forward forward(m, threads_pool);

@@ -244,6 +244,11 @@ Result<ChatFamily> chat_family_from_name(std::string_view name) {
   return Status::Error("unknown chat template '" + std::string(name) + "' (known: " + chat_family_names() + ")");
 }
 
+Result<ChatFamily> chat_family_for(std::string_view jinja_template, std::string_view configured) {
+  if (configured.empty()) return detect_chat_family(jinja_template);
+  return chat_family_from_name(configured);
+}
+
 ChatFamily detect_chat_family(std::string_view t) {
   if (contains(t, "<|start_header_id|>")) return ChatFamily::Llama3;
   if (contains(t, "<|im_start|>")) return ChatFamily::ChatML;

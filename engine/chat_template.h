@@ -66,6 +66,9 @@ std::string chat_family_names();
 //   [INST] with <<SYS>> → Llama2, [INST] without → Mistral;
 //   <|user|> with </s> or eos_token, and without Phi-3's <|end|> → Zephyr; anything else → Plain.
 ChatFamily detect_chat_family(std::string_view jinja_template);
+// The configured family (a name for chat_family_from_name) or, when `configured` is empty, the one
+// detected from the template.
+Result<ChatFamily> chat_family_for(std::string_view jinja_template, std::string_view configured);
 
 // The system message a template inserts when the conversation has none (Qwen2.5's "You are Qwen,
 // created by Alibaba Cloud. You are a helpful assistant."), or "" when it inserts none.
