@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   const ChatFamily family = chat_family.value();
   ThreadPool threads_pool(cfg.threads);
   const uint64_t fingerprint = model_fingerprint(m, &threads_pool);
+  m.release_packed_sources();  // the fingerprint read every tensor byte back into memory
   Forward forward(m, threads_pool);
   PoolOptions po;
   po.depth = cfg.depth;

@@ -77,6 +77,8 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return size_; }
   const std::string& path() const { return path_; }
+  // True when the bytes are a read-only mapping of a file (open), false for from_memory.
+  bool mapped() const { return mapped_; }
 
   const std::vector<GgufKV>& metadata() const { return kv_; }
   const GgufValue* find(std::string_view key) const;

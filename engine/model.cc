@@ -1,5 +1,8 @@
 #include "engine/model.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -196,6 +199,27 @@ void Model::pack_weights() {
     packed_store_.push_back(std::move(buf));
   }
   if (config_.tied_embeddings) tok_embd.packed = output.packed;
+  release_packed_sources();
+}
+
+size_t Model::release_packed_sources() const {
+  if (!file_->mapped()) return 0;  // from_memory: the caller's buffer, never ours to discard
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  std::vector<const Weight*> ws = {&output};
+  for (const LayerWeights& L : layers) {
+    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
+  }
+  size_t released = 0;
+  for (const Weight* w : ws) {
+    // A tied output matrix is also the embedding table, whose rows the fast path reads.
+    if (!w->packed || (w == &output && config_.tied_embeddings)) continue;
+    const size_t rows = static_cast<size_t>(w->rows) / simd::kPackRows * simd::kPackRows;  // packed rows
+    const auto begin = reinterpret_cast<uintptr_t>(w->data);
+    const uintptr_t end = begin + rows * w->row_stride();
+    const uintptr_t b = (begin + page - 1) / page * page, e = end / page * page;  // pages wholly inside
+    if (e > b && madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED) == 0) released += e - b;
+  }
+  return released;
 }
 
 }  // namespace towers

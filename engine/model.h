@@ -78,6 +78,11 @@ class Model {
 
   // Bytes of the packed weight copies made at load (0 when no matrix has a packed layout).
   size_t packed_bytes() const { return packed_bytes_; }
+  // Drops from resident memory (madvise MADV_DONTNEED) the file pages that only hold rows of packed
+  // matrices, which the fast path never reads; anything that does read them (the reference path,
+  // a checksum of the file) faults them back in from the page cache. Done at load; call it again
+  // after such a full read. No-op for models not mapped from a file. Returns the bytes released.
+  size_t release_packed_sources() const;
 
  private:
   Model() = default;

@@ -26,6 +26,12 @@ constexpr size_t block_bytes(uint32_t t) {
     default: return 0;
   }
 }
+// Bytes per row and block of the packed layouts (quant_dot.h): Q4_K stores its 12 bytes of 6-bit
+// scales and mins as 16 bytes; the others keep the ggml block size.
+constexpr size_t packed_block_bytes(uint32_t t) { return t == kQ4_K ? 148 : block_bytes(t); }
+// Byte offsets inside one packed Q4_K block of kPackRows rows (quant_dot.h).
+constexpr size_t kQ4KDmin = 2 * kPackRows, kQ4KScales = 4 * kPackRows, kQ4KMins = 12 * kPackRows,
+                 kQ4KQuants = 20 * kPackRows;
 // Activation rows processed together per unpacked weight block.
 constexpr size_t kMaxR = 4;
 
@@ -48,6 +54,23 @@ inline ActRow act_row(uint32_t type, const uint8_t* a, size_t n) {
     r.s = reinterpret_cast<const int32_t*>(r.ds + n / 32);
   }
   return r;
+}
+
+// Unpacks the 12 bytes of 6-bit scales and mins (ggml's get_scale_min_k4 for j = 0..7).
+// Little-endian (as are all ggml files and every Highway target we build).
+inline void ScaleMinK4(const uint8_t* HWY_RESTRICT q, uint8_t* HWY_RESTRICT sc,
+                           uint8_t* HWY_RESTRICT mn) {
+  uint32_t u[3];
+  std::memcpy(u, q, 12);
+  constexpr uint32_t k6 = 0x3F3F3F3Fu, k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
+  const uint32_t sc_lo = u[0] & k6;                                  // sc[0..3] = q[0..3] & 63
+  const uint32_t mn_lo = u[1] & k6;                                  // mn[0..3] = q[4..7] & 63
+  const uint32_t sc_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);    // q[8..11] low | q[0..3] top
+  const uint32_t mn_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);  // q[8..11] high | q[4..7] top
+  std::memcpy(sc, &sc_lo, 4);
+  std::memcpy(sc + 4, &sc_hi, 4);
+  std::memcpy(mn, &mn_lo, 4);
+  std::memcpy(mn + 4, &mn_hi, 4);
 }
 
 alignas(64) inline constexpr uint16_t kBitSel[16] = {1,     2,     4,     8,      16,     32,
@@ -233,23 +256,6 @@ HWY_NOINLINE void RowLegacy(const uint8_t* HWY_RESTRICT w, const ActRow* A, size
 // Q4_K and Q5_K (blocks of 256 = 8 sub-blocks of 32, 6-bit scale and min each) against A256.
 // The sub-block scale multiplies the weights in int16 (q*sc <= 31*63), so the whole block sums
 // in int32; the min term is an int16 dot of the 8 mins with the activation's 32-element sums.
-
-// Unpacks the 12 bytes of 6-bit scales and mins (ggml's get_scale_min_k4 for j = 0..7).
-// Little-endian (as are all ggml files and every Highway target we build).
-HWY_INLINE void ScaleMinK4(const uint8_t* HWY_RESTRICT q, uint8_t* HWY_RESTRICT sc,
-                           uint8_t* HWY_RESTRICT mn) {
-  uint32_t u[3];
-  std::memcpy(u, q, 12);
-  constexpr uint32_t k6 = 0x3F3F3F3Fu, k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
-  const uint32_t sc_lo = u[0] & k6;                                  // sc[0..3] = q[0..3] & 63
-  const uint32_t mn_lo = u[1] & k6;                                  // mn[0..3] = q[4..7] & 63
-  const uint32_t sc_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);    // q[8..11] low | q[0..3] top
-  const uint32_t mn_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);  // q[8..11] high | q[4..7] top
-  std::memcpy(sc, &sc_lo, 4);
-  std::memcpy(sc + 4, &sc_hi, 4);
-  std::memcpy(mn, &mn_lo, 4);
-  std::memcpy(mn + 4, &mn_hi, 4);
-}
 
 template <uint32_t kType, size_t R>
 HWY_NOINLINE void RowK45(const uint8_t* HWY_RESTRICT w, const ActRow* A, size_t nb,
@@ -491,7 +497,9 @@ void GemmQ(uint32_t type, const void* w, size_t row_stride, size_t rows, const v
 // ---------------------------------------------------------------------------------------------
 // Packed 16-row groups (layout in quant_dot.h): int32 lane r of a slice = row r. Activation pairs
 // (two int16 = one int32) are broadcast to all lanes; weights are unpacked once per block and
-// applied to up to 4 activation rows.
+// applied to up to 4 activation rows. Per (row, token) and block, every type computes exact int32
+// sums and then acc += (sum as f32) * (d_w * d_x); Q4_K adds a second such term, its min sum times
+// (-dmin_w * d_x). The SCALAR target runs the same arithmetic with plain loops.
 
 // All int32 lanes = the two int16 activation values at p.
 template <class D16>
@@ -503,234 +511,255 @@ HWY_INLINE hn::Vec<D16> PairAt(D16 d16, const int16_t* HWY_RESTRICT p) {
 }
 
 #if HWY_TARGET == HWY_SCALAR
-// One-lane target: plain loops with the same arithmetic per (row, token).
+// Exact int32 sums of row r of one packed block (index b) with activation row a: sum (the d_w
+// term) and msum (Q4_K's min term; 0 for the other types).
+template <uint32_t kType>
+HWY_INLINE void ScalarPackedSums(const uint8_t* HWY_RESTRICT blk, size_t r, const ActRow& a, size_t b,
+                                 int32_t& sum, int32_t& msum) {
+  sum = 0;
+  msum = 0;
+  if constexpr (kType == kQ6_K) {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 2 * kPackRows);
+    const int16_t* x = a.q + b * 256;
+    for (size_t g = 0; g < 16; ++g) {
+      const uint8_t* ql = blk + 2 * kPackRows + 16 * kPackRows + g * 192;
+      const uint8_t* qh = ql + 128;
+      int32_t gs = 0;
+      for (size_t p = 0; p < 4; ++p) {
+        for (size_t k = 0; k < 2; ++k) {
+          const int L = ql[32 * p + 2 * r + k];
+          const int H = qh[32 * (p / 2) + 2 * r + k] >> (4 * (p % 2));
+          const int lo = (L & 15) | ((H & 3) << 4), hi = (L >> 4) | (((H >> 2) & 3) << 4);
+          gs += (lo - 32) * x[16 * g + 2 * p + k] + (hi - 32) * x[16 * g + 8 + 2 * p + k];
+        }
+      }
+      sum += gs * sc[16 * g + r];
+    }
+  } else if constexpr (kType == kQ4_K) {
+    const int16_t* x = a.q + b * 256;
+    for (size_t c = 0; c < 4; ++c) {
+      int32_t lo = 0, hi = 0;
+      for (size_t p = 0; p < 16; ++p) {
+        for (size_t k = 0; k < 2; ++k) {
+          const uint8_t byte = blk[kQ4KQuants + 512 * c + 32 * p + 2 * r + k];
+          lo += (byte & 15) * x[64 * c + 2 * p + k];
+          hi += (byte >> 4) * x[64 * c + 32 + 2 * p + k];
+        }
+      }
+      sum += lo * blk[kQ4KScales + 16 * (2 * c) + r] + hi * blk[kQ4KScales + 16 * (2 * c + 1) + r];
+    }
+    for (size_t j = 0; j < 8; ++j) msum += blk[kQ4KMins + 32 * (j / 2) + 2 * r + j % 2] * a.bs[8 * b + j];
+  } else {
+    const uint8_t* qs = blk + 2 * kPackRows;
+    const int16_t* x = a.q + b * 32;
+    for (size_t p = 0; p < (kType == kQ8_0 ? 16 : 8); ++p) {
+      for (size_t k = 0; k < 2; ++k) {
+        const uint8_t byte = qs[32 * p + 2 * r + k];
+        if constexpr (kType == kQ8_0) {
+          sum += static_cast<int8_t>(byte) * x[2 * p + k];
+        } else {
+          sum += (byte & 15) * x[2 * p + k] + (byte >> 4) * x[16 + 2 * p + k];
+        }
+      }
+    }
+    if constexpr (kType == kQ4_0) sum -= 8 * a.s[b];
+  }
+}
+
 template <uint32_t kType, size_t R>
 HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
                               float* HWY_RESTRICT y, size_t ldy) {
-  constexpr size_t kGB = kPackRows * block_bytes(kType);
+  constexpr size_t kGB = kPackRows * packed_block_bytes(kType);
   for (size_t i = 0; i < R; ++i) {
     for (size_t r = 0; r < kPackRows; ++r) {
       float acc = 0.f;
       for (size_t b = 0; b < nb; ++b) {
         const uint8_t* blk = grp + b * kGB;
-        const uint8_t* qs = blk + 2 * kPackRows;
-        const int16_t* a = A[i].q + b * 32;
-        int32_t sum = 0;
-        for (size_t p = 0; p < (kType == kQ8_0 ? 16 : 8); ++p) {
-          for (size_t k = 0; k < 2; ++k) {
-            const uint8_t byte = qs[32 * p + 2 * r + k];
-            if constexpr (kType == kQ8_0) {
-              sum += static_cast<int8_t>(byte) * a[2 * p + k];
-            } else {
-              sum += (byte & 15) * a[2 * p + k] + (byte >> 4) * a[16 + 2 * p + k];
-            }
-          }
+        int32_t sum, msum;
+        ScalarPackedSums<kType>(blk, r, A[i], b, sum, msum);
+        const float dx = A[i].d[b];
+        acc = acc + static_cast<float>(sum) * (LoadF16(blk + 2 * r) * dx);
+        if constexpr (kType == kQ4_K) {
+          acc = acc + static_cast<float>(msum) * (-LoadF16(blk + kQ4KDmin + 2 * r) * dx);
         }
-        if constexpr (kType == kQ4_0) sum -= 8 * A[i].s[b];
-        const float dw = LoadF16(blk + 2 * r);
-        acc = acc + static_cast<float>(sum) * (dw * A[i].d[b]);
       }
       y[i * ldy + r] = acc;
     }
   }
 }
 #else
+#define TOWERS_ACT_AT(i) const int16_t* HWY_RESTRICT aq##i = A[i].q + e;
+
+// Exact int32 sums of one slice (rows sl.., one int32 lane each) of packed block b with up to 4
+// activation rows: s_i for the d_w term, m_i for Q4_K's min term (zero for the other types).
+template <uint32_t kType, size_t R, class D32, class V32>
+HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, const ActRow* A,
+                           size_t b, V32& s0, V32& s1, V32& s2, V32& s3, V32& m0, V32& m1, V32& m2,
+                           V32& m3) {
+  const hn::Repartition<int16_t, D32> d16;
+  const hn::RebindToUnsigned<decltype(d16)> du16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const auto k15 = hn::Set(du16, uint16_t{15});
+  const size_t e = b * (is_k(kType) ? 256 : 32);
+  TOWERS_ACT_AT(0)
+  TOWERS_ACT_AT(1)
+  TOWERS_ACT_AT(2)
+  TOWERS_ACT_AT(3)
+  s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
+  m0 = s0, m1 = s0, m2 = s0, m3 = s0;
+  auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+  if constexpr (kType == kQ8_0) {
+    const hn::Rebind<int8_t, decltype(d16)> di8;
+    const int8_t* HWY_RESTRICT qs = reinterpret_cast<const int8_t*>(blk + 2 * kPackRows) + 2 * sl;
+    for (size_t p = 0; p < 16; ++p) {
+      const auto w = hn::PromoteTo(d16, hn::LoadU(di8, qs + 32 * p));
+#define TOWERS_MAC(i) s##i = hn::ReorderWidenMulAccumulate(d32, w, PairAt(d16, aq##i + 2 * p), s##i, u##i);
+      TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+#define TOWERS_FIN(i) s##i = hn::RearrangeToOddPlusEven(s##i, u##i);
+    TOWERS_EACH_R(TOWERS_FIN)
+#undef TOWERS_FIN
+  } else if constexpr (kType == kQ4_0) {
+    const uint8_t* HWY_RESTRICT qs = blk + 2 * kPackRows + 2 * sl;
+    for (size_t p = 0; p < 8; ++p) {
+      const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qs + 32 * p));
+      const auto lo = hn::BitCast(d16, hn::And(bytes, k15));       // elements 2p, 2p+1
+      const auto hi = hn::BitCast(d16, hn::ShiftRight<4>(bytes));  // elements 2p+16, 2p+17
+#define TOWERS_MAC(i)                                                                    \
+  s##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + 2 * p), s##i, u##i); \
+  s##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + 16 + 2 * p), s##i, u##i);
+      TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+    // sum (q - 8) * x = sum q * x - 8 * sum x, exactly in int32.
+#define TOWERS_FIN(i) s##i = hn::Sub(hn::RearrangeToOddPlusEven(s##i, u##i), hn::Set(d32, 8 * A[i].s[b]));
+    TOWERS_EACH_R(TOWERS_FIN)
+#undef TOWERS_FIN
+  } else if constexpr (kType == kQ6_K) {
+    // Per 16-element scale group: int32 sums of (q - 32) * x, times the row's int8 scale.
+    const hn::Rebind<int8_t, D32> di8x32;
+    const auto k48 = hn::Set(du16, uint16_t{48});
+    const auto k32 = hn::Set(du16, uint16_t{32});
+    const int8_t* HWY_RESTRICT sc = reinterpret_cast<const int8_t*>(blk + 2 * kPackRows) + sl;
+    const uint8_t* HWY_RESTRICT q = blk + 2 * kPackRows + 16 * kPackRows + 2 * sl;
+    for (size_t g = 0; g < 16; ++g) {
+      const uint8_t* HWY_RESTRICT ql = q + g * 192;
+      const uint8_t* HWY_RESTRICT qh = ql + 128;
+      auto g0 = hn::Zero(d32), g1 = g0, g2 = g0, g3 = g0;
+      auto gu0 = g0, gu1 = g0, gu2 = g0, gu3 = g0;
+      const size_t eg = 16 * g;
+      for (size_t ph = 0; ph < 2; ++ph) {
+        const auto H = hn::PromoteTo(du16, hn::LoadU(du8, qh + 32 * ph));
+        for (size_t pl = 0; pl < 2; ++pl) {
+          const size_t p = 2 * ph + pl;
+          const auto L = hn::PromoteTo(du16, hn::LoadU(du8, ql + 32 * p));
+          const auto Hs = pl ? hn::ShiftRight<4>(H) : H;
+          const auto lo = hn::BitCast(
+              d16, hn::Sub(hn::Or(hn::And(L, k15), hn::And(hn::ShiftLeft<4>(Hs), k48)), k32));
+          const auto hi = hn::BitCast(
+              d16, hn::Sub(hn::Or(hn::ShiftRight<4>(L), hn::And(hn::ShiftLeft<2>(Hs), k48)), k32));
+#define TOWERS_MAC(i)                                                                           \
+  g##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + eg + 2 * p), g##i, gu##i); \
+  g##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + eg + 8 + 2 * p), g##i, gu##i);
+          TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+        }
+      }
+      const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, sc + 16 * g));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(g##i, gu##i), scv));
+      TOWERS_EACH_R(TOWERS_SC)
+#undef TOWERS_SC
+    }
+  } else {
+    static_assert(kType == kQ4_K);
+    // Per 32-element sub-block j: int32 sums of q * x (q in 0..15), times the row's 6-bit scale
+    // (|sum| <= 15 * 127 * 32, times 63, times 8 sub-blocks < 2^31). Chunk p of part c holds
+    // sub-block 2c's elements 2p, 2p+1 (low nibbles) and sub-block 2c+1's (high nibbles).
+    const hn::Rebind<uint8_t, D32> du8x32;
+    const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales + sl;
+    const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants + 2 * sl;
+    for (size_t c = 0; c < 4; ++c) {
+      auto l0 = hn::Zero(d32), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
+      auto lu0 = l0, lu1 = l0, lu2 = l0, lu3 = l0, hu0 = l0, hu1 = l0, hu2 = l0, hu3 = l0;
+      const uint8_t* HWY_RESTRICT qc = q + 512 * c;
+      const size_t ec = 64 * c;
+      for (size_t p = 0; p < 16; ++p) {
+        const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qc + 32 * p));
+        const auto lo = hn::BitCast(d16, hn::And(bytes, k15));
+        const auto hi = hn::BitCast(d16, hn::ShiftRight<4>(bytes));
+#define TOWERS_MAC(i)                                                                               \
+  l##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + ec + 2 * p), l##i, lu##i);      \
+  h##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + ec + 32 + 2 * p), h##i, hu##i);
+        TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+      const auto scl = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c));
+      const auto sch = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c + 16));
+#define TOWERS_SC(i)                                                                  \
+  s##i = hn::Add(s##i, hn::Add(hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scl), \
+                               hn::Mul(hn::RearrangeToOddPlusEven(h##i, hu##i), sch)));
+      TOWERS_EACH_R(TOWERS_SC)
+#undef TOWERS_SC
+    }
+    // Min term: sum_j min_j * bsum_j (the activation's 32-element sums), mins stored as pairs.
+    const uint8_t* HWY_RESTRICT mn = blk + kQ4KMins + 2 * sl;
+    for (size_t k = 0; k < 4; ++k) {
+      const auto mv = hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(du8, mn + 32 * k)));
+#define TOWERS_MIN(i) m##i = hn::ReorderWidenMulAccumulate(d32, mv, PairAt(d16, A[i].bs + 8 * b + 2 * k), m##i, u##i);
+      TOWERS_EACH_R(TOWERS_MIN)
+#undef TOWERS_MIN
+    }
+#define TOWERS_FIN(i) m##i = hn::RearrangeToOddPlusEven(m##i, u##i);
+    TOWERS_EACH_R(TOWERS_FIN)
+#undef TOWERS_FIN
+  }
+}
+#undef TOWERS_ACT_AT
+
+// acc (one slice of a token's 16 rows) += (s as f32) * (dw * dx): the only f32 rounding steps.
+template <class DF, class V32>
+HWY_INLINE void AccumulateSlice(DF df, float* HWY_RESTRICT acc, V32 s, hn::Vec<DF> dw, float dx) {
+  hn::Store(hn::MulAdd(hn::ConvertTo(df, s), hn::Mul(dw, hn::Set(df, dx)), hn::Load(df, acc)), df, acc);
+}
+
 template <uint32_t kType, size_t R>
 HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
                               float* HWY_RESTRICT y, size_t ldy) {
   const hn::CappedTag<int32_t, kPackRows> d32;
-  const hn::Repartition<int16_t, decltype(d32)> d16;
-  const hn::RebindToUnsigned<decltype(d16)> du16;
-  const hn::Rebind<uint8_t, decltype(d16)> du8;
-  const hn::Rebind<int8_t, decltype(d16)> di8;
   const hn::Rebind<float, decltype(d32)> df;
   const hn::Rebind<hwy::float16_t, decltype(d32)> dh;
   const size_t NR = hn::Lanes(d32);  // rows per slice
-  constexpr size_t kGB = kPackRows * block_bytes(kType);
+  constexpr size_t kGB = kPackRows * packed_block_bytes(kType);
   HWY_ALIGN float acc[kMaxR * kPackRows];
   for (size_t i = 0; i < R * kPackRows; ++i) acc[i] = 0.f;
-
-  TOWERS_ACT_PTRS(0)
-  TOWERS_ACT_PTRS(1)
-  TOWERS_ACT_PTRS(2)
-  TOWERS_ACT_PTRS(3)
-  const int32_t* HWY_RESTRICT as0 = A[0].s;
-  const int32_t* HWY_RESTRICT as1 = A[1].s;
-  const int32_t* HWY_RESTRICT as2 = A[2].s;
-  const int32_t* HWY_RESTRICT as3 = A[3].s;
-  (void)as0, (void)as1, (void)as2, (void)as3;
-  const auto k15 = hn::Set(du16, uint16_t{15});
-  (void)k15;
-
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
-    const uint8_t* HWY_RESTRICT qs = blk + 2 * kPackRows;
-    const size_t e = b * 32;
+    const auto* HWY_RESTRICT f16 = reinterpret_cast<const hwy::float16_t*>(blk);
     for (size_t sl = 0; sl < kPackRows; sl += NR) {
-      const auto dw = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk) + sl));
-      auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
-      auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
-      if constexpr (kType == kQ8_0) {
-        for (size_t p = 0; p < 16; ++p) {
-          const auto w = hn::PromoteTo(d16, hn::LoadU(di8, reinterpret_cast<const int8_t*>(qs) + 32 * p + 2 * sl));
-#define TOWERS_MAC(i) s##i = hn::ReorderWidenMulAccumulate(d32, w, PairAt(d16, aq##i + e + 2 * p), s##i, u##i);
-          TOWERS_EACH_R(TOWERS_MAC)
-#undef TOWERS_MAC
-        }
-#define TOWERS_FIN(i) s##i = hn::RearrangeToOddPlusEven(s##i, u##i);
-        TOWERS_EACH_R(TOWERS_FIN)
-#undef TOWERS_FIN
-      } else {
-        for (size_t p = 0; p < 8; ++p) {
-          const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qs + 32 * p + 2 * sl));
-          const auto lo = hn::BitCast(d16, hn::And(bytes, k15));       // elements 2p, 2p+1
-          const auto hi = hn::BitCast(d16, hn::ShiftRight<4>(bytes));  // elements 2p+16, 2p+17
-#define TOWERS_MAC(i)                                                                        \
-  s##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + e + 2 * p), s##i, u##i); \
-  s##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + e + 16 + 2 * p), s##i, u##i);
-          TOWERS_EACH_R(TOWERS_MAC)
-#undef TOWERS_MAC
-        }
-        // sum (q - 8) * x = sum q * x - 8 * sum x, exactly in int32.
-#define TOWERS_FIN(i) s##i = hn::Sub(hn::RearrangeToOddPlusEven(s##i, u##i), hn::Set(d32, 8 * as##i[b]));
-        TOWERS_EACH_R(TOWERS_FIN)
-#undef TOWERS_FIN
-      }
-#define TOWERS_ACC(i)                                                                          \
-  {                                                                                            \
-    float* HWY_RESTRICT a = acc + (i) * kPackRows + sl;                                        \
-    hn::Store(hn::MulAdd(hn::ConvertTo(df, s##i), hn::Mul(dw, hn::Set(df, ad##i[b])),          \
-                         hn::Load(df, a)),                                                     \
-              df, a);                                                                          \
-  }
+      auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0, m0 = s0, m1 = s0, m2 = s0, m3 = s0;
+      PackedSums<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, m0, m1, m2, m3);
+      const auto dw = hn::PromoteTo(df, hn::LoadU(dh, f16 + sl));
+#define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, s##i, dw, A[i].d[b]);
       TOWERS_EACH_R(TOWERS_ACC)
 #undef TOWERS_ACC
-    }
-  }
-  for (size_t i = 0; i < R; ++i) {
-    std::memcpy(y + i * ldy, acc + i * kPackRows, kPackRows * sizeof(float));
-  }
-}
-#endif  // HWY_TARGET == HWY_SCALAR
-
-#if HWY_TARGET == HWY_SCALAR
-template <size_t R>
-HWY_NOINLINE void PackedGroupQ6K(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
-                                 float* HWY_RESTRICT y, size_t ldy) {
-  constexpr size_t kGB = kPackRows * block_bytes(kQ6_K);
-  for (size_t i = 0; i < R; ++i) {
-    for (size_t r = 0; r < kPackRows; ++r) {
-      float acc = 0.f;
-      for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = grp + b * kGB;
-        const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 2 * kPackRows);
-        const int16_t* a = A[i].q + b * 256;
-        int32_t total = 0;
-        for (size_t g = 0; g < 16; ++g) {
-          const uint8_t* ql = blk + 2 * kPackRows + 16 * kPackRows + g * 192;
-          const uint8_t* qh = ql + 128;
-          int32_t sum = 0;
-          for (size_t p = 0; p < 4; ++p) {
-            for (size_t k = 0; k < 2; ++k) {
-              const int L = ql[32 * p + 2 * r + k];
-              const int H = qh[32 * (p / 2) + 2 * r + k] >> (4 * (p % 2));
-              const int lo = (L & 15) | ((H & 3) << 4), hi = (L >> 4) | (((H >> 2) & 3) << 4);
-              sum += (lo - 32) * a[16 * g + 2 * p + k] + (hi - 32) * a[16 * g + 8 + 2 * p + k];
-            }
-          }
-          total += sum * sc[16 * g + r];
-        }
-        const float dw = LoadF16(blk + 2 * r);
-        acc = acc + static_cast<float>(total) * (dw * A[i].d[b]);
-      }
-      y[i * ldy + r] = acc;
-    }
-  }
-}
-#else
-// Q6_K group: per 16-element scale group, int32 sums of (q - 32) * x, times the row's int8 scale,
-// summed in int32 over the block; then (sum as f32) * (d_w * d_x) into the f32 accumulator.
-template <size_t R>
-HWY_NOINLINE void PackedGroupQ6K(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
-                                 float* HWY_RESTRICT y, size_t ldy) {
-  const hn::CappedTag<int32_t, kPackRows> d32;
-  const hn::Repartition<int16_t, decltype(d32)> d16;
-  const hn::RebindToUnsigned<decltype(d16)> du16;
-  const hn::Rebind<uint8_t, decltype(d16)> du8;
-  const hn::Rebind<int8_t, decltype(d32)> di8x32;
-  const hn::Rebind<float, decltype(d32)> df;
-  const hn::Rebind<hwy::float16_t, decltype(d32)> dh;
-  const size_t NR = hn::Lanes(d32);
-  constexpr size_t kGB = kPackRows * block_bytes(kQ6_K);
-  HWY_ALIGN float acc[kMaxR * kPackRows];
-  for (size_t i = 0; i < R * kPackRows; ++i) acc[i] = 0.f;
-  TOWERS_ACT_PTRS(0)
-  TOWERS_ACT_PTRS(1)
-  TOWERS_ACT_PTRS(2)
-  TOWERS_ACT_PTRS(3)
-  const auto k15 = hn::Set(du16, uint16_t{15});
-  const auto k48 = hn::Set(du16, uint16_t{48});
-  const auto k32 = hn::Set(du16, uint16_t{32});
-
-  for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
-    const int8_t* HWY_RESTRICT sc = reinterpret_cast<const int8_t*>(blk + 2 * kPackRows);
-    const uint8_t* HWY_RESTRICT q = blk + 2 * kPackRows + 16 * kPackRows;
-    const size_t e0 = b * 256;
-    for (size_t sl = 0; sl < kPackRows; sl += NR) {
-      const auto dw = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk) + sl));
-      auto t0 = hn::Zero(d32), t1 = t0, t2 = t0, t3 = t0;
-      for (size_t g = 0; g < 16; ++g) {
-        const uint8_t* HWY_RESTRICT ql = q + g * 192 + 2 * sl;
-        const uint8_t* HWY_RESTRICT qh = ql + 128;
-        auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
-        auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
-        const size_t e = e0 + 16 * g;
-        for (size_t ph = 0; ph < 2; ++ph) {
-          const auto H = hn::PromoteTo(du16, hn::LoadU(du8, qh + 32 * ph));
-          for (size_t pl = 0; pl < 2; ++pl) {
-            const size_t p = 2 * ph + pl;
-            const auto L = hn::PromoteTo(du16, hn::LoadU(du8, ql + 32 * p));
-            const auto Hs = pl ? hn::ShiftRight<4>(H) : H;
-            const auto lo = hn::BitCast(
-                d16, hn::Sub(hn::Or(hn::And(L, k15), hn::And(hn::ShiftLeft<4>(Hs), k48)), k32));
-            const auto hi = hn::BitCast(
-                d16, hn::Sub(hn::Or(hn::ShiftRight<4>(L), hn::And(hn::ShiftLeft<2>(Hs), k48)), k32));
-#define TOWERS_MAC(i)                                                                        \
-  s##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + e + 2 * p), s##i, u##i); \
-  s##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + e + 8 + 2 * p), s##i, u##i);
-            TOWERS_EACH_R(TOWERS_MAC)
-#undef TOWERS_MAC
-          }
-        }
-        const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, sc + 16 * g + sl));
-#define TOWERS_SC(i) t##i = hn::Add(t##i, hn::Mul(hn::RearrangeToOddPlusEven(s##i, u##i), scv));
-        TOWERS_EACH_R(TOWERS_SC)
-#undef TOWERS_SC
-      }
-#define TOWERS_ACC(i)                                                                          \
-  {                                                                                            \
-    float* HWY_RESTRICT a = acc + (i) * kPackRows + sl;                                        \
-    hn::Store(hn::MulAdd(hn::ConvertTo(df, t##i), hn::Mul(dw, hn::Set(df, ad##i[b])),          \
-                         hn::Load(df, a)),                                                     \
-              df, a);                                                                          \
-  }
-      TOWERS_EACH_R(TOWERS_ACC)
+      if constexpr (kType == kQ4_K) {
+        const auto ndmin = hn::Neg(hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows + sl)));
+#define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, m##i, ndmin, A[i].d[b]);
+        TOWERS_EACH_R(TOWERS_ACC)
 #undef TOWERS_ACC
+      }
     }
   }
-  for (size_t i = 0; i < R; ++i) {
-    std::memcpy(y + i * ldy, acc + i * kPackRows, kPackRows * sizeof(float));
-  }
+  for (size_t i = 0; i < R; ++i) std::memcpy(y + i * ldy, acc + i * kPackRows, kPackRows * sizeof(float));
 }
 #endif  // HWY_TARGET == HWY_SCALAR
 
 template <uint32_t kType>
 void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, size_t act_stride,
                     size_t T, size_t n, float* y, size_t ldy) {
-  constexpr size_t kB = kType == kQ6_K ? 256 : 32;
-  const size_t nb = n / kB;
-  const size_t gbytes = nb * kPackRows * block_bytes(kType);
+  const size_t nb = n / (is_k(kType) ? 256 : 32);
+  const size_t gbytes = nb * kPackRows * packed_block_bytes(kType);
   // Token tiles whose activations stay in L2 while the groups stream past them (order only).
   constexpr size_t kActBudget = 256 * 1024;
   const size_t tb = std::max<size_t>(kMaxR, (kActBudget / act_stride) / kMaxR * kMaxR);
@@ -743,20 +772,11 @@ void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, si
         ActRow A[kMaxR];
         for (size_t i = 0; i < kMaxR; ++i) A[i] = act_row(kType, act + (t + (i < cnt ? i : 0)) * act_stride, n);
         float* yo = y + t * ldy + g * kPackRows;
-        if constexpr (kType == kQ6_K) {
-          switch (cnt) {
-            case 4: PackedGroupQ6K<4>(grp, A, nb, yo, ldy); break;
-            case 3: PackedGroupQ6K<3>(grp, A, nb, yo, ldy); break;
-            case 2: PackedGroupQ6K<2>(grp, A, nb, yo, ldy); break;
-            default: PackedGroupQ6K<1>(grp, A, nb, yo, ldy); break;
-          }
-        } else {
-          switch (cnt) {
-            case 4: PackedGroup<kType, 4>(grp, A, nb, yo, ldy); break;
-            case 3: PackedGroup<kType, 3>(grp, A, nb, yo, ldy); break;
-            case 2: PackedGroup<kType, 2>(grp, A, nb, yo, ldy); break;
-            default: PackedGroup<kType, 1>(grp, A, nb, yo, ldy); break;
-          }
+        switch (cnt) {
+          case 4: PackedGroup<kType, 4>(grp, A, nb, yo, ldy); break;
+          case 3: PackedGroup<kType, 3>(grp, A, nb, yo, ldy); break;
+          case 2: PackedGroup<kType, 2>(grp, A, nb, yo, ldy); break;
+          default: PackedGroup<kType, 1>(grp, A, nb, yo, ldy); break;
         }
       }
     }
@@ -770,6 +790,7 @@ void GemmPacked(uint32_t type, const void* packed, size_t groups, const void* ac
   switch (type) {
     case kQ4_0: return GemmPackedType<kQ4_0>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ8_0: return GemmPackedType<kQ8_0>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ4_K: return GemmPackedType<kQ4_K>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ6_K: return GemmPackedType<kQ6_K>(pb, groups, ab, act_stride, T, n, y, ldy);
     default: return;
   }
@@ -850,10 +871,10 @@ void gemm_q(uint32_t t, const void* w, size_t row_stride, size_t rows, const voi
   if (!has_quant_dot(t) || rows == 0 || T == 0) return;
   HWY_DYNAMIC_DISPATCH(GemmQ)(t, w, row_stride, rows, act, act_stride, T, n, y, ldy);
 }
-bool has_packed(uint32_t t) { return t == qd::kQ4_0 || t == qd::kQ8_0 || t == qd::kQ6_K; }
+bool has_packed(uint32_t t) { return t == qd::kQ4_0 || t == qd::kQ8_0 || t == qd::kQ4_K || t == qd::kQ6_K; }
 
 size_t packed_group_bytes(uint32_t t, size_t n) {
-  return has_packed(t) ? kPackRows * qd::block_bytes(t) * (n / (t == qd::kQ6_K ? 256 : 32)) : 0;
+  return has_packed(t) ? kPackRows * qd::packed_block_bytes(t) * (n / (qd::is_k(t) ? 256 : 32)) : 0;
 }
 
 namespace {
@@ -892,12 +913,40 @@ void pack_q6k(const uint8_t* src, size_t row_stride, size_t groups, size_t n, ui
     }
   }
 }
+
+void pack_q4k(const uint8_t* src, size_t row_stride, size_t groups, size_t n, uint8_t* dst) {
+  const size_t nb = n / 256, bb = qd::block_bytes(qd::kQ4_K), pb = qd::packed_block_bytes(qd::kQ4_K);
+  for (size_t g = 0; g < groups; ++g) {
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* o = dst + (g * nb + b) * kPackRows * pb;
+      for (size_t r = 0; r < kPackRows; ++r) {
+        const uint8_t* blk = src + (g * kPackRows + r) * row_stride + b * bb;
+        std::memcpy(o + 2 * r, blk, 2);                  // d
+        std::memcpy(o + qd::kQ4KDmin + 2 * r, blk + 2, 2);  // dmin
+        uint8_t sc[8], mn[8];
+        qd::ScaleMinK4(blk + 4, sc, mn);
+        for (size_t j = 0; j < 8; ++j) {
+          o[qd::kQ4KScales + kPackRows * j + r] = sc[j];
+          o[qd::kQ4KMins + 2 * kPackRows * (j / 2) + 2 * r + j % 2] = mn[j];
+        }
+        for (size_t c = 0; c < 4; ++c) {
+          for (size_t p = 0; p < 16; ++p) {
+            std::memcpy(o + qd::kQ4KQuants + 512 * c + 32 * p + 2 * r, blk + 16 + 32 * c + 2 * p, 2);
+          }
+        }
+      }
+    }
+  }
+}
 }  // namespace
 
 void pack_rows(uint32_t t, const void* w, size_t row_stride, size_t groups, size_t n, void* out) {
   if (!has_packed(t)) return;
   if (t == qd::kQ6_K) {
     return pack_q6k(static_cast<const uint8_t*>(w), row_stride, groups, n, static_cast<uint8_t*>(out));
+  }
+  if (t == qd::kQ4_K) {
+    return pack_q4k(static_cast<const uint8_t*>(w), row_stride, groups, n, static_cast<uint8_t*>(out));
   }
   const size_t bb = qd::block_bytes(t), nb = n / 32, chunks = (bb - 2) / 2;
   const auto* src = static_cast<const uint8_t*>(w);

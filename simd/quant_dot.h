@@ -50,7 +50,8 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // ---------------------------------------------------------------------------------------------
 // Packed (row-interleaved) weights: a load-time copy of a matrix in groups of kPackRows = 16 rows, so
 // that one pass over a group computes 16 rows at once with each activation pair loaded once (one
-// int32 lane per row: no horizontal sums per block). Same number of bytes as the ggml rows.
+// int32 lane per row: no horizontal sums per block). Same number of bytes as the ggml rows, except
+// Q4_K (148 bytes per row and block instead of 144: its 6-bit scales and mins stored as bytes).
 //
 // Layout of one group (16 rows, n elements, nb = n / 32 blocks), block after block:
 //   Q4_0: f16 d[16] (row r's scale), then 8 chunks of 32 bytes; chunk p holds, for r = 0..15, row r's
@@ -62,12 +63,20 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 //         16g+2p+k, high nibble = those of element 16g+8+2p+k) and 2 chunks of 32 bytes for the top
 //         2 bits (chunk c, row r, byte k: for p = 2c, 2c+1 at bit 4(p-2c): element 16g+2p+k's, then
 //         at bit 4(p-2c)+2 element 16g+8+2p+k's). Activations: A256.
+//   Q4_K (nb = n / 256; 2368 bytes per block of 16 rows): f16 d[16], f16 dmin[16], uint8
+//         scales[8 sub-blocks][16 rows], then the mins as pairs: 4 chunks of 32 bytes (chunk k, row r:
+//         min of sub-block 2k, then of 2k+1), all 6-bit values unpacked from ggml's 12 bytes; then
+//         per 64-element part c = 0..3: 16 chunks of 32 bytes (chunk p, row r, byte k: row r's ggml
+//         quant byte 32c+2p+k, i.e. element 64c+2p+k in the low nibble, 64c+32+2p+k in the high).
+//         Per sub-block j of 32 the kernel sums q * x exactly in int32, times scale_j (int32); the
+//         min term is sum_j min_j * bsum_j with A256's 32-element sums (int16 madd). Per block and
+//         (row, token): acc += S * (d * d_x), then acc += M * (-dmin * d_x). Activations: A256.
 // Any vector width reads a contiguous slice of each chunk (its rows), so the layout does not depend
 // on the Highway target. Per (row, token) the kernel sums exact int32 products per block and adds
 // (int32 sum as f32) * (d_w * d_x) into an f32 accumulator block after block: the result does not
 // depend on T, on the group range of the call or on the thread (it differs from gemm_q's rounding).
 constexpr size_t kPackRows = 16;
-// True for the types with a packed layout (Q4_0, Q8_0, Q6_K).
+// True for the types with a packed layout (Q4_0, Q8_0, Q4_K, Q6_K).
 bool has_packed(uint32_t weight_type);
 // Bytes of one packed group of kPackRows rows of n elements.
 size_t packed_group_bytes(uint32_t weight_type, size_t n);

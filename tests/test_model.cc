@@ -1,7 +1,10 @@
 // Model loading: hyper-parameters from metadata, and a clear error for everything we cannot run.
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "engine/model.h"
+#include "engine/synth.h"
 #include "engine/tokenizer.h"
 #include "engine/vocab_import.h"
 #include "test_support.h"
@@ -110,4 +113,28 @@ TEST_CASE("missing tensors, wrong shapes and inconsistent heads are named") {
   Spec z;
   z.n_embd = 60, z.n_head = 8;
   CHECK(load_error(z).find("not divisible by head_count") != std::string::npos);
+}
+
+TEST_CASE("packed matrices: their file pages are released, and still read back as the file's bytes") {
+  SynthOptions o;
+  o.shape = "tiny";
+  o.type = "q4_k_m";
+  o.out = (test::temp_dir() / "model-release-tiny-q4_k_m.gguf").string();
+  REQUIRE(synthesize_model(o).ok());
+  auto m = Model::load(o.out);
+  REQUIRE(m.ok());
+  const Model& model = *m.value();
+  CHECK(model.packed_bytes() > 0);
+  const Weight& w = model.layers[0].w_gate;  // Q4_K, 768 rows of 144 bytes: many whole pages
+  REQUIRE(w.type == GgmlType::Q4_K);
+  REQUIRE(w.packed != nullptr);
+  CHECK(model.release_packed_sources() > 0);
+  // MADV_DONTNEED on the read-only file mapping drops pages; reading faults in the file's bytes.
+  std::ifstream in(o.out, std::ios::binary);
+  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const GgufTensorInfo* t = model.file().find_tensor("blk.0.ffn_gate.weight");
+  REQUIRE(t != nullptr);
+  const size_t pos = model.file().data_offset() + t->offset;
+  REQUIRE(pos + t->nbytes <= file.size());
+  CHECK(std::memcmp(w.data, file.data() + pos, t->nbytes) == 0);
 }

@@ -178,8 +178,11 @@ TEST_CASE("quant_dot: API basics") {
     const size_t n = 4 * 256;
     const size_t nb = n / act_block(t);
     CHECK(simd::act_bytes(id(t), n) == 2 * n + (act_block(t) == 32 ? 12 * nb : 20 * nb));
-    CHECK(simd::has_packed(id(t)) == (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K));
-    if (simd::has_packed(id(t))) CHECK(simd::packed_group_bytes(id(t), n) == 16 * row_bytes(t, n));
+    CHECK(simd::has_packed(id(t)) == (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
+                                      t == GgmlType::Q6_K));
+    // Q4_K's packed blocks hold the 8 scales and 8 mins as bytes: 148 bytes per row and block, not 144.
+    const size_t extra = t == GgmlType::Q4_K ? 16 * 4 * (n / 256) : 0;
+    if (simd::has_packed(id(t))) CHECK(simd::packed_group_bytes(id(t), n) == 16 * row_bytes(t, n) + extra);
   }
   CHECK_FALSE(simd::has_quant_dot(0));
   CHECK_FALSE(simd::has_quant_dot(1));
@@ -372,9 +375,9 @@ TEST_CASE("quant_dot: every compiled target") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Packed (16-row interleaved) kernels: Q4_0, Q8_0 and Q6_K.
+// Packed (16-row interleaved) kernels: Q4_0, Q8_0, Q4_K and Q6_K.
 namespace {
-const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K};
+const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
 struct PackedScope {
   PackedScope() { g_packed = true; }
   ~PackedScope() { g_packed = false; }
@@ -397,6 +400,40 @@ TEST_CASE("quant_dot packed: matches the scalar references") {
       for (size_t i = 0; i < n; ++i) xs[3 * n + i] = std::fabs(xs[3 * n + i]) + 0.5f;
       const Acts a = make_acts(t, xs, T, n);
       check_against_references(t, w, a);
+    }
+  }
+}
+
+TEST_CASE("quant_dot packed: agrees with gemm_q") {
+  std::mt19937 rng(2468);
+  for (GgmlType t : kPackedTypes) {
+    CAPTURE(ggml_type_name(t));
+    const size_t n = block_elems(t) == 256 ? 11 * 256 : 83 * 32, rows = 32, T = 6;
+    auto ws = randn(rng, rows * n, 0.05f);
+    for (size_t i = 0; i < n; ++i) ws[5 * n + i] += 0.04f;  // a row with large mins (affine types)
+    const Weights w = make_weights(t, ws, rows, n);
+    const Acts a = make_acts(t, randn(rng, T * n), T, n);
+    const auto plain = gemm(t, w, a, 0, rows, 0, T);
+    std::vector<float> packed;
+    {
+      PackedScope scope;
+      packed = gemm(t, w, a, 0, rows, 0, T);
+    }
+    for (size_t ti = 0; ti < T; ++ti) {
+      const auto xa = dequant_act(t, a.bytes.data() + ti * a.stride, n);
+      for (size_t r = 0; r < rows; ++r) {
+        // Both are exact integer sums per block, rounded differently in f32: bounded by the
+        // magnitude of the terms (affine types: plus the sub-block minimum, summed separately).
+        const float* wr = w.deq.data() + r * n;
+        double mag = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const double offs = affine(t) ? std::fabs(*std::min_element(wr + i / 32 * 32, wr + i / 32 * 32 + 32)) : 0.0;
+          mag += (std::fabs(static_cast<double>(wr[i])) + offs) * std::fabs(xa[i]);
+        }
+        CAPTURE(r);
+        CAPTURE(ti);
+        CHECK(std::fabs(static_cast<double>(packed[ti * rows + r]) - plain[ti * rows + r]) <= 2e-5 * mag + 1e-30);
+      }
     }
   }
 }
