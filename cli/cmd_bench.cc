@@ -44,7 +44,7 @@ std::string dominant_type(const Model& m) {
 void add_bench(CLI::App& app) {
   struct Opts {
     std::string model;
-    int threads = 0, prompt = 512, gen = 128, runs = 5, batch = 1;
+    int threads = 0, prompt = 512, gen = 128, runs = 5, batch = 1, context = 0, context_batch = 512;
     bool reference = false;
   };
   auto o = std::make_shared<Opts>();
@@ -61,6 +61,14 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--runs", o->runs, "Repetitions (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_option("--batch", o->batch, "Sequences decoding together (tg counts all of their tokens)")
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--context", o->context,
+                  "Also measure decode after N tokens of context: prefill N tokens once (in --context-batch "
+                  "chunks, timed, progress on stderr), then time --gen decode tokens --runs times from that "
+                  "context, with the share of time spent in attention. Printed on a line of its own "
+                  "(bench_context ...) before the last line")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--context-batch", o->context_batch, "Tokens per eval call when prefilling the --context")
+      ->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--reference", o->reference, "Use the reference kernels (dequantize + f32 dot)");
   cmd->callback([o] {
     auto loaded = Model::load(o->model);
@@ -96,6 +104,58 @@ void add_bench(CLI::App& app) {
       tg.push_back(o->gen / dt);
       std::fprintf(stderr, "run %d/%d: pp %.1f tok/s, tg %.2f tok/s\n", run + 1, o->runs, pp.back(), tg.back());
     }
+    // Decode at a long context: prefill once, then every run truncates back to the context and decodes.
+    struct ContextResult {
+      double pp = 0, pp_attn = 0;
+      Stats tg{}, attn{};
+    } cr;
+    if (o->context > 0) {
+      const int n = o->context;
+      if (cfg.n_ctx_train > 0 && n + o->gen + 1 > cfg.n_ctx_train) {
+        std::exit(fail("--context " + std::to_string(n) + " + --gen exceeds the model's context of " +
+                       std::to_string(cfg.n_ctx_train)));
+      }
+      std::vector<int32_t> ctx_tokens(n);
+      for (int i = 0; i < n; ++i) ctx_tokens[i] = static_cast<int32_t>((i * 7919u + 13) % cfg.n_vocab);
+      DenseKvCache cache(cfg, n + o->gen + 1);
+      fwd.set_attention_timing(true);
+      fwd.reset_attention_seconds();
+      auto t0 = clock::now();
+      for (int i = 0; i < n; i += o->context_batch) {
+        const int m = std::min(o->context_batch, n - i);
+        if (auto s = fwd.eval(cache, std::span<const int32_t>(&ctx_tokens[i], m), Logits::Last, logits); !s) {
+          std::exit(fail(s.message()));
+        }
+        const double el = std::chrono::duration<double>(clock::now() - t0).count();
+        std::fprintf(stderr, "\rcontext prefill %d/%d tokens, %.1f tok/s, attention %.0f%%   ", i + m, n,
+                     (i + m) / el, 100.0 * fwd.attention_seconds() / el);
+      }
+      std::fprintf(stderr, "\n");
+      const double pdt = std::chrono::duration<double>(clock::now() - t0).count();
+      cr.pp = n / pdt;
+      cr.pp_attn = fwd.attention_seconds() / pdt;
+      std::vector<double> ctg, attn;
+      for (int run = 0; run < o->runs; ++run) {
+        cache.truncate(n);
+        fwd.reset_attention_seconds();
+        int32_t tok = ctx_tokens[0];
+        t0 = clock::now();
+        for (int i = 0; i < o->gen; ++i) {
+          if (auto s = fwd.eval(cache, std::span<const int32_t>(&tok, 1), Logits::Last, logits); !s) {
+            std::exit(fail(s.message()));
+          }
+          tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        }
+        const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+        ctg.push_back(o->gen / dt);
+        attn.push_back(fwd.attention_seconds() / dt);
+        std::fprintf(stderr, "context %d run %d/%d: tg %.2f tok/s, attention %.0f%% (%.1f ms/token)\n", n, run + 1,
+                     o->runs, ctg.back(), 100.0 * attn.back(), 1e3 * fwd.attention_seconds() / o->gen);
+      }
+      fwd.set_attention_timing(false);
+      cr.tg = summarize(ctg);
+      cr.attn = summarize(attn);
+    }
     const double bw = measure_memory_bandwidth(pool);
     const uint64_t bytes = bytes_per_decode_token(model);
     const double roofline = bw * 1e9 / bytes;
@@ -108,6 +168,16 @@ void add_bench(CLI::App& app) {
     std::printf("packed weight copies (load-time row interleaving for the fast kernels): %.1f MB extra\n",
                 model.packed_bytes() / 1e6);
     std::string name = std::filesystem::path(o->model).stem().string();
+    if (o->context > 0) {
+      std::printf("context %d: prefill %.1f tok/s (attention %.0f%%); decode %d tokens: median %.2f tok/s (min %.2f, "
+                  "max %.2f), attention %.0f%% (min %.0f%%, max %.0f%%) = %.1f ms/token; short-context decode "
+                  "%.2f tok/s\n",
+                  o->context, cr.pp, 100.0 * cr.pp_attn, o->gen, cr.tg.median, cr.tg.min, cr.tg.max,
+                  100.0 * cr.attn.median, 100.0 * cr.attn.min, 100.0 * cr.attn.max,
+                  1e3 * cr.attn.median / cr.tg.median, g.median);
+      std::printf("bench_context model=%s threads=%d context=%d pp=%.2f tg=%.2f tg_short=%.2f attn_share=%.3f\n",
+                  name.c_str(), pool.size(), o->context, cr.pp, cr.tg.median, g.median, cr.attn.median);
+    }
     std::printf("bench model=%s type=%s threads=%d pp=%.2f tg=%.2f roofline_tg=%.2f bw_gbs=%.2f\n", name.c_str(),
                 dominant_type(model).c_str(), pool.size(), p.median, g.median, roofline, bw);
   });

@@ -1,10 +1,12 @@
 #include "engine/forward.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "engine/quant.h"
+#include "simd/attention.h"
 #include "simd/ops.h"
 #include "simd/quant_dot.h"
 
@@ -74,7 +76,13 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
       std::memcpy(cache.pending_k(l, i), &k_[size_t(t) * kvd], kvd * sizeof(float));
       std::memcpy(cache.pending_v(l, i), &v_[size_t(t) * kvd], kvd * sizeof(float));
     }
-    attention(batch, l, T);
+    if (time_attention_) {
+      const auto t0 = std::chrono::steady_clock::now();
+      attention(batch, l, T);
+      attention_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      attention(batch, l, T);
+    }
     matmul(L.wo, att_.data(), T, xb_.data());
     for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
 
@@ -213,71 +221,63 @@ void Forward::rope(float* vecs, int T, int n_heads) {
 }
 
 // Causal attention of the T new queries over every row of their own sequence's cache at a position
-// <= the query's, walking the cache's spans in place with an online (streaming) softmax. Scores and
-// value sums are computed straight from each span's format (no dense copy of a quantized cache).
+// <= the query's, walking the cache's spans in place with an online (streaming) softmax
+// (simd::kv_attend). Scores and value sums are computed straight from each span's format (no dense
+// copy of a quantized cache). One work unit is one (token, KV head): the query heads sharing that KV
+// head read each block of it once. Units are handed out in a zigzag order over the tokens (first,
+// last, second, second to last, ...) so that with a causal mask every contiguous chunk of units, i.e.
+// every thread, gets about the same number of cached rows; the split never changes a result.
 void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
   const int hd = cfg_.head_dim;
-  const int group = cfg_.n_head / cfg_.n_head_kv;
+  const int n_kv = cfg_.n_head_kv;
+  const int group = cfg_.n_head / n_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   spans_.resize(batch.size());
   for (size_t s = 0; s < batch.size(); ++s) {
     batch[s].cache->spans(layer, static_cast<int32_t>(batch[s].tokens.size()), spans_[s]);
   }
-  constexpr int kBlock = 128;
-  pool_.parallel_for(size_t(T) * cfg_.n_head, [&](size_t i0, size_t i1, int thread) {
+  pool_.parallel_for(size_t(T) * n_kv, [&](size_t i0, size_t i1, int thread) {
     std::vector<float>& buf = scratch_[thread];
-    if (buf.size() < size_t(2 * kBlock + 2 * hd)) buf.resize(2 * kBlock + 2 * hd);
-    float* scores = buf.data();
-    float* probs = scores + kBlock;
-    float* acc = probs + kBlock;
-    float* qs = acc + hd;  // the query as one span needs it (counter-rotated, channel-scaled)
+    const size_t need = size_t(group) * (2 + 2 * size_t(hd));
+    if (buf.size() < need) buf.resize(need);
+    float* m = buf.data();
+    float* l = m + group;
+    float* acc = l + group;                 // [group][hd]
+    float* qs = acc + size_t(group) * hd;  // the group's queries as one span needs them
     for (size_t i = i0; i < i1; ++i) {
-      const int t = static_cast<int>(i / cfg_.n_head), h = static_cast<int>(i % cfg_.n_head);
-      const int kvh = h / group;
+      const size_t k = i / n_kv;
+      const int kvh = static_cast<int>(i % n_kv);
+      const int t = k % 2 == 0 ? static_cast<int>(k / 2) : T - 1 - static_cast<int>(k / 2);
       const int32_t qpos = pos_[t];
-      const float* q = &q_[(size_t(t) * cfg_.n_head + h) * hd];
-      float m = -INFINITY, l = 0.0f;
-      std::fill(acc, acc + hd, 0.0f);
+      const float* q = &q_[(size_t(t) * cfg_.n_head + size_t(kvh) * group) * hd];
+      std::fill(m, m + group, -INFINITY);
+      std::fill(l, l + group, 0.0f);
+      std::fill(acc, acc + size_t(group) * hd, 0.0f);
       for (const KvSpan& s : spans_[seq_of_[t]]) {
         const int32_t visible = std::min<int32_t>(s.n, qpos - s.pos0 + 1);
         if (visible <= 0) continue;
         const float* qv = q;
         if (s.rope_delta != 0 || s.k_scale) {
-          std::copy(q, q + hd, qs);
+          std::copy(q, q + size_t(group) * hd, qs);
           // q·R(p_k)k depends on p_q - p_k only: using rows computed rope_delta positions earlier
           // than they act is the same as rotating the query back by rope_delta.
-          if (s.rope_delta != 0) rope_.rotate(qs, 1, -static_cast<float>(s.rope_delta));
+          if (s.rope_delta != 0) rope_.rotate(qs, group, -static_cast<float>(s.rope_delta));
           if (s.k_scale) {
             const float* cs = s.k_scale + size_t(kvh) * hd;
-            for (int e = 0; e < hd; ++e) qs[e] *= cs[e];
+            for (int g = 0; g < group; ++g) {
+              for (int e = 0; e < hd; ++e) qs[size_t(g) * hd + e] *= cs[e];
+            }
           }
           qv = qs;
         }
-        const uint8_t* kbase = s.k + size_t(kvh) * s.head_bytes;
-        const uint8_t* vbase = s.v + size_t(kvh) * s.head_bytes;
-        for (int32_t j0 = 0; j0 < visible; j0 += kBlock) {
-          const int32_t nb = std::min<int32_t>(kBlock, visible - j0);
-          simd::kv_dot_many(s.format, qv, kbase + size_t(j0) * s.row_bytes, s.row_bytes, nb, hd, scores);
-          float bmax = -INFINITY;
-          for (int32_t j = 0; j < nb; ++j) {
-            scores[j] *= scale;
-            bmax = std::max(bmax, scores[j]);
-          }
-          if (bmax > m) {
-            const float c = std::exp(m - bmax);  // 0 on the first block
-            for (int e = 0; e < hd; ++e) acc[e] *= c;
-            l *= c;
-            m = bmax;
-          }
-          for (int32_t j = 0; j < nb; ++j) {
-            probs[j] = std::exp(scores[j] - m);
-            l += probs[j];
-          }
-          simd::kv_accumulate(s.format, probs, vbase + size_t(j0) * s.row_bytes, s.row_bytes, nb, hd, acc);
-        }
+        simd::kv_attend(s.format, qv, group, s.k + size_t(kvh) * s.head_bytes, s.v + size_t(kvh) * s.head_bytes,
+                        s.row_bytes, visible, hd, scale, m, l, acc);
       }
-      float* out = &att_[(size_t(t) * cfg_.n_head + h) * hd];
-      for (int e = 0; e < hd; ++e) out[e] = acc[e] / l;
+      for (int g = 0; g < group; ++g) {
+        float* out = &att_[(size_t(t) * cfg_.n_head + size_t(kvh) * group + g) * hd];
+        const float* a = acc + size_t(g) * hd;
+        for (int e = 0; e < hd; ++e) out[e] = a[e] / l[g];
+      }
     }
   });
 }

@@ -40,6 +40,12 @@ class Forward {
   };
   Status eval_batch(std::span<const Sequence> batch, std::vector<float>& logits);
 
+  // Benchmarks: when on, eval adds the wall time of every attention() call (one clock read before and
+  // after each layer's attention, none inside it) to attention_seconds(). Off by default.
+  void set_attention_timing(bool on) { time_attention_ = on; }
+  double attention_seconds() const { return attention_s_; }
+  void reset_attention_seconds() { attention_s_ = 0; }
+
  private:
   void embed();
   void rmsnorm(const float* x, const Weight& w, float* out, int T);
@@ -68,6 +74,8 @@ class Forward {
   std::vector<int32_t> tok_, seq_of_, pos_;
   std::vector<std::vector<KvSpan>> spans_;  // per sequence, for the current layer
   std::vector<uint8_t> act_;  // activations quantized for the fast kernels, [T][act_bytes]
+  bool time_attention_ = false;
+  double attention_s_ = 0;
 };
 
 }  // namespace towers

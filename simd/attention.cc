@@ -1,0 +1,127 @@
+#include "simd/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/attention.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace towers::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+void ExpF32(const float* HWY_RESTRICT x, float* y, size_t n) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Exp(d, hn::LoadU(d, x + i)), d, y + i);
+  if (i < n) {
+    HWY_ALIGN float t[kMaxLanes] = {};
+    std::memcpy(t, x + i, (n - i) * sizeof(float));
+    hn::Store(hn::Exp(d, hn::Load(d, t)), d, t);
+    std::memcpy(y + i, t, (n - i) * sizeof(float));
+  }
+}
+
+// Two passes over the block (it is in L1): scaled max, then exp and sum. A last partial vector is
+// padded with -inf, whose exp is 0, so every element goes through the same vector code.
+HWY_INLINE float SoftmaxBlockImpl(const float* s, int n, float scale, float* m, float* l, float* p) {
+  const DF d;
+  const size_t N = hn::Lanes(d), un = static_cast<size_t>(n);
+  const auto vscale = hn::Set(d, scale);
+  auto vmax = hn::Set(d, -INFINITY);
+  size_t j = 0;
+  for (; j + N <= un; j += N) vmax = hn::Max(vmax, hn::Mul(hn::LoadU(d, s + j), vscale));
+  const size_t rest = un - j;
+  HWY_ALIGN float tail[kMaxLanes];
+  auto vtail = hn::Set(d, -INFINITY);
+  if (rest) {
+    hn::Store(vtail, d, tail);
+    std::memcpy(tail, s + j, rest * sizeof(float));
+    vtail = hn::Mul(hn::Load(d, tail), vscale);
+    vmax = hn::Max(vmax, vtail);
+  }
+  const float bmax = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  const float m_old = *m;
+  float c = 1.0f, m_new = m_old;
+  if (bmax > m_old) {
+    m_new = bmax;
+    c = hn::GetLane(hn::Exp(d, hn::Set(d, m_old - m_new)));  // 0 when m_old is -inf
+  }
+  const auto vm = hn::Set(d, m_new);
+  auto sum = hn::Zero(d);
+  for (j = 0; j + N <= un; j += N) {
+    const auto e = hn::Exp(d, hn::Sub(hn::Mul(hn::LoadU(d, s + j), vscale), vm));
+    hn::StoreU(e, d, p + j);
+    sum = hn::Add(sum, e);
+  }
+  if (rest) {
+    const auto e = hn::Exp(d, hn::Sub(vtail, vm));
+    hn::Store(e, d, tail);
+    std::memcpy(p + j, tail, rest * sizeof(float));
+    sum = hn::Add(sum, e);
+  }
+  *l = *l * c + hn::GetLane(hn::SumOfLanes(d, sum));
+  *m = m_new;
+  return c;
+}
+
+float SoftmaxBlock(const float* s, int n, float scale, float* m, float* l, float* p) {
+  return SoftmaxBlockImpl(s, n, scale, m, l, p);
+}
+
+void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
+              float scale, float* m, float* l, float* acc) {
+  HWY_ALIGN float s[kAttnBlock];
+  const auto* kb = static_cast<const uint8_t*>(k);
+  const auto* vb = static_cast<const uint8_t*>(v);
+  for (int j0 = 0; j0 < n; j0 += kAttnBlock) {
+    const int nb = std::min(kAttnBlock, n - j0);
+    const uint8_t* kj = kb + size_t(j0) * stride;
+    const uint8_t* vj = vb + size_t(j0) * stride;
+    // The group's queries take turns on this block while it is in cache.
+    for (int g = 0; g < n_q; ++g) {
+      kv_dot_many(q, qv + size_t(g) * dim, kj, stride, nb, dim, s);
+      const float c = SoftmaxBlockImpl(s, nb, scale, m + g, l + g, s);
+      float* a = acc + size_t(g) * dim;
+      if (c != 1.0f) {
+        for (int e = 0; e < dim; ++e) a[e] *= c;
+      }
+      kv_accumulate(q, s, vj, stride, nb, dim, a);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace towers::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace towers::simd {
+HWY_EXPORT(ExpF32);
+HWY_EXPORT(SoftmaxBlock);
+HWY_EXPORT(KvAttend);
+
+void exp_f32(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpF32)(x, y, n); }
+
+float softmax_block(const float* s, int n, float scale, float* m, float* l, float* p) {
+  if (n <= 0) return 1.0f;
+  return HWY_DYNAMIC_DISPATCH(SoftmaxBlock)(s, n, scale, m, l, p);
+}
+
+void kv_attend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
+               float scale, float* m, float* l, float* acc) {
+  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
+  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, k, v, stride, n, dim, scale, m, l, acc);
+}
+}  // namespace towers::simd
+#endif

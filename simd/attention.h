@@ -1,0 +1,44 @@
+// Attention over quantized KV vectors (simd/kv_quant.h) with an online (streaming) softmax, and the
+// vectorised exp it uses.
+//
+// kv_attend is the inner loop of Forward::attention: the query heads that share one KV head (GQA),
+// over the rows of one span of one KV head, in blocks of kAttnBlock rows counted from the span's first
+// row. Per block it scores every query against the block (kv_dot_many), runs one online-softmax step
+// per query (softmax_block: scale, block max, rescale, exp, sum, in two Highway passes over the
+// L1-resident block) and adds the weighted values (kv_accumulate). The queries of a group take turns
+// on the same block, so each K/V block is read from memory once per group, not once per query head.
+//
+// Determinism: a query's result depends only on that query, the rows and n, never on the other
+// queries of the call or on the caller's threads (each query's state is updated by the same
+// operations in the same order as a call with n_q = 1). Splitting a span's rows into consecutive
+// calls at multiples of kAttnBlock gives the same bits as one call. Results depend on the Highway
+// target (lane count), like every reduction in simd/ (docs/numerics.md).
+#pragma once
+#include <cstddef>
+
+#include "simd/kv_quant.h"
+
+namespace towers::simd {
+
+// Rows per online-softmax block.
+inline constexpr int kAttnBlock = 128;
+
+// y[i] = e^x[i]: Highway's Exp (max error 1 ulp in its documented range), 0 for x < -104 (including
+// -inf) and for NaN, +inf above ~88.7. In-place (y == x) is allowed.
+void exp_f32(const float* x, float* y, size_t n);
+
+// One online-softmax step over a block of n >= 1 raw scores s (kv_attend passes kAttnBlock or fewer):
+//   x[j] = s[j] * scale;  m' = max(*m, max_j x[j]);  p[j] = exp(x[j] - m');
+//   *l = *l * c + sum_j p[j]  with  c = exp(*m - m')  (c = 1 exactly when the max did not grow,
+//   0 when *m was -inf);  *m = m'.  Returns c (the caller rescales its value accumulator by it).
+// The sum is taken in lanes then across them, in a fixed order for a target. p may alias s.
+float softmax_block(const float* s, int n, float scale, float* m, float* l, float* p);
+
+// For each query g < n_q (vector qv + g*dim): the online softmax over rows [0, n) of one KV head,
+// K vector j at k + j*stride and V vector j at v + j*stride, both in format q, continued from the
+// state m[g], l[g], acc[g*dim .. g*dim + dim) (start with -inf, 0, zeros; the attention output is
+// acc / l after the last span). Does nothing when !kv_quant_ok(q, dim) or n <= 0.
+void kv_attend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
+               float scale, float* m, float* l, float* acc);
+
+}  // namespace towers::simd
