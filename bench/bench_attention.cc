@@ -3,7 +3,11 @@
 // Prints ns per cached row (for the whole layer: all heads) for
 //   old:  the loop Forward::attention had before kv_attend (per query head: kv_dot_many over a block
 //         of 128, scalar scale/max and std::exp per score, kv_accumulate),
-//   new:  simd::kv_attend (the query heads of a KV head share each block; Highway softmax).
+//   turns: kv_attend as it was before the group kernels (the query heads of a KV head take turns on
+//         each block of 128: kv_dot_many, softmax_block, kv_accumulate per head; rebuilt here from the
+//         public kernels),
+//   new:  simd::kv_attend (kv_dot_group / kv_accumulate_group: each K/V vector decoded once for the
+//         group's query heads; bit-identical to "turns").
 // "hot": one layer's cache, the same every call (small n stays in L2/L3); "cold": rotating over 16
 // layers' caches (at most 512 MiB), as a decode step reads them.
 //   bench_attention [seconds_per_measurement] [n_head n_head_kv head_dim]
@@ -12,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -97,7 +102,26 @@ void layer_old(KvQuant q, const Shape& s, const float* qv, const LayerKv& kv, in
   }
 }
 
-void layer_new(KvQuant q, const Shape& s, const float* qv, const LayerKv& kv, int n, float* out) {
+// kv_attend before the group kernels: per block, the group's queries one after the other.
+void attend_turns(KvQuant q, const float* qv, int n_q, const uint8_t* k, const uint8_t* v, size_t stride, int n,
+                  int dim, float scale, float* m, float* l, float* acc) {
+  float s[kAttnBlock];
+  for (int j0 = 0; j0 < n; j0 += kAttnBlock) {
+    const int nb = std::min(kAttnBlock, n - j0);
+    for (int g = 0; g < n_q; ++g) {
+      kv_dot_many(q, qv + size_t(g) * dim, k + size_t(j0) * stride, stride, nb, dim, s);
+      const float c = softmax_block(s, nb, scale, m + g, l + g, s);
+      float* a = acc + size_t(g) * dim;
+      if (c != 1.0f) {
+        for (int e = 0; e < dim; ++e) a[e] *= c;
+      }
+      kv_accumulate(q, s, v + size_t(j0) * stride, stride, nb, dim, a);
+    }
+  }
+}
+
+template <bool kTurns>
+void layer_attend(KvQuant q, const Shape& s, const float* qv, const LayerKv& kv, int n, float* out) {
   const size_t vb = kv_vec_bytes(q, s.hd), row = vb * s.n_kv;
   const int group = s.n_head / s.n_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
@@ -107,12 +131,24 @@ void layer_new(KvQuant q, const Shape& s, const float* qv, const LayerKv& kv, in
     std::fill(m, m + group, -INFINITY);
     std::fill(l, l + group, 0.0f);
     std::fill(acc.begin(), acc.end(), 0.0f);
-    kv_attend(q, qv + size_t(kvh) * group * s.hd, group, kv.k.data() + kvh * vb, kv.v.data() + kvh * vb, row, n,
-              s.hd, scale, m, l, acc.data());
+    if constexpr (kTurns) {
+      attend_turns(q, qv + size_t(kvh) * group * s.hd, group, kv.k.data() + kvh * vb, kv.v.data() + kvh * vb, row,
+                   n, s.hd, scale, m, l, acc.data());
+    } else {
+      kv_attend(q, qv + size_t(kvh) * group * s.hd, group, kv.k.data() + kvh * vb, kv.v.data() + kvh * vb, row, n,
+                s.hd, scale, m, l, acc.data());
+    }
     for (int g = 0; g < group; ++g) {
       for (int e = 0; e < s.hd; ++e) out[(size_t(kvh) * group + g) * s.hd + e] = acc[size_t(g) * s.hd + e] / l[g];
     }
   }
+}
+
+void layer_turns(KvQuant q, const Shape& s, const float* qv, const LayerKv& kv, int n, float* out) {
+  layer_attend<true>(q, s, qv, kv, n, out);
+}
+void layer_new(KvQuant q, const Shape& s, const float* qv, const LayerKv& kv, int n, float* out) {
+  layer_attend<false>(q, s, qv, kv, n, out);
 }
 
 volatile float g_sink;
@@ -127,12 +163,12 @@ int main(int argc, char** argv) {
   const int lengths[] = {512, 1024, 2048, 4096};
   std::printf("Highway target: %s; one layer, 1 query token, %d heads / %d KV heads, head_dim %d, 1 thread\n",
               target_name(), s.n_head, s.n_kv, s.hd);
-  std::printf("ns per cached row (whole layer); x = old / new\n");
-  std::printf("%-4s %5s | %9s %9s %6s | %9s %9s %6s | %s\n", "fmt", "n", "old hot", "new hot", "x", "old cold",
-              "new cold", "x", "max |new-old| / max |old|");
+  std::printf("ns per cached row (whole layer); x = turns / new\n");
+  std::printf("%-4s %5s | %8s %9s %8s %5s | %8s %9s %8s %5s | %s\n", "fmt", "n", "old hot", "turns hot",
+              "new hot", "x", "old cold", "turns cold", "new cold", "x", "max |new-old| / max |old|, new==turns");
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> qv(size_t(s.n_head) * s.hd), out_old(qv.size()), out_new(qv.size());
+  std::vector<float> qv(size_t(s.n_head) * s.hd), out_old(qv.size()), out_new(qv.size()), out_turns(qv.size());
   for (float& x : qv) x = nd(rng);
   for (KvQuant q : formats) {
     const size_t vb = kv_vec_bytes(q, s.hd), row = vb * s.n_kv;
@@ -155,6 +191,8 @@ int main(int argc, char** argv) {
       }
       layer_old(q, s, qv.data(), kv[0], n, out_old.data());
       layer_new(q, s, qv.data(), kv[0], n, out_new.data());
+      layer_turns(q, s, qv.data(), kv[0], n, out_turns.data());
+      const bool same = std::memcmp(out_new.data(), out_turns.data(), out_new.size() * sizeof(float)) == 0;
       double diff = 0, mag = 0;
       for (size_t i = 0; i < qv.size(); ++i) {
         diff = std::max(diff, double(std::fabs(out_new[i] - out_old[i])));
@@ -168,6 +206,10 @@ int main(int argc, char** argv) {
         layer_new(q, s, qv.data(), kv[0], n, out_new.data());
         g_sink = out_new[0];
       });
+      const double th = time_it(secs, [&] {
+        layer_turns(q, s, qv.data(), kv[0], n, out_turns.data());
+        g_sink = out_turns[0];
+      });
       int li = 0;
       const double oc = time_it(secs, [&] {
         layer_old(q, s, qv.data(), kv[li], n, out_old.data());
@@ -175,14 +217,21 @@ int main(int argc, char** argv) {
         g_sink = out_old[0];
       });
       li = 0;
+      const double tc = time_it(secs, [&] {
+        layer_turns(q, s, qv.data(), kv[li], n, out_turns.data());
+        li = (li + 1) % layers;
+        g_sink = out_turns[0];
+      });
+      li = 0;
       const double nc = time_it(secs, [&] {
         layer_new(q, s, qv.data(), kv[li], n, out_new.data());
         li = (li + 1) % layers;
         g_sink = out_new[0];
       });
-      std::printf("%-4s %5d | %9.2f %9.2f %6.2f | %9.2f %9.2f %6.2f | %.2e   (%d layers, %.1f MiB each)\n",
-                  kv_quant_name(q), n, oh * 1e9 / n, nh * 1e9 / n, oh / nh, oc * 1e9 / n, nc * 1e9 / n, oc / nc,
-                  diff / mag, layers, layer_bytes / 1048576.0);
+      std::printf("%-4s %5d | %8.1f %9.1f %8.1f %5.2f | %8.1f %9.1f %8.1f %5.2f | %.2e %s  (%d layers, %.1f MiB each)\n",
+                  kv_quant_name(q), n, oh * 1e9 / n, th * 1e9 / n, nh * 1e9 / n, th / nh, oc * 1e9 / n,
+                  tc * 1e9 / n, nc * 1e9 / n, tc / nc, diff / mag, same ? "yes" : "NO", layers,
+                  layer_bytes / 1048576.0);
       std::fflush(stdout);
     }
   }

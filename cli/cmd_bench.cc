@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "engine/forward.h"
 #include "engine/membw.h"
+#include "engine/segment.h"
 #include "engine/tokenizer.h"
 
 namespace towers::cli {
@@ -45,6 +46,7 @@ void add_bench(CLI::App& app) {
   struct Opts {
     std::string model;
     int threads = 0, prompt = 512, gen = 128, runs = 5, batch = 1, context = 0, context_batch = 512;
+    std::string context_format = "f16";
     bool reference = false;
   };
   auto o = std::make_shared<Opts>();
@@ -63,10 +65,16 @@ void add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   cmd->add_option("--context", o->context,
                   "Also measure decode after N tokens of context: prefill N tokens once (in --context-batch "
-                  "chunks, timed, progress on stderr), then time --gen decode tokens --runs times from that "
-                  "context, with the share of time spent in attention. Printed on a line of its own "
-                  "(bench_context ...) before the last line")
+                  "chunks, timed, progress on stderr) into a tower, seal it into a segment of --context-format, "
+                  "then time --gen decode tokens --runs times on a tower over that segment, with the share of "
+                  "time spent in attention. Printed on a line of its own (bench_context ... format=F ...) "
+                  "before the last line")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--context-format", o->context_format,
+                  "KV format of the --context: it is prefilled into a tower's tail, sealed into a segment of "
+                  "this format (as towerd seals transcripts: f16; shared bases q4/q6/q8 by depth), and decode "
+                  "runs on a tower over that segment")
+      ->check(CLI::IsMember({"f32", "f16", "q8", "q6", "q4"}));
   cmd->add_option("--context-batch", o->context_batch, "Tokens per eval call when prefilling the --context")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--reference", o->reference, "Use the reference kernels (dequantize + f32 dot)");
@@ -108,6 +116,7 @@ void add_bench(CLI::App& app) {
     struct ContextResult {
       double pp = 0, pp_attn = 0;
       Stats tg{}, attn{};
+      const char* format = "";
     } cr;
     if (o->context > 0) {
       const int n = o->context;
@@ -117,23 +126,38 @@ void add_bench(CLI::App& app) {
       }
       std::vector<int32_t> ctx_tokens(n);
       for (int i = 0; i < n; ++i) ctx_tokens[i] = static_cast<int32_t>((i * 7919u + 13) % cfg.n_vocab);
-      DenseKvCache cache(cfg, n + o->gen + 1);
+      simd::KvQuant format = simd::KvQuant::F16;
+      for (auto q : {simd::KvQuant::F32, simd::KvQuant::F16, simd::KvQuant::Q8, simd::KvQuant::Q6,
+                     simd::KvQuant::Q4}) {
+        if (o->context_format == simd::kv_quant_name(q)) format = q;
+      }
+      cr.format = simd::kv_quant_name(format);
+      // What towerd runs: the context is prefilled into a tower's F32 tail, sealed into a segment of
+      // the chosen format, and decoding happens on a tower over that segment (its own tail for the
+      // new tokens).
+      std::shared_ptr<const Segment> seg;
       fwd.set_attention_timing(true);
       fwd.reset_attention_seconds();
       auto t0 = clock::now();
-      for (int i = 0; i < n; i += o->context_batch) {
-        const int m = std::min(o->context_batch, n - i);
-        if (auto s = fwd.eval(cache, std::span<const int32_t>(&ctx_tokens[i], m), Logits::Last, logits); !s) {
-          std::exit(fail(s.message()));
+      {
+        Tower prefill(cfg, {}, n);
+        for (int i = 0; i < n; i += o->context_batch) {
+          const int m = std::min(o->context_batch, n - i);
+          if (auto s = fwd.eval(prefill, std::span<const int32_t>(&ctx_tokens[i], m), Logits::Last, logits); !s) {
+            std::exit(fail(s.message()));
+          }
+          const double el = std::chrono::duration<double>(clock::now() - t0).count();
+          std::fprintf(stderr, "\rcontext prefill %d/%d tokens, %.1f tok/s, attention %.0f%%   ", i + m, n,
+                       (i + m) / el, 100.0 * fwd.attention_seconds() / el);
         }
-        const double el = std::chrono::duration<double>(clock::now() - t0).count();
-        std::fprintf(stderr, "\rcontext prefill %d/%d tokens, %.1f tok/s, attention %.0f%%   ", i + m, n,
-                     (i + m) / el, 100.0 * fwd.attention_seconds() / el);
+        std::fprintf(stderr, "\n");
+        const double pdt = std::chrono::duration<double>(clock::now() - t0).count();
+        cr.pp = n / pdt;
+        cr.pp_attn = fwd.attention_seconds() / pdt;
+        seg = prefill.seal_tail(ctx_tokens, format, 1);
+        if (!seg) std::exit(fail("internal: sealing the context failed"));
       }
-      std::fprintf(stderr, "\n");
-      const double pdt = std::chrono::duration<double>(clock::now() - t0).count();
-      cr.pp = n / pdt;
-      cr.pp_attn = fwd.attention_seconds() / pdt;
+      Tower cache(cfg, {seg}, o->gen + 1);
       std::vector<double> ctg, attn;
       for (int run = 0; run < o->runs; ++run) {
         cache.truncate(n);
@@ -149,8 +173,9 @@ void add_bench(CLI::App& app) {
         const double dt = std::chrono::duration<double>(clock::now() - t0).count();
         ctg.push_back(o->gen / dt);
         attn.push_back(fwd.attention_seconds() / dt);
-        std::fprintf(stderr, "context %d run %d/%d: tg %.2f tok/s, attention %.0f%% (%.1f ms/token)\n", n, run + 1,
-                     o->runs, ctg.back(), 100.0 * attn.back(), 1e3 * fwd.attention_seconds() / o->gen);
+        std::fprintf(stderr, "context %d (%s) run %d/%d: tg %.2f tok/s, attention %.0f%% (%.1f ms/token)\n", n,
+                     cr.format, run + 1, o->runs, ctg.back(), 100.0 * attn.back(),
+                     1e3 * fwd.attention_seconds() / o->gen);
       }
       fwd.set_attention_timing(false);
       cr.tg = summarize(ctg);
@@ -169,14 +194,14 @@ void add_bench(CLI::App& app) {
                 model.packed_bytes() / 1e6);
     std::string name = std::filesystem::path(o->model).stem().string();
     if (o->context > 0) {
-      std::printf("context %d: prefill %.1f tok/s (attention %.0f%%); decode %d tokens: median %.2f tok/s (min %.2f, "
+      std::printf("context %d (%s segment): prefill %.1f tok/s (attention %.0f%%); decode %d tokens: median %.2f tok/s (min %.2f, "
                   "max %.2f), attention %.0f%% (min %.0f%%, max %.0f%%) = %.1f ms/token; short-context decode "
                   "%.2f tok/s\n",
-                  o->context, cr.pp, 100.0 * cr.pp_attn, o->gen, cr.tg.median, cr.tg.min, cr.tg.max,
+                  o->context, cr.format, cr.pp, 100.0 * cr.pp_attn, o->gen, cr.tg.median, cr.tg.min, cr.tg.max,
                   100.0 * cr.attn.median, 100.0 * cr.attn.min, 100.0 * cr.attn.max,
                   1e3 * cr.attn.median / cr.tg.median, g.median);
-      std::printf("bench_context model=%s threads=%d context=%d pp=%.2f tg=%.2f tg_short=%.2f attn_share=%.3f\n",
-                  name.c_str(), pool.size(), o->context, cr.pp, cr.tg.median, g.median, cr.attn.median);
+      std::printf("bench_context model=%s threads=%d context=%d format=%s pp=%.2f tg=%.2f tg_short=%.2f attn_share=%.3f\n",
+                  name.c_str(), pool.size(), o->context, cr.format, cr.pp, cr.tg.median, g.median, cr.attn.median);
     }
     std::printf("bench model=%s type=%s threads=%d pp=%.2f tg=%.2f roofline_tg=%.2f bw_gbs=%.2f\n", name.c_str(),
                 dominant_type(model).c_str(), pool.size(), p.median, g.median, roofline, bw);

@@ -81,22 +81,27 @@ float SoftmaxBlock(const float* s, int n, float scale, float* m, float* l, float
 
 void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
               float scale, float* m, float* l, float* acc) {
-  HWY_ALIGN float s[kAttnBlock];
+  constexpr int kG = 4;  // queries per pass of the group kernels
+  HWY_ALIGN float s[kG * kAttnBlock];
   const auto* kb = static_cast<const uint8_t*>(k);
   const auto* vb = static_cast<const uint8_t*>(v);
   for (int j0 = 0; j0 < n; j0 += kAttnBlock) {
     const int nb = std::min(kAttnBlock, n - j0);
     const uint8_t* kj = kb + size_t(j0) * stride;
     const uint8_t* vj = vb + size_t(j0) * stride;
-    // The group's queries take turns on this block while it is in cache.
-    for (int g = 0; g < n_q; ++g) {
-      kv_dot_many(q, qv + size_t(g) * dim, kj, stride, nb, dim, s);
-      const float c = SoftmaxBlockImpl(s, nb, scale, m + g, l + g, s);
-      float* a = acc + size_t(g) * dim;
-      if (c != 1.0f) {
-        for (int e = 0; e < dim; ++e) a[e] *= c;
+    // Up to four queries of the group at once: one decode of each K and V vector serves them all.
+    for (int g0 = 0; g0 < n_q; g0 += kG) {
+      const int G = std::min(kG, n_q - g0);
+      kv_dot_group(q, qv + size_t(g0) * dim, G, kj, stride, nb, dim, s, kAttnBlock);
+      for (int g = 0; g < G; ++g) {
+        float* sg = s + size_t(g) * kAttnBlock;
+        const float c = SoftmaxBlockImpl(sg, nb, scale, m + g0 + g, l + g0 + g, sg);
+        float* a = acc + size_t(g0 + g) * dim;
+        if (c != 1.0f) {
+          for (int e = 0; e < dim; ++e) a[e] *= c;
+        }
       }
-      kv_accumulate(q, s, vj, stride, nb, dim, a);
+      kv_accumulate_group(q, s, kAttnBlock, G, vj, stride, nb, dim, acc + size_t(g0) * dim);
     }
   }
 }

@@ -363,6 +363,333 @@ HWY_NOINLINE void AccumulateT(const float* HWY_RESTRICT p, const uint8_t* HWY_RE
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Group kernels: up to four query heads (G) that share one KV head, in one pass over the vectors.
+// Each vector (or block of it) is loaded and decoded once for the G queries instead of once per query.
+// Every (vector, query) score and every (query, element) sum goes through exactly the operations, in
+// the same order, of the single-query kernels above (Dot4 / AccBlock), so the results are the same
+// bits; only which independent chains run side by side changes.
+
+#define TOWERS_KV_G4(X) X(0) X(1) X(2) X(3)
+
+// Lane-wise sums of q over each block (the min term of Q6/Q4); the same code as DotManyT's.
+HWY_INLINE void BlockSumsQ(const float* HWY_RESTRICT qv, size_t D, float* HWY_RESTRICT qsum) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  for (int b = 0; b < n_blocks(static_cast<int>(D)); ++b) {
+    const size_t e0 = size_t(b) * kKvBlock, e1 = std::min(D, e0 + kKvBlock);
+    for (size_t h = 0; h < 8; h += N) {
+      auto s = hn::Zero(df);
+      for (size_t e = e0; e < e1; e += 8) s = hn::Add(s, hn::LoadU(df, qv + e + h));
+      hn::Store(s, df, qsum + 8 * b + h);
+    }
+  }
+}
+
+// t_g += q_g . codes of block (e0, NG) of one vector, for the G queries (BlockDot4's order per query).
+template <KvQuant kQ, int NG, int G>
+HWY_INLINE void BlockDotG(const float* HWY_RESTRICT q0, const float* HWY_RESTRICT q1,
+                          const float* HWY_RESTRICT q2, const float* HWY_RESTRICT q3, size_t e0,
+                          const uint8_t* HWY_RESTRICT c, size_t D, VF& t0, VF& t1, VF& t2, VF& t3) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  for (size_t h = 0; h < 8; h += N) {
+    VF x0, x1, x2, x3;
+    DecodeBlock<kQ, NG>(c, c + D / 2, e0, h, x0, x1, x2, x3);
+#define TOWERS_KV_MAC(g)                                                                 \
+  if constexpr (G > g) {                                                                 \
+    t##g = hn::MulAdd(hn::LoadU(df, q##g + e0 + h), x0, t##g);                           \
+    if constexpr (NG > 1) t##g = hn::MulAdd(hn::LoadU(df, q##g + e0 + 8 + h), x1, t##g);   \
+    if constexpr (NG > 2) t##g = hn::MulAdd(hn::LoadU(df, q##g + e0 + 16 + h), x2, t##g);  \
+    if constexpr (NG > 3) t##g = hn::MulAdd(hn::LoadU(df, q##g + e0 + 24 + h), x3, t##g);  \
+  }
+    TOWERS_KV_G4(TOWERS_KV_MAC)
+#undef TOWERS_KV_MAC
+  }
+}
+
+// s_g[j] = q_g . vector j for j < n, g < G.
+template <KvQuant kQ, int G>
+HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* HWY_RESTRICT k, size_t stride,
+                            int n, int dim, float* const* HWY_RESTRICT sp) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t D = static_cast<size_t>(dim);
+  constexpr int P = params_per_block(kQ);
+  const float* HWY_RESTRICT q0 = qp[0];
+  const float* HWY_RESTRICT q1 = qp[G > 1 ? 1 : 0];
+  const float* HWY_RESTRICT q2 = qp[G > 2 ? 2 : 0];
+  const float* HWY_RESTRICT q3 = qp[G > 3 ? 3 : 0];
+  HWY_ALIGN float qsum[4][kMaxBlocks * 8];
+  if constexpr (P == 2) {
+#define TOWERS_KV_QS(g) \
+  if constexpr (G > g) BlockSumsQ(q##g, D, qsum[g]);
+    TOWERS_KV_G4(TOWERS_KV_QS)
+#undef TOWERS_KV_QS
+  }
+  if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16) {
+    for (int j = 0; j < n; ++j) {
+      const uint8_t* HWY_RESTRICT v = k + size_t(j) * stride;
+      // Two accumulators per query (even and odd groups), as Dot4.
+      auto a0 = hn::Zero(df), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+      size_t e = 0;
+      for (; e + 16 <= D; e += 16) {
+        for (size_t h = 0; h < 8; h += N) {
+          const VF xa = DecodeGroup<kQ>(v, e, h), xb = DecodeGroup<kQ>(v, e + 8, h);
+#define TOWERS_KV_MAC(g)                                           \
+  if constexpr (G > g) {                                           \
+    a##g = hn::MulAdd(hn::LoadU(df, q##g + e + h), xa, a##g);      \
+    b##g = hn::MulAdd(hn::LoadU(df, q##g + e + 8 + h), xb, b##g);  \
+  }
+          TOWERS_KV_G4(TOWERS_KV_MAC)
+#undef TOWERS_KV_MAC
+        }
+      }
+      if (e < D) {
+        for (size_t h = 0; h < 8; h += N) {
+          const VF xa = DecodeGroup<kQ>(v, e, h);
+#define TOWERS_KV_MAC(g) \
+  if constexpr (G > g) a##g = hn::MulAdd(hn::LoadU(df, q##g + e + h), xa, a##g);
+          TOWERS_KV_G4(TOWERS_KV_MAC)
+#undef TOWERS_KV_MAC
+        }
+      }
+#define TOWERS_KV_OUT(g) \
+  if constexpr (G > g) sp[g][j] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a##g, b##g)));
+      TOWERS_KV_G4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+    }
+  } else {
+    const int nb = n_blocks(dim);
+    const size_t hdr = header_bytes(kQ, dim);
+    HWY_ALIGN float prm[2 * kMaxBlocks];
+    for (int j = 0; j < n; ++j) {
+      const uint8_t* HWY_RESTRICT v = k + size_t(j) * stride;
+      F16ToF32(v, P * nb, prm);
+      const uint8_t* HWY_RESTRICT c = v + hdr;
+      auto acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+      for (int b = 0; b < nb; ++b) {
+        const size_t e0 = size_t(b) * kKvBlock;
+        auto t0 = hn::Zero(df), t1 = t0, t2 = t0, t3 = t0;
+        switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
+          case 4: BlockDotG<kQ, 4, G>(q0, q1, q2, q3, e0, c, D, t0, t1, t2, t3); break;
+          case 3: BlockDotG<kQ, 3, G>(q0, q1, q2, q3, e0, c, D, t0, t1, t2, t3); break;
+          case 2: BlockDotG<kQ, 2, G>(q0, q1, q2, q3, e0, c, D, t0, t1, t2, t3); break;
+          default: BlockDotG<kQ, 1, G>(q0, q1, q2, q3, e0, c, D, t0, t1, t2, t3); break;
+        }
+        const auto sd = hn::Set(df, prm[P * b]);
+#define TOWERS_KV_SCALE(g) \
+  if constexpr (G > g) acc##g = hn::MulAdd(sd, t##g, acc##g);
+        TOWERS_KV_G4(TOWERS_KV_SCALE)
+#undef TOWERS_KV_SCALE
+        if constexpr (P == 2) {
+          const auto sm = hn::Set(df, prm[2 * b + 1]);
+          for (size_t h = 0; h < 8; h += N) {
+#define TOWERS_KV_MIN(g) \
+  if constexpr (G > g) acc##g = hn::MulAdd(sm, hn::Load(df, qsum[g] + 8 * b + h), acc##g);
+            TOWERS_KV_G4(TOWERS_KV_MIN)
+#undef TOWERS_KV_MIN
+          }
+        }
+      }
+#define TOWERS_KV_OUT(g) \
+  if constexpr (G > g) sp[g][j] = hn::GetLane(hn::SumOfLanes(df, acc##g));
+      TOWERS_KV_G4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+    }
+  }
+}
+
+// AccBlock for G queries over groups [K0, K1) of block (e0, NG), lanes [h, h + Lanes), vectors [j0, j1):
+// each vector's groups are decoded once and added to the G accumulators (w_g as in AccBlock).
+template <KvQuant kQ, int NG, int K0, int K1, int G>
+HWY_INLINE void AccBlockG(const float* const* HWY_RESTRICT wp, int wstride, const uint8_t* HWY_RESTRICT v,
+                          size_t stride, int j0, int j1, size_t hdr, size_t D, size_t e0, size_t h,
+                          float* const* HWY_RESTRICT ap) {
+  const DF df;
+  const float* HWY_RESTRICT w0 = wp[0];
+  const float* HWY_RESTRICT w1 = wp[G > 1 ? 1 : 0];
+  const float* HWY_RESTRICT w2 = wp[G > 2 ? 2 : 0];
+  const float* HWY_RESTRICT w3 = wp[G > 3 ? 3 : 0];
+  float* HWY_RESTRICT acc0 = ap[0];
+  float* HWY_RESTRICT acc1 = ap[G > 1 ? 1 : 0];
+  float* HWY_RESTRICT acc2 = ap[G > 2 ? 2 : 0];
+  float* HWY_RESTRICT acc3 = ap[G > 3 ? 3 : 0];
+  const VF z = hn::Zero(df);
+  // a<g><k>: query g, group k of the block.
+#define TOWERS_KV_ON(g, k) (G > g && K0 <= k && k < K1)
+#define TOWERS_KV_LD(g, k) \
+  VF a##g##k = z;          \
+  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::LoadU(df, acc##g + e0 + 8 * k + h);
+#define TOWERS_KV_EACH(X, g) X(g, 0) X(g, 1) X(g, 2) X(g, 3)
+#define TOWERS_KV_ALL(X) TOWERS_KV_EACH(X, 0) TOWERS_KV_EACH(X, 1) TOWERS_KV_EACH(X, 2) TOWERS_KV_EACH(X, 3)
+  TOWERS_KV_ALL(TOWERS_KV_LD)
+#undef TOWERS_KV_LD
+  for (int j = j0; j < j1; ++j) {
+    const uint8_t* HWY_RESTRICT c = v + size_t(j) * stride + hdr;
+    const size_t wo = size_t(j - j0) * size_t(wstride);
+    VF x0, x1, x2, x3;
+    DecodeBlock<kQ, NG>(c, c + D / 2, e0, h, x0, x1, x2, x3);
+    if constexpr (params_per_block(kQ) == 2) {
+#define TOWERS_KV_UPD(g, k) \
+  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::Add(a##g##k, hn::MulAdd(vs, x##k, vm));
+#define TOWERS_KV_HEAD(g)                     \
+  if constexpr (G > g) {                      \
+    const auto vs = hn::Set(df, w##g[wo]);     \
+    const auto vm = hn::Set(df, w##g[wo + 1]); \
+    TOWERS_KV_EACH(TOWERS_KV_UPD, g)          \
+  }
+      TOWERS_KV_G4(TOWERS_KV_HEAD)
+#undef TOWERS_KV_HEAD
+#undef TOWERS_KV_UPD
+    } else {
+#define TOWERS_KV_UPD(g, k) \
+  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::MulAdd(vs, x##k, a##g##k);
+#define TOWERS_KV_HEAD(g)                 \
+  if constexpr (G > g) {                  \
+    const auto vs = hn::Set(df, w##g[wo]); \
+    TOWERS_KV_EACH(TOWERS_KV_UPD, g)      \
+  }
+      TOWERS_KV_G4(TOWERS_KV_HEAD)
+#undef TOWERS_KV_HEAD
+#undef TOWERS_KV_UPD
+    }
+  }
+#define TOWERS_KV_ST(g, k) \
+  if constexpr (TOWERS_KV_ON(g, k)) hn::StoreU(a##g##k, df, acc##g + e0 + 8 * k + h);
+  TOWERS_KV_ALL(TOWERS_KV_ST)
+#undef TOWERS_KV_ST
+#undef TOWERS_KV_ALL
+#undef TOWERS_KV_EACH
+#undef TOWERS_KV_ON
+}
+
+// With 32 vector registers (AVX-512) a whole block's accumulators for four queries (16) stay in
+// registers; with 16, the block is done in two passes of two groups (the codes are decoded per pass).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kWholeBlockG = true;
+#else
+constexpr bool kWholeBlockG = false;
+#endif
+
+template <KvQuant kQ, int NG, int G>
+HWY_INLINE void AccBlockPasses(const float* const* wp, int wstride, const uint8_t* v, size_t stride, int j0,
+                               int j1, size_t hdr, size_t D, size_t e0, size_t h, float* const* ap) {
+  if constexpr (kWholeBlockG || NG <= 2) {
+    AccBlockG<kQ, NG, 0, NG, G>(wp, wstride, v, stride, j0, j1, hdr, D, e0, h, ap);
+  } else {
+    AccBlockG<kQ, NG, 0, 2, G>(wp, wstride, v, stride, j0, j1, hdr, D, e0, h, ap);
+    AccBlockG<kQ, NG, 2, NG, G>(wp, wstride, v, stride, j0, j1, hdr, D, e0, h, ap);
+  }
+}
+
+// acc_g[i] += sum_j p_g[j] * dequant(vector j)[i] for g < G; AccumulateT's operations per query.
+template <KvQuant kQ, int G>
+HWY_NOINLINE void AccumulateGroupT(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v,
+                                   size_t stride, int n, int dim, float* const* HWY_RESTRICT ap) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t D = static_cast<size_t>(dim);
+  constexpr int P = params_per_block(kQ);
+  const int nb = n_blocks(dim);
+  const size_t hdr = header_bytes(kQ, dim);
+  constexpr int kW = P == 0 ? 1 : 2 * kMaxBlocks;
+  HWY_ALIGN float w[G][kChunk * kW];
+  HWY_ALIGN float prm[2 * kMaxBlocks];
+  for (int j0 = 0; j0 < n; j0 += kChunk) {
+    const int j1 = std::min(n, j0 + kChunk);
+    for (int j = j0; j < j1; ++j) {
+      if constexpr (P == 0) {
+        for (int g = 0; g < G; ++g) w[g][j - j0] = pp[g][j];
+      } else {
+        F16ToF32(v + size_t(j) * stride, P * nb, prm);
+        for (int g = 0; g < G; ++g) {
+          float* wj = w[g] + (j - j0) * kW;
+          for (int i = 0; i < P * nb; ++i) wj[i] = pp[g][j] * prm[i];
+        }
+      }
+    }
+    for (int b = 0; b < nb; ++b) {
+      const size_t e0 = size_t(b) * kKvBlock;
+      const float* wb[4];
+      for (int g = 0; g < G; ++g) wb[g] = w[g] + (P == 0 ? 0 : P * b);
+      for (size_t h = 0; h < 8; h += N) {
+        switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
+          case 4: AccBlockPasses<kQ, 4, G>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, ap); break;
+          case 3: AccBlockPasses<kQ, 3, G>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, ap); break;
+          case 2: AccBlockPasses<kQ, 2, G>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, ap); break;
+          default: AccBlockPasses<kQ, 1, G>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, ap); break;
+        }
+      }
+    }
+  }
+}
+#undef TOWERS_KV_G4
+
+template <KvQuant kQ>
+void DotGroupQ(const float* qv, int n_q, const uint8_t* k, size_t stride, int n, int dim, float* scores,
+               size_t score_stride) {
+  for (int g0 = 0; g0 < n_q; g0 += 4) {
+    const int G = std::min(4, n_q - g0);
+    const float* qp[4];
+    float* sp[4];
+    for (int g = 0; g < G; ++g) {
+      qp[g] = qv + size_t(g0 + g) * size_t(dim);
+      sp[g] = scores + size_t(g0 + g) * score_stride;
+    }
+    switch (G) {
+      case 4: DotGroupT<kQ, 4>(qp, k, stride, n, dim, sp); break;
+      case 3: DotGroupT<kQ, 3>(qp, k, stride, n, dim, sp); break;
+      case 2: DotGroupT<kQ, 2>(qp, k, stride, n, dim, sp); break;
+      default: DotManyT<kQ>(qp[0], k, stride, n, dim, sp[0]); break;
+    }
+  }
+}
+
+template <KvQuant kQ>
+void AccumulateGroupQ(const float* p, size_t p_stride, int n_q, const uint8_t* v, size_t stride, int n, int dim,
+                      float* acc) {
+  for (int g0 = 0; g0 < n_q; g0 += 4) {
+    const int G = std::min(4, n_q - g0);
+    const float* pp[4];
+    float* ap[4];
+    for (int g = 0; g < G; ++g) {
+      pp[g] = p + size_t(g0 + g) * p_stride;
+      ap[g] = acc + size_t(g0 + g) * size_t(dim);
+    }
+    switch (G) {
+      case 4: AccumulateGroupT<kQ, 4>(pp, v, stride, n, dim, ap); break;
+      case 3: AccumulateGroupT<kQ, 3>(pp, v, stride, n, dim, ap); break;
+      case 2: AccumulateGroupT<kQ, 2>(pp, v, stride, n, dim, ap); break;
+      default: AccumulateT<kQ>(pp[0], v, stride, n, dim, ap[0]); break;
+    }
+  }
+}
+
+void DotGroup(KvQuant q, const float* qv, int n_q, const void* k, size_t stride, int n, int dim, float* scores,
+              size_t score_stride) {
+  const auto* kb = static_cast<const uint8_t*>(k);
+  switch (q) {
+    case KvQuant::F32: return DotGroupQ<KvQuant::F32>(qv, n_q, kb, stride, n, dim, scores, score_stride);
+    case KvQuant::F16: return DotGroupQ<KvQuant::F16>(qv, n_q, kb, stride, n, dim, scores, score_stride);
+    case KvQuant::Q8: return DotGroupQ<KvQuant::Q8>(qv, n_q, kb, stride, n, dim, scores, score_stride);
+    case KvQuant::Q6: return DotGroupQ<KvQuant::Q6>(qv, n_q, kb, stride, n, dim, scores, score_stride);
+    case KvQuant::Q4: return DotGroupQ<KvQuant::Q4>(qv, n_q, kb, stride, n, dim, scores, score_stride);
+  }
+}
+
+void AccumulateGroup(KvQuant q, const float* p, size_t p_stride, int n_q, const void* v, size_t stride, int n,
+                     int dim, float* acc) {
+  const auto* vb = static_cast<const uint8_t*>(v);
+  switch (q) {
+    case KvQuant::F32: return AccumulateGroupQ<KvQuant::F32>(p, p_stride, n_q, vb, stride, n, dim, acc);
+    case KvQuant::F16: return AccumulateGroupQ<KvQuant::F16>(p, p_stride, n_q, vb, stride, n, dim, acc);
+    case KvQuant::Q8: return AccumulateGroupQ<KvQuant::Q8>(p, p_stride, n_q, vb, stride, n, dim, acc);
+    case KvQuant::Q6: return AccumulateGroupQ<KvQuant::Q6>(p, p_stride, n_q, vb, stride, n, dim, acc);
+    case KvQuant::Q4: return AccumulateGroupQ<KvQuant::Q4>(p, p_stride, n_q, vb, stride, n, dim, acc);
+  }
+}
+
 void DotMany(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores) {
   const auto* kb = static_cast<const uint8_t*>(k);
   switch (q) {
@@ -393,6 +720,8 @@ HWY_AFTER_NAMESPACE();
 namespace towers::simd {
 HWY_EXPORT(DotMany);
 HWY_EXPORT(Accumulate);
+HWY_EXPORT(DotGroup);
+HWY_EXPORT(AccumulateGroup);
 
 namespace {
 using namespace kvq;  // NOLINT
@@ -664,6 +993,18 @@ void kv_dot_many(KvQuant q, const float* qv, const void* k, size_t stride, int n
 void kv_accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
   if (!kv_quant_ok(q, dim) || n <= 0) return;
   HWY_DYNAMIC_DISPATCH(Accumulate)(q, p, v, stride, n, dim, acc);
+}
+
+void kv_dot_group(KvQuant q, const float* qv, int n_q, const void* k, size_t stride, int n, int dim, float* scores,
+                  size_t score_stride) {
+  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
+  HWY_DYNAMIC_DISPATCH(DotGroup)(q, qv, n_q, k, stride, n, dim, scores, score_stride);
+}
+
+void kv_accumulate_group(KvQuant q, const float* p, size_t p_stride, int n_q, const void* v, size_t stride, int n,
+                         int dim, float* acc) {
+  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
+  HWY_DYNAMIC_DISPATCH(AccumulateGroup)(q, p, p_stride, n_q, v, stride, n, dim, acc);
 }
 
 }  // namespace towers::simd

@@ -115,6 +115,16 @@ void kv_dot_many(KvQuant q, const float* qv, const void* k, size_t stride, int n
 // acc[i] += sum_j p[j] * dequant(vector j)[i], j ascending; vector j starts at v + j*stride.
 void kv_accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc);
 
+// The same for the n_q query heads of one GQA group (they read the same K/V vectors): query g is at
+// qv + g*dim, its scores go to scores + g*score_stride, its weights are p + g*p_stride and its sums
+// acc + g*dim. Each vector is loaded and decoded once for up to four queries instead of once per query.
+// Results are bit-identical to kv_dot_many / kv_accumulate called for each query alone (the same
+// operations in the same order per query; only independent chains are interleaved).
+void kv_dot_group(KvQuant q, const float* qv, int n_q, const void* k, size_t stride, int n, int dim, float* scores,
+                  size_t score_stride);
+void kv_accumulate_group(KvQuant q, const float* p, size_t p_stride, int n_q, const void* v, size_t stride, int n,
+                         int dim, float* acc);
+
 // (Functions other than kv_quant_name/kv_quant_ok/kv_vec_bytes do nothing when !kv_quant_ok.)
 
 }  // namespace towers::simd

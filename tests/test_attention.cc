@@ -154,12 +154,13 @@ std::vector<float> attend(const Span& s, int h, const float* qv, int n_q, float 
   return acc;
 }
 
-void check_attend(std::mt19937& rng, int dim, int n) {
+void check_attend(std::mt19937& rng, int dim, int n, int n_q = 3) {
   for (KvQuant q : kFormats) {
     CAPTURE(kv_quant_name(q));
     CAPTURE(dim);
     CAPTURE(n);
-    const int heads = 2, n_q = 3;
+    CAPTURE(n_q);
+    const int heads = 2;
     const Span s = make_span(q, n, dim, heads, rng, 2.0f);
     const float scale = 1.0f / std::sqrt(float(dim));
     const auto qv = randn(rng, size_t(n_q) * dim);
@@ -216,6 +217,10 @@ TEST_CASE("attention: kv_attend against a double reference; groups and splits ar
   for (int dim : {8, 40, 64, 128}) {
     for (int n : {1, 5, 128, 129, 300, 700}) check_attend(rng, dim, n);
   }
+  // Groups of 4 (the Llama shapes), 7 (one pass of 4 and one of 3), 2 and 1.
+  for (int n_q : {1, 2, 4, 7}) {
+    for (int dim : {24, 64}) check_attend(rng, dim, 300, n_q);
+  }
 }
 
 TEST_CASE("attention: every compiled target") {
@@ -227,7 +232,10 @@ TEST_CASE("attention: every compiled target") {
     MESSAGE("checking target " << name);
     check_exp();
     check_softmax(rng);
-    for (int dim : {24, 64}) check_attend(rng, dim, 300);
+    for (int dim : {24, 64}) {
+      check_attend(rng, dim, 300);
+      check_attend(rng, dim, 300, 7);
+    }
   }
   hwy::SetSupportedTargetsForTest(0);
 }

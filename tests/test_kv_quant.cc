@@ -231,6 +231,44 @@ void check_half_step(KvQuant q, const float* x, const uint8_t* v, const float* y
   }
 }
 
+// kv_dot_group / kv_accumulate_group for n_q = 1..7 queries (passes of 4, 3, 2 and 1): every query's
+// scores and sums have the bits of kv_dot_many / kv_accumulate for that query alone, for whole ranges
+// and for split calls.
+void check_group(const Cache& c, std::mt19937& rng) {
+  const int dim = c.dim, n = c.n;
+  std::uniform_real_distribution<float> ud(0.f, 1.f);
+  for (int n_q = 1; n_q <= 7; ++n_q) {
+    CAPTURE(n_q);
+    const auto qv = randn(rng, size_t(n_q) * dim);
+    const size_t ss = size_t(n) + 3;  // score / weight stride
+    std::vector<float> s(ss * n_q, NAN);
+    kv_dot_group(c.q, qv.data(), n_q, c.vec(0), c.stride, n, dim, s.data(), ss);
+    std::vector<float> p(ss * n_q);
+    for (auto& x : p) x = ud(rng);
+    const auto acc0 = randn(rng, size_t(n_q) * dim);
+    auto acc = acc0, split = acc0;
+    kv_accumulate_group(c.q, p.data(), ss, n_q, c.vec(0), c.stride, n, dim, acc.data());
+    for (int j0 = 0, len = 5; j0 < n; j0 += len, len = len * 2 + 1) {
+      kv_accumulate_group(c.q, p.data() + j0, ss, n_q, c.vec(j0), c.stride, std::min(len, n - j0), dim,
+                          split.data());
+    }
+    CHECK(same_bits(acc, split));
+    for (int g = 0; g < n_q; ++g) {
+      CAPTURE(g);
+      std::vector<float> one(size_t(n), NAN);
+      kv_dot_many(c.q, qv.data() + size_t(g) * dim, c.vec(0), c.stride, n, dim, one.data());
+      CHECK(std::memcmp(one.data(), s.data() + size_t(g) * ss, size_t(n) * sizeof(float)) == 0);
+      std::vector<float> a(acc0.begin() + size_t(g) * dim, acc0.begin() + size_t(g + 1) * dim);
+      kv_accumulate(c.q, p.data() + size_t(g) * ss, c.vec(0), c.stride, n, dim, a.data());
+      CHECK(std::memcmp(a.data(), acc.data() + size_t(g) * dim, size_t(dim) * sizeof(float)) == 0);
+    }
+    // The score and weight padding between queries is left alone.
+    for (int g = 0; g < n_q; ++g) {
+      for (size_t j = size_t(n); j < ss; ++j) CHECK(std::isnan(s[size_t(g) * ss + j]));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("kv_quant: sizes and names") {
@@ -384,6 +422,18 @@ TEST_CASE("kv_quant: results do not depend on how the range is split") {
   }
 }
 
+TEST_CASE("kv_quant: group kernels give each query's single-query bits") {
+  std::mt19937 rng(12);
+  for (KvQuant q : kFormats) {
+    for (int dim : kDims) {
+      CAPTURE(kv_quant_name(q));
+      CAPTURE(dim);
+      const int n = 70;  // more than one chunk of kv_accumulate (64 vectors)
+      check_group(make_cache(q, with_outliers(randn(rng, size_t(n) * dim), dim), n, dim), rng);
+    }
+  }
+}
+
 TEST_CASE("kv_quant: zero, constant, huge and non-finite inputs") {
   std::mt19937 rng(9);
   for (KvQuant q : kFormats) {
@@ -484,6 +534,7 @@ TEST_CASE("kv_quant: every compiled target") {
         const Cache c = make_cache(q, with_outliers(randn(rng, size_t(n) * dim), dim), n, dim);
         check_kernels(c, rng);
         check_splits(c, rng);
+        check_group(c, rng);
       }
     }
   }
