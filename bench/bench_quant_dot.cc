@@ -1,6 +1,7 @@
 // Quantized GEMV/GEMM kernels (simd/quant_dot) against the reference path (dequantize a row to f32,
 // then dot_f32), single-threaded, on a 2048 x 8192 weight matrix of each type.
-//   bench_quant_dot [seconds_per_measurement]
+//   bench_quant_dot [seconds_per_measurement] [noavx3dl]
+// ("noavx3dl": disable Highway's AVX3_DL target, i.e. run quant_dot's AVX3 code without VNNI.)
 // "hot": the same matrix every call (it may stay in L3); "cold": rotating over copies that together
 // exceed 64 MiB, so weights stream from DRAM.
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <hwy/targets.h>
 
 #include "engine/ggml_type.h"
 #include "engine/quant.h"
@@ -52,11 +55,12 @@ volatile float g_sink;
 
 int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 1.0;
+  if (argc > 2 && std::string(argv[2]) == "noavx3dl") hwy::DisableTargets(HWY_AVX3_DL);
   const size_t rows = 2048, n = 8192, T8 = 8;
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
                             GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
-  std::printf("Highway target: %s   matrix %zu x %zu, 1 thread, %.1f s per measurement\n",
-              simd::target_name(), rows, n, secs);
+  std::printf("Highway target: %s (quant_dot: %s)   matrix %zu x %zu, 1 thread, %.1f s per measurement\n",
+              simd::target_name(), simd::quant_dot_target(), rows, n, secs);
   std::printf("%-5s %8s | %-27s | %-27s | %-17s | %-21s | %s\n", "type", "MiB", "gemv T=1 hot",
               "gemv T=1 cold", "ref T=1 hot", "gemm T=8 hot", "quantize_act");
   std::printf("%-5s %8s | %8s %8s %8s | %8s %8s %8s | %8s %8s | %8s %12s | %s\n", "", "", "GB/s",

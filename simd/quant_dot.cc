@@ -1,7 +1,14 @@
 #include "simd/quant_dot.h"
 
+// Also compile Highway's AVX3_DL target (Icelake-class AVX-512 with VNNI and VBMI2): the packed
+// kernels use vpdpbusd there (below). Only this file: the other kernels keep Highway's defaults.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL 1
+#endif
+
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/quant_dot.cc"
@@ -32,8 +39,10 @@ constexpr size_t packed_block_bytes(uint32_t t) { return t == kQ4_K ? 148 : bloc
 // Byte offsets inside one packed Q4_K block of kPackRows rows (quant_dot.h).
 constexpr size_t kQ4KDmin = 2 * kPackRows, kQ4KScales = 4 * kPackRows, kQ4KMins = 12 * kPackRows,
                  kQ4KQuants = 20 * kPackRows;
-// Activation rows processed together per unpacked weight block.
+// Activation rows processed together per unpacked weight block (gemm_q).
 constexpr size_t kMaxR = 4;
+// The packed kernels take up to 8 on targets with 32 vector registers (kPackR, per target).
+constexpr size_t kMaxPackR = 8;
 
 // Pointers into one quantized activation row (see the layouts in quant_dot.h).
 struct ActRow {
@@ -42,6 +51,7 @@ struct ActRow {
   const float* ds;      // A32 only
   const int16_t* bs;    // A256 only: 8 sums of 32 per block
   const int32_t* s;     // A32 only: exact sum of q per block
+  const int8_t* q8;     // the same q as int8 (for the VNNI kernels)
 };
 inline ActRow act_row(uint32_t type, const uint8_t* a, size_t n) {
   ActRow r{};
@@ -49,9 +59,11 @@ inline ActRow act_row(uint32_t type, const uint8_t* a, size_t n) {
   r.d = reinterpret_cast<const float*>(a + 2 * n);
   if (is_k(type)) {
     r.bs = reinterpret_cast<const int16_t*>(a + 2 * n + 4 * (n / 256));
+    r.q8 = reinterpret_cast<const int8_t*>(a + 2 * n + 20 * (n / 256));
   } else {
     r.ds = r.d + n / 32;
     r.s = reinterpret_cast<const int32_t*>(r.ds + n / 32);
+    r.q8 = reinterpret_cast<const int8_t*>(a + 2 * n + 12 * (n / 32));
   }
   return r;
 }
@@ -80,6 +92,11 @@ alignas(64) inline constexpr uint16_t kBitSel[16] = {1,     2,     4,     8,    
 #endif
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3_DL
+// Highway 1.0.3's AVX3_DL target string names "avxvnni" (VEX) rather than "avx512vnni"; its run-time
+// check for AVX3_DL does require AVX512_VNNI (CPUID.7.0:ECX[11]), so enabling it here is safe.
+#pragma GCC target("avx512vnni")
+#endif
 namespace towers::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -497,7 +514,7 @@ void GemmQ(uint32_t type, const void* w, size_t row_stride, size_t rows, const v
 // ---------------------------------------------------------------------------------------------
 // Packed 16-row groups (layout in quant_dot.h): int32 lane r of a slice = row r. Activation pairs
 // (two int16 = one int32) are broadcast to all lanes; weights are unpacked once per block and
-// applied to up to 4 activation rows. Per (row, token) and block, every type computes exact int32
+// applied to up to kPackR (8 with AVX-512's 32 registers, else 4) activation rows. Per (row, token) and block, every type computes exact int32
 // sums and then acc += (sum as f32) * (d_w * d_x); Q4_K adds a second such term, its min sum times
 // (-dmin_w * d_x). The SCALAR target runs the same arithmetic with plain loops.
 
@@ -588,37 +605,180 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
   }
 }
 #else
-#define TOWERS_ACT_AT(i) const int16_t* HWY_RESTRICT aq##i = A[i].q + e;
+// Up to 8 activation rows per unpacked weight block where there are 32 vector registers (16 rows x
+// 8 tokens = 8 int32 accumulators per slice), else 4. Only the order of work depends on it.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr size_t kPackR = 8;
+#else
+constexpr size_t kPackR = 4;
+#endif
 
-// Exact int32 sums of one slice (rows sl.., one int32 lane each) of packed block b with up to 4
+// Expands X(i) for every activation row i < R of a packed kernel (R <= 8).
+#define TOWERS_EACH_P(X) \
+  X(0)                   \
+  if constexpr (R > 1) { \
+    X(1)                 \
+  }                      \
+  if constexpr (R > 2) { \
+    X(2)                 \
+  }                      \
+  if constexpr (R > 3) { \
+    X(3)                 \
+  }                      \
+  if constexpr (R > 4) { \
+    X(4)                 \
+  }                      \
+  if constexpr (R > 5) { \
+    X(5)                 \
+  }                      \
+  if constexpr (R > 6) { \
+    X(6)                 \
+  }                      \
+  if constexpr (R > 7) { \
+    X(7)                 \
+  }
+// Declarations for all 8 (A always has kMaxPackR entries; unused ones repeat row 0).
+#define TOWERS_ALL8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define TOWERS_ACT_AT(i) const int16_t* HWY_RESTRICT aq##i = A[i].q + e; (void)aq##i;
+#define TOWERS_V8(v) V32 &v##0, V32 &v##1, V32 &v##2, V32 &v##3, V32 &v##4, V32 &v##5, V32 &v##6, V32 &v##7
+#define TOWERS_ZERO8(v, z) auto v##0 = z, v##1 = z, v##2 = z, v##3 = z, v##4 = z, v##5 = z, v##6 = z, v##7 = z;
+
+#if HWY_TARGET == HWY_AVX3_DL
+// VNNI (vpdpbusd: u8 x s8, 4 products summed into each int32 lane) for Q4_0, Q8_0 and Q4_K. A
+// 64-byte load covers two chunks of the packed layout (rows' byte pairs 2p, 2p+1 and 2p+2, 2p+3);
+// one vpermw puts each row's 4 bytes in its int32 lane. The weights are the unsigned operand: Q4_0
+// and Q4_K nibbles as they are, Q8_0 + 128 (xor 0x80). The activations' int8 copy (q8) gives the
+// signed operand, 4 consecutive elements broadcast to all lanes. Offsets are exact int32 terms:
+// Q4_0 -8 * sum(x), Q8_0 -128 * sum(x). Every sum is the same integer as on the other targets.
+template <uint32_t kType>
+constexpr bool kVnni = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K;
+
+// Lane r (of 16) = words r and 16 + r of v: row r's bytes of chunk p, then of chunk p + 1.
+HWY_INLINE __m512i PairChunks(const uint8_t* HWY_RESTRICT p) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(p));
+}
+HWY_INLINE __m512i Bcast4(const int8_t* HWY_RESTRICT p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+using V512 = hn::Vec512<int32_t>;
+HWY_INLINE V512 Dp(V512 acc, __m512i w, const int8_t* HWY_RESTRICT x) {
+  return V512{_mm512_dpbusd_epi32(acc.raw, w, Bcast4(x))};
+}
+
+template <uint32_t kType, size_t R, class D32, class V32>
+HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const ActRow* A, size_t b,
+                               TOWERS_V8(s), TOWERS_V8(m)) {
+  static_assert(std::is_same_v<V32, V512>, "one 16-row slice per vector");
+  const size_t e = b * (is_k(kType) ? 256 : 32);
+#define TOWERS_X8(i) const int8_t* HWY_RESTRICT x##i = A[i].q8 + e; (void)x##i;
+  TOWERS_ALL8(TOWERS_X8)
+#undef TOWERS_X8
+  const auto z = hn::Zero(d32);
+  s0 = z, s1 = z, s2 = z, s3 = z, s4 = z, s5 = z, s6 = z, s7 = z;
+  m0 = z, m1 = z, m2 = z, m3 = z, m4 = z, m5 = z, m6 = z, m7 = z;
+  const __m512i k0F = _mm512_set1_epi8(0x0F);
+  if constexpr (kType == kQ8_0) {
+    const uint8_t* HWY_RESTRICT qs = blk + 2 * kPackRows;
+    const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (size_t p = 0; p < 16; p += 2) {
+      const __m512i w = _mm512_xor_si512(PairChunks(qs + 32 * p), k80);  // q + 128 as u8
+#define TOWERS_MAC(i) s##i = Dp(s##i, w, x##i + 2 * p);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+    // sum (q + 128) * x - 128 * sum x (exact).
+#define TOWERS_FIN(i) s##i = hn::Sub(s##i, hn::Set(d32, 128 * A[i].s[b]));
+    TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+  } else if constexpr (kType == kQ4_0) {
+    const uint8_t* HWY_RESTRICT qs = blk + 2 * kPackRows;
+    for (size_t p = 0; p < 8; p += 2) {
+      const __m512i v = PairChunks(qs + 32 * p);
+      const __m512i lo = _mm512_and_si512(v, k0F);                         // elements 2p..2p+3
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F);  // elements 16+2p..
+#define TOWERS_MAC(i) s##i = Dp(Dp(s##i, lo, x##i + 2 * p), hi, x##i + 16 + 2 * p);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+#define TOWERS_FIN(i) s##i = hn::Sub(s##i, hn::Set(d32, 8 * A[i].s[b]));
+    TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+  } else {
+    static_assert(kType == kQ4_K);
+    const hn::Rebind<uint8_t, D32> du8x32;
+    const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales;
+    const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants;
+    // Sub-block j = 2c + half: the low (half 0) or high (half 1) nibbles of part c. One sub-block at
+    // a time keeps 8 accumulators live besides the 8 sums (the weights are loaded twice).
+    for (size_t j = 0; j < 8; ++j) {
+      const size_t c = j / 2, half = j % 2;
+      TOWERS_ZERO8(l, z)
+      const uint8_t* HWY_RESTRICT qc = q + 512 * c;
+      const size_t ej = 64 * c + 32 * half;
+      for (size_t p = 0; p < 16; p += 2) {
+        const __m512i v = PairChunks(qc + 32 * p);
+        const __m512i w = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, k0F);
+#define TOWERS_MAC(i) l##i = Dp(l##i, w, x##i + ej + 2 * p);
+        TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+      const auto scj = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 16 * j));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(l##i, scj));
+      TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+    }
+    // Min term as in PackedSums (int16 madd of the mins with the 32-element sums).
+    const hn::Repartition<int16_t, D32> d16;
+    const hn::RebindToUnsigned<decltype(d16)> du16;
+    const hn::Rebind<uint8_t, decltype(d16)> du8;
+    const uint8_t* HWY_RESTRICT mn = blk + kQ4KMins;
+    TOWERS_ZERO8(u, z)
+    for (size_t k = 0; k < 4; ++k) {
+      const auto mv = hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(du8, mn + 32 * k)));
+#define TOWERS_MIN(i) m##i = hn::ReorderWidenMulAccumulate(d32, mv, PairAt(d16, A[i].bs + 8 * b + 2 * k), m##i, u##i);
+      TOWERS_EACH_P(TOWERS_MIN)
+#undef TOWERS_MIN
+    }
+#define TOWERS_FIN(i) m##i = hn::RearrangeToOddPlusEven(m##i, u##i);
+    TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+  }
+}
+#else
+template <uint32_t kType>
+constexpr bool kVnni = false;
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
+// Exact int32 sums of one slice (rows sl.., one int32 lane each) of packed block b with up to 8
 // activation rows: s_i for the d_w term, m_i for Q4_K's min term (zero for the other types).
 template <uint32_t kType, size_t R, class D32, class V32>
 HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, const ActRow* A,
-                           size_t b, V32& s0, V32& s1, V32& s2, V32& s3, V32& m0, V32& m1, V32& m2,
-                           V32& m3) {
+                           size_t b, TOWERS_V8(s), TOWERS_V8(m)) {
   const hn::Repartition<int16_t, D32> d16;
   const hn::RebindToUnsigned<decltype(d16)> du16;
   const hn::Rebind<uint8_t, decltype(d16)> du8;
   const auto k15 = hn::Set(du16, uint16_t{15});
   const size_t e = b * (is_k(kType) ? 256 : 32);
-  TOWERS_ACT_AT(0)
-  TOWERS_ACT_AT(1)
-  TOWERS_ACT_AT(2)
-  TOWERS_ACT_AT(3)
-  s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
-  m0 = s0, m1 = s0, m2 = s0, m3 = s0;
-  auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+  TOWERS_ALL8(TOWERS_ACT_AT)
+  const auto z = hn::Zero(d32);
+  s0 = z, s1 = z, s2 = z, s3 = z, s4 = z, s5 = z, s6 = z, s7 = z;
+  m0 = z, m1 = z, m2 = z, m3 = z, m4 = z, m5 = z, m6 = z, m7 = z;
+  TOWERS_ZERO8(u, z)
   if constexpr (kType == kQ8_0) {
     const hn::Rebind<int8_t, decltype(d16)> di8;
     const int8_t* HWY_RESTRICT qs = reinterpret_cast<const int8_t*>(blk + 2 * kPackRows) + 2 * sl;
     for (size_t p = 0; p < 16; ++p) {
       const auto w = hn::PromoteTo(d16, hn::LoadU(di8, qs + 32 * p));
 #define TOWERS_MAC(i) s##i = hn::ReorderWidenMulAccumulate(d32, w, PairAt(d16, aq##i + 2 * p), s##i, u##i);
-      TOWERS_EACH_R(TOWERS_MAC)
+      TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
     }
 #define TOWERS_FIN(i) s##i = hn::RearrangeToOddPlusEven(s##i, u##i);
-    TOWERS_EACH_R(TOWERS_FIN)
+    TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
   } else if constexpr (kType == kQ4_0) {
     const uint8_t* HWY_RESTRICT qs = blk + 2 * kPackRows + 2 * sl;
@@ -629,12 +789,12 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
 #define TOWERS_MAC(i)                                                                    \
   s##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + 2 * p), s##i, u##i); \
   s##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + 16 + 2 * p), s##i, u##i);
-      TOWERS_EACH_R(TOWERS_MAC)
+      TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
     }
     // sum (q - 8) * x = sum q * x - 8 * sum x, exactly in int32.
 #define TOWERS_FIN(i) s##i = hn::Sub(hn::RearrangeToOddPlusEven(s##i, u##i), hn::Set(d32, 8 * A[i].s[b]));
-    TOWERS_EACH_R(TOWERS_FIN)
+    TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
   } else if constexpr (kType == kQ6_K) {
     // Per 16-element scale group: int32 sums of (q - 32) * x, times the row's int8 scale.
@@ -646,8 +806,8 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
     for (size_t g = 0; g < 16; ++g) {
       const uint8_t* HWY_RESTRICT ql = q + g * 192;
       const uint8_t* HWY_RESTRICT qh = ql + 128;
-      auto g0 = hn::Zero(d32), g1 = g0, g2 = g0, g3 = g0;
-      auto gu0 = g0, gu1 = g0, gu2 = g0, gu3 = g0;
+      TOWERS_ZERO8(g, z)
+      TOWERS_ZERO8(gu, z)
       const size_t eg = 16 * g;
       for (size_t ph = 0; ph < 2; ++ph) {
         const auto H = hn::PromoteTo(du16, hn::LoadU(du8, qh + 32 * ph));
@@ -662,13 +822,13 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
 #define TOWERS_MAC(i)                                                                           \
   g##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + eg + 2 * p), g##i, gu##i); \
   g##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + eg + 8 + 2 * p), g##i, gu##i);
-          TOWERS_EACH_R(TOWERS_MAC)
+          TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
         }
       }
       const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, sc + 16 * g));
 #define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(g##i, gu##i), scv));
-      TOWERS_EACH_R(TOWERS_SC)
+      TOWERS_EACH_P(TOWERS_SC)
 #undef TOWERS_SC
     }
   } else {
@@ -679,9 +839,12 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
     const hn::Rebind<uint8_t, D32> du8x32;
     const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales + sl;
     const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants + 2 * sl;
-    for (size_t c = 0; c < 4; ++c) {
-      auto l0 = hn::Zero(d32), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
-      auto lu0 = l0, lu1 = l0, lu2 = l0, lu3 = l0, hu0 = l0, hu1 = l0, hu2 = l0, hu3 = l0;
+    // Up to 4 tokens: both sub-blocks of a part at once (each chunk unpacked once).
+    if constexpr (R <= 4) for (size_t c = 0; c < 4; ++c) {
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(h, z)
+      TOWERS_ZERO8(lu, z)
+      TOWERS_ZERO8(hu, z)
       const uint8_t* HWY_RESTRICT qc = q + 512 * c;
       const size_t ec = 64 * c;
       for (size_t p = 0; p < 16; ++p) {
@@ -691,7 +854,7 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
 #define TOWERS_MAC(i)                                                                               \
   l##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + ec + 2 * p), l##i, lu##i);      \
   h##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + ec + 32 + 2 * p), h##i, hu##i);
-        TOWERS_EACH_R(TOWERS_MAC)
+        TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
       }
       const auto scl = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c));
@@ -699,7 +862,27 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
 #define TOWERS_SC(i)                                                                  \
   s##i = hn::Add(s##i, hn::Add(hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scl), \
                                hn::Mul(hn::RearrangeToOddPlusEven(h##i, hu##i), sch)));
-      TOWERS_EACH_R(TOWERS_SC)
+      TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+    }
+    // 5 to 8 tokens: one sub-block j = 2c + half at a time (the low or high nibbles of part c's
+    // chunks), so fewer accumulators are live (no spills); the chunks are unpacked once per half.
+    if constexpr (R > 4) for (size_t j = 0; j < 8; ++j) {
+      const size_t c = j / 2, half = j % 2;
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(lu, z)
+      const uint8_t* HWY_RESTRICT qc = q + 512 * c;
+      const size_t ej = 64 * c + 32 * half;
+      for (size_t p = 0; p < 16; ++p) {
+        const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qc + 32 * p));
+        const auto w = hn::BitCast(d16, half ? hn::ShiftRight<4>(bytes) : hn::And(bytes, k15));
+#define TOWERS_MAC(i) l##i = hn::ReorderWidenMulAccumulate(d32, w, PairAt(d16, aq##i + ej + 2 * p), l##i, lu##i);
+        TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+      const auto scj = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 16 * j));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scj));
+      TOWERS_EACH_P(TOWERS_SC)
 #undef TOWERS_SC
     }
     // Min term: sum_j min_j * bsum_j (the activation's 32-element sums), mins stored as pairs.
@@ -707,11 +890,11 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
     for (size_t k = 0; k < 4; ++k) {
       const auto mv = hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(du8, mn + 32 * k)));
 #define TOWERS_MIN(i) m##i = hn::ReorderWidenMulAccumulate(d32, mv, PairAt(d16, A[i].bs + 8 * b + 2 * k), m##i, u##i);
-      TOWERS_EACH_R(TOWERS_MIN)
+      TOWERS_EACH_P(TOWERS_MIN)
 #undef TOWERS_MIN
     }
 #define TOWERS_FIN(i) m##i = hn::RearrangeToOddPlusEven(m##i, u##i);
-    TOWERS_EACH_R(TOWERS_FIN)
+    TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
   }
 }
@@ -731,29 +914,47 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
   const hn::Rebind<hwy::float16_t, decltype(d32)> dh;
   const size_t NR = hn::Lanes(d32);  // rows per slice
   constexpr size_t kGB = kPackRows * packed_block_bytes(kType);
-  HWY_ALIGN float acc[kMaxR * kPackRows];
+  HWY_ALIGN float acc[kMaxPackR * kPackRows];
   for (size_t i = 0; i < R * kPackRows; ++i) acc[i] = 0.f;
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
     const auto* HWY_RESTRICT f16 = reinterpret_cast<const hwy::float16_t*>(blk);
     for (size_t sl = 0; sl < kPackRows; sl += NR) {
-      auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0, m0 = s0, m1 = s0, m2 = s0, m3 = s0;
-      PackedSums<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, m0, m1, m2, m3);
+      auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+      auto m0 = s0, m1 = s0, m2 = s0, m3 = s0, m4 = s0, m5 = s0, m6 = s0, m7 = s0;
+#if HWY_TARGET == HWY_AVX3_DL
+      if constexpr (kVnni<kType>) {
+        PackedSumsVnni<kType, R>(d32, blk, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5,
+                                 m6, m7);
+      } else
+#endif
+      {
+        PackedSums<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5,
+                             m6, m7);
+      }
       const auto dw = hn::PromoteTo(df, hn::LoadU(dh, f16 + sl));
 #define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, s##i, dw, A[i].d[b]);
-      TOWERS_EACH_R(TOWERS_ACC)
+      TOWERS_EACH_P(TOWERS_ACC)
 #undef TOWERS_ACC
       if constexpr (kType == kQ4_K) {
         const auto ndmin = hn::Neg(hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows + sl)));
 #define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, m##i, ndmin, A[i].d[b]);
-        TOWERS_EACH_R(TOWERS_ACC)
+        TOWERS_EACH_P(TOWERS_ACC)
 #undef TOWERS_ACC
       }
     }
   }
   for (size_t i = 0; i < R; ++i) std::memcpy(y + i * ldy, acc + i * kPackRows, kPackRows * sizeof(float));
 }
+#undef TOWERS_V8
+#undef TOWERS_ZERO8
+#undef TOWERS_ALL8
+#undef TOWERS_EACH_P
 #endif  // HWY_TARGET == HWY_SCALAR
+
+#if HWY_TARGET == HWY_SCALAR
+constexpr size_t kPackR = 4;
+#endif
 
 template <uint32_t kType>
 void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, size_t act_stride,
@@ -762,17 +963,23 @@ void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, si
   const size_t gbytes = nb * kPackRows * packed_block_bytes(kType);
   // Token tiles whose activations stay in L2 while the groups stream past them (order only).
   constexpr size_t kActBudget = 256 * 1024;
-  const size_t tb = std::max<size_t>(kMaxR, (kActBudget / act_stride) / kMaxR * kMaxR);
+  // Q6_K's madd kernel spills with 8 tokens (its 6-bit unpacking needs more registers): 4.
+  constexpr size_t kR = kType == kQ6_K ? std::min<size_t>(kPackR, 4) : kPackR;
+  const size_t tb = std::max<size_t>(kR, (kActBudget / act_stride) / kR * kR);
   for (size_t t0 = 0; t0 < T; t0 += tb) {
     const size_t t1 = std::min(T, t0 + tb);
     for (size_t g = 0; g < groups; ++g) {
       const uint8_t* grp = packed + g * gbytes;
-      for (size_t t = t0; t < t1; t += kMaxR) {
-        const size_t cnt = std::min(kMaxR, t1 - t);
-        ActRow A[kMaxR];
-        for (size_t i = 0; i < kMaxR; ++i) A[i] = act_row(kType, act + (t + (i < cnt ? i : 0)) * act_stride, n);
+      for (size_t t = t0; t < t1; t += kR) {
+        const size_t cnt = std::min(kR, t1 - t);
+        ActRow A[kMaxPackR];
+        for (size_t i = 0; i < kMaxPackR; ++i) A[i] = act_row(kType, act + (t + (i < cnt ? i : 0)) * act_stride, n);
         float* yo = y + t * ldy + g * kPackRows;
         switch (cnt) {
+          case 8: PackedGroup<kType, kR == 8 ? 8 : 1>(grp, A, nb, yo, ldy); break;
+          case 7: PackedGroup<kType, kR == 8 ? 7 : 1>(grp, A, nb, yo, ldy); break;
+          case 6: PackedGroup<kType, kR == 8 ? 6 : 1>(grp, A, nb, yo, ldy); break;
+          case 5: PackedGroup<kType, kR == 8 ? 5 : 1>(grp, A, nb, yo, ldy); break;
           case 4: PackedGroup<kType, 4>(grp, A, nb, yo, ldy); break;
           case 3: PackedGroup<kType, 3>(grp, A, nb, yo, ldy); break;
           case 2: PackedGroup<kType, 2>(grp, A, nb, yo, ldy); break;
@@ -799,6 +1006,8 @@ void GemmPacked(uint32_t type, const void* packed, size_t groups, const void* ac
 #undef TOWERS_ACT_PTRS
 #undef TOWERS_EACH_R
 
+const char* QuantDotTarget() { return hwy::TargetName(HWY_TARGET); }
+
 // ---------------------------------------------------------------------------------------------
 // Activation quantization: per block d = amax/127, q = nearest_even(x * 127/amax).
 void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n) {
@@ -810,9 +1019,11 @@ void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n
   float* HWY_RESTRICT ds = d + nb;                                           // A32
   int32_t* HWY_RESTRICT si = reinterpret_cast<int32_t*>(ds + nb);             // A32
   int16_t* HWY_RESTRICT bs = reinterpret_cast<int16_t*>(p + 2 * n + 4 * nb);  // A256
+  int8_t* HWY_RESTRICT q8 = reinterpret_cast<int8_t*>(p + 2 * n + (B == 32 ? 12 : 20) * nb);
   const hn::CappedTag<float, 32> df;
   const hn::Rebind<int32_t, decltype(df)> di32;
   const hn::Rebind<int16_t, decltype(df)> di16;
+  const hn::Rebind<int8_t, decltype(df)> di8;
   const size_t N = hn::Lanes(df);
   for (size_t b = 0; b < nb; ++b) {
     const float* HWY_RESTRICT xb = x + b * B;
@@ -831,6 +1042,7 @@ void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n
         const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + i), vid));
         vsum = hn::Add(vsum, qi);
         hn::StoreU(hn::DemoteTo(di16, qi), di16, qb + i);
+        hn::StoreU(hn::DemoteTo(di8, qi), di8, q8 + b * B + i);
       }
       const int32_t sum = hn::GetLane(hn::SumOfLanes(di32, vsum));
       if (B == 32) {
@@ -852,13 +1064,16 @@ namespace towers::simd {
 HWY_EXPORT(GemmQ);
 HWY_EXPORT(QuantizeAct);
 HWY_EXPORT(GemmPacked);
+HWY_EXPORT(QuantDotTarget);
+
+const char* quant_dot_target() { return HWY_DYNAMIC_DISPATCH(QuantDotTarget)(); }
 
 bool has_quant_dot(uint32_t t) { return qd::block_bytes(t) != 0; }
 
 size_t act_bytes(uint32_t t, size_t n) {
   if (!has_quant_dot(t)) return 0;
-  if (qd::is_k(t)) return 2 * n + (4 + 16) * (n / 256);
-  return 2 * n + 12 * (n / 32);
+  if (qd::is_k(t)) return 3 * n + (4 + 16) * (n / 256);
+  return 3 * n + 12 * (n / 32);
 }
 
 void quantize_act(uint32_t t, const float* x, void* act, size_t n) {

@@ -12,11 +12,15 @@
 //                       to int16, so the kernels need not widen them for every weight row)
 //     float   d[nb]     amax / 127 of the block (0 when amax < 1e-30: the block is all zeros)
 //     float   ds[nb]    d * (sum of the block's q), used for Q4_1's min term
-//     int32_t s[nb]     sum of the block's q (exact), used by the packed Q4_0 kernel's -8 offset
+//     int32_t s[nb]     sum of the block's q (exact), used by the packed Q4_0 (-8) and Q8_0 (VNNI:
+//                       -128) offsets
+//     int8_t  q8[n]     the same q as int8 (the packed VNNI kernels' signed operand)
 //   A256 (for Q4_K, Q5_K, Q6_K weights), nb = n / 256 blocks of 256:
 //     int16_t q[n]      as above, amax taken over 256 elements
 //     float   d[nb]
 //     int16_t bsums[nb * 8]    sum of q over each run of 32 elements (the Q4_K/Q5_K sub-blocks)
+//     int8_t  q8[n]     the same q as int8
+// (q8 starts at a multiple of 4 bytes from the row: 2n + 12 nb, resp. 2n + 20 nb.)
 //
 // Dequantized activation element i is d[i / block] * q[i]. All K types share A256 and all legacy
 // types share A32, so one quantize_act serves every weight matrix of the same family that reads
@@ -38,6 +42,9 @@ size_t act_bytes(uint32_t weight_type, size_t n);
 void quantize_act(uint32_t weight_type, const float* x, void* act, size_t n);
 // True for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K.
 bool has_quant_dot(uint32_t weight_type);
+// Name of the Highway target these kernels dispatch to (this file also compiles AVX3_DL, which
+// simd::target_name()'s kernels do not; e.g. "AVX3_DL" on AVX-512 VNNI CPUs).
+const char* quant_dot_target();
 
 // y[t * ldy + r] = dot(W row r, activation row t) for r in [0, rows), t in [0, T).
 // w points at the first weight row (rows are row_stride bytes apart); act at activation row 0
@@ -72,9 +79,17 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 //         min term is sum_j min_j * bsum_j with A256's 32-element sums (int16 madd). Per block and
 //         (row, token): acc += S * (d * d_x), then acc += M * (-dmin * d_x). Activations: A256.
 // Any vector width reads a contiguous slice of each chunk (its rows), so the layout does not depend
-// on the Highway target. Per (row, token) the kernel sums exact int32 products per block and adds
-// (int32 sum as f32) * (d_w * d_x) into an f32 accumulator block after block: the result does not
-// depend on T, on the group range of the call or on the thread (it differs from gemm_q's rounding).
+// on the Highway target. Kernels: Highway's int16 madd (ReorderWidenMulAccumulate) with one int16
+// activation pair broadcast per chunk, 8 tokens per unpacked block on AVX3/AVX3_DL (32 registers;
+// Q6_K: 4) and 4 elsewhere. On AVX3_DL (AVX-512 VNNI; compiled by this file only, see
+// quant_dot_target) Q4_0, Q8_0 and Q4_K use vpdpbusd instead: one 64-byte load covers chunks p and
+// p+1, a vpermw gives each row's int32 lane its 4 bytes (elements 2p..2p+3 of the chunk's element
+// runs), the weights are the unsigned operand (nibbles as they are; Q8_0 xor 0x80 = q + 128, minus
+// 128 * s[b]) and 4 consecutive int8 activations (q8) the broadcast signed one. Same layout, same
+// exact int32 sums, so AVX3 and AVX3_DL (and AVX2: same FMA arithmetic) give the same bits.
+// Per (row, token) the kernel sums exact int32 products per block and adds (int32 sum as f32) *
+// (d_w * d_x) into an f32 accumulator block after block: the result does not depend on T, on the
+// group range of the call or on the thread (it differs from gemm_q's rounding).
 constexpr size_t kPackRows = 16;
 // True for the types with a packed layout (Q4_0, Q8_0, Q4_K, Q6_K).
 bool has_packed(uint32_t weight_type);

@@ -8,6 +8,10 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+// simd/quant_dot.cc also compiles Highway's AVX3_DL target; so must the target lists here.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL 1
+#endif
 #include <hwy/targets.h>
 
 #include "engine/ggml_type.h"
@@ -81,16 +85,20 @@ struct ActView {
   const float* d;
   const float* ds;
   const int16_t* bs;
+  const int8_t* q8;  // the same q as int8, after the per-block data
 };
 ActView view(GgmlType t, const uint8_t* p, size_t n) {
   const size_t nb = n / act_block(t);
   ActView v{};
   v.q = reinterpret_cast<const int16_t*>(p);
   v.d = reinterpret_cast<const float*>(p + 2 * n);
-  if (act_block(t) == 32)
+  if (act_block(t) == 32) {
     v.ds = v.d + nb;
-  else
+    v.q8 = reinterpret_cast<const int8_t*>(p + 2 * n + 12 * nb);
+  } else {
     v.bs = reinterpret_cast<const int16_t*>(p + 2 * n + 4 * nb);
+    v.q8 = reinterpret_cast<const int8_t*>(p + 2 * n + 20 * nb);
+  }
   return v;
 }
 std::vector<double> dequant_act(GgmlType t, const uint8_t* p, size_t n) {
@@ -177,7 +185,7 @@ TEST_CASE("quant_dot: API basics") {
     CHECK(simd::has_quant_dot(id(t)));
     const size_t n = 4 * 256;
     const size_t nb = n / act_block(t);
-    CHECK(simd::act_bytes(id(t), n) == 2 * n + (act_block(t) == 32 ? 12 * nb : 20 * nb));
+    CHECK(simd::act_bytes(id(t), n) == 3 * n + (act_block(t) == 32 ? 12 * nb : 20 * nb));
     CHECK(simd::has_packed(id(t)) == (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
                                       t == GgmlType::Q6_K));
     // Q4_K's packed blocks hold the 8 scales and 8 mins as bytes: 148 bytes per row and block, not 144.
@@ -188,7 +196,8 @@ TEST_CASE("quant_dot: API basics") {
   CHECK_FALSE(simd::has_quant_dot(1));
   CHECK_FALSE(simd::has_quant_dot(id(GgmlType::Q5_1)));
   CHECK_FALSE(simd::has_quant_dot(id(GgmlType::Q2_K)));
-  MESSAGE("Highway target: " << std::string(simd::target_name()));
+  MESSAGE("Highway target: " << std::string(simd::target_name())
+                               << ", quant_dot: " << std::string(simd::quant_dot_target()));
 }
 
 TEST_CASE("quant_dot: activation layout") {
@@ -210,6 +219,7 @@ TEST_CASE("quant_dot: activation layout") {
           CHECK(q >= -127);
           CHECK(q <= 127);
           CHECK(std::fabs(x[b * B + i] - v.d[b] * q) <= v.d[b] * 0.5001f);
+          CHECK(v.q8[b * B + i] == q);
           sum += q;
         }
         if (B == 32) {
@@ -352,7 +362,7 @@ TEST_CASE("quant_dot: every compiled target") {
   const auto targets = hwy::SupportedAndGeneratedTargets();
   for (int64_t target : targets) {
     hwy::SetSupportedTargetsForTest(target);
-    const std::string name = simd::target_name();
+    const std::string name = simd::quant_dot_target();
     CAPTURE(name);
     CHECK(name == hwy::TargetName(target));
     MESSAGE("checking target " << name);
@@ -517,7 +527,8 @@ TEST_CASE("quant_dot packed: every compiled target") {
   std::mt19937 rng(78);
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
-    CAPTURE(std::string(simd::target_name()));
+    CAPTURE(std::string(simd::quant_dot_target()));
+    CHECK(std::string(simd::quant_dot_target()) == hwy::TargetName(target));
     for (GgmlType t : kPackedTypes) {
       const size_t n = block_elems(t) == 256 ? 3 * 256 : 67 * 32, rows = 32, T = 5;
       const Weights w = make_weights(t, randn(rng, rows * n, 0.1f), rows, n);
@@ -528,6 +539,55 @@ TEST_CASE("quant_dot packed: every compiled target") {
         const auto one = gemm(t, w, a, 0, rows, ti, 1);
         CHECK(std::memcmp(one.data(), all.data() + ti * rows, rows * sizeof(float)) == 0);
       }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// AVX3 and AVX3_DL (VNNI) have the same lane count: the packed results must be the same bits, for
+// every T (1..8 tokens per unpacked block, tiles) and group split. Also against AVX2 (8-row slices,
+// 4 tokens per block), which has FMA too and so the same per-(row, token) arithmetic (SSE4 has no
+// FMA: its MulAdd rounds twice).
+TEST_CASE("quant_dot packed: bit-identical across x86 targets") {
+  PackedScope scope;
+  std::mt19937 rng(1234);
+  std::vector<int64_t> targets;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    if (target == HWY_AVX3_DL || target == HWY_AVX3 || target == HWY_AVX2) {
+      targets.push_back(target);
+    }
+  }
+  if (targets.size() < 2) {
+    MESSAGE("fewer than two of AVX3_DL/AVX3/AVX2 supported here: nothing to compare");
+    return;
+  }
+  for (GgmlType t : kPackedTypes) {
+    CAPTURE(ggml_type_name(t));
+    const size_t n = block_elems(t) == 256 ? 5 * 256 : 37 * 32, rows = 48, T = 19;
+    auto ws = randn(rng, rows * n, 0.1f);
+    for (size_t i = 0; i < n; ++i) ws[7 * n + i] += 0.05f;  // large mins / positive offsets
+    for (size_t i = 0; i < n; ++i) ws[20 * n + i] *= 30.f;  // saturated codes
+    const Weights w = make_weights(t, ws, rows, n);
+    auto xs = randn(rng, T * n);
+    for (size_t i = 0; i < n; ++i) xs[4 * n + i] = -std::fabs(xs[4 * n + i]) - 0.2f;  // all -127..
+    const Acts a = make_acts(t, xs, T, n);
+    std::vector<std::vector<float>> per;
+    for (int64_t target : targets) {
+      hwy::SetSupportedTargetsForTest(target);
+      CAPTURE(std::string(simd::quant_dot_target()));
+      REQUIRE(std::string(simd::quant_dot_target()) == hwy::TargetName(target));
+      per.push_back(gemm(t, w, a, 0, rows, 0, T));
+      // Within a target: T = 1 and a group split give the same bits.
+      for (size_t ti : {size_t{0}, size_t{9}, T - 1}) {
+        const auto one = gemm(t, w, a, 16, 32, ti, 1);
+        CHECK(std::memcmp(one.data(), per.back().data() + ti * rows + 16, 32 * sizeof(float)) == 0);
+      }
+    }
+    hwy::SetSupportedTargetsForTest(0);
+    for (size_t k = 1; k < per.size(); ++k) {
+      CAPTURE(hwy::TargetName(targets[0]));
+      CAPTURE(hwy::TargetName(targets[k]));
+      CHECK(std::memcmp(per[0].data(), per[k].data(), per[0].size() * sizeof(float)) == 0);
     }
   }
   hwy::SetSupportedTargetsForTest(0);
