@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/timing.h"
 #include "simd/kv_quant.h"
 #include "simd/ops.h"
 
@@ -19,29 +20,9 @@ using namespace towers::simd;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Best seconds per call of 25 rounds of at least secs/25 each (the least disturbed round: this runs
-// on shared VMs).
 template <class Fn>
 double time_it(double secs, Fn&& fn) {
-  fn();
-  constexpr int kRounds = 25;
-  double best = 1e30;
-  for (int round = 0; round < kRounds; ++round) {
-    size_t calls = 0;
-    const double t0 = now_s();
-    double t1 = t0;
-    while (t1 - t0 < secs / kRounds || calls == 0) {
-      fn();
-      ++calls;
-      t1 = now_s();
-    }
-    best = std::min(best, (t1 - t0) / static_cast<double>(calls));
-  }
-  return best;
+  return towers::bench::best_seconds_per_call(secs, 25, fn);
 }
 
 volatile float g_sink;

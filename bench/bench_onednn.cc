@@ -40,6 +40,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "bench/timing.h"
 #include "engine/ggml_type.h"
 #include "engine/quant.h"
 #include "engine/thread_pool.h"
@@ -52,9 +53,7 @@ using tag = dnnl::memory::format_tag;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using towers::bench::now_s;
 
 struct Stat {
   double med = 0, lo = 0, hi = 0;

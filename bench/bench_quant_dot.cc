@@ -15,6 +15,7 @@
 
 #include <hwy/targets.h>
 
+#include "bench/timing.h"
 #include "engine/ggml_type.h"
 #include "engine/quant.h"
 #include "simd/ops.h"
@@ -24,9 +25,7 @@ using namespace towers;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using towers::bench::now_s;
 
 // Runs fn(iteration) repeatedly for at least `secs`; returns the best seconds per call of 5 rounds
 // (the best round is the least disturbed by other processes on a shared machine).

@@ -28,6 +28,7 @@
 
 #include <unistd.h>
 
+#include "bench/timing.h"
 #include "engine/forward.h"
 #include "engine/segment.h"
 #include "engine/synth.h"
@@ -37,9 +38,7 @@ using namespace towers;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using towers::bench::now_s;
 
 // CPU time of the calling thread (what it computed, not the time it waited for a core).
 double thread_cpu_s() {
