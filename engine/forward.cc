@@ -90,10 +90,9 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
     rmsnorm(x_.data(), L.ffn_norm, xb_.data(), T);
     const MatOut gate_up[] = {{&L.w_gate, hb_.data()}, {&L.w_up, hb2_.data()}};
     matmuls(gate_up, xb_.data(), T);
-    for (size_t i = 0; i < size_t(T) * ff; ++i) {
-      float g = hb_[i];
-      hb_[i] = g / (1.0f + std::exp(-g)) * hb2_[i];
-    }
+    pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
+      simd::swiglu_f32(&hb_[t0 * ff], &hb2_[t0 * ff], &hb_[t0 * ff], (t1 - t0) * ff);
+    });
     matmul(L.w_down, hb_.data(), T, xb_.data());
     for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
   }
@@ -164,7 +163,7 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
   constexpr size_t G = simd::kPackRows;
   size_t units = 0;
   for (const MatOut& m : mats) units += (static_cast<size_t>(m.w->rows) + G - 1) / G;
-  pool_.parallel_for(units, [&](size_t u0, size_t u1, int) {
+  pool_.parallel_dynamic(units, [&](size_t u0, size_t u1, int) {
     size_t base = 0;
     for (const MatOut& m : mats) {
       const Weight& w = *m.w;
@@ -236,7 +235,7 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
   for (size_t s = 0; s < batch.size(); ++s) {
     batch[s].cache->spans(layer, static_cast<int32_t>(batch[s].tokens.size()), spans_[s]);
   }
-  pool_.parallel_for(size_t(T) * n_kv, [&](size_t i0, size_t i1, int thread) {
+  pool_.parallel_dynamic(size_t(T) * n_kv, [&](size_t i0, size_t i1, int thread) {
     std::vector<float>& buf = scratch_[thread];
     const size_t need = size_t(group) * (2 + 2 * size_t(hd));
     if (buf.size() < need) buf.resize(need);

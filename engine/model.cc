@@ -186,17 +186,27 @@ void Model::pack_weights() {
   for (LayerWeights& L : layers) {
     for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
   }
+  auto packed_size = [](const Weight& w) -> size_t {
+    const auto t = static_cast<uint32_t>(w.type);
+    const size_t groups = static_cast<size_t>(w.rows) / simd::kPackRows;
+    if (!w || !simd::has_packed(t) || groups == 0 || w.cols % 32 != 0) return 0;
+    return groups * simd::packed_group_bytes(t, static_cast<size_t>(w.cols));
+  };
+  constexpr size_t kAlign = 64;
+  size_t total = 0;
+  for (const Weight* w : ws) total += (packed_size(*w) + kAlign - 1) / kAlign * kAlign;
+  if (total == 0) return;
+  packed_store_ = HugeBuffer(total);
+  uint8_t* p = packed_store_.data();
   for (Weight* w : ws) {
+    const size_t bytes = packed_size(*w);
+    if (bytes == 0) continue;
     const auto t = static_cast<uint32_t>(w->type);
-    const size_t groups = static_cast<size_t>(w->rows) / simd::kPackRows;
-    if (!*w || !simd::has_packed(t) || groups == 0 || w->cols % 32 != 0) continue;
-    const size_t bytes = groups * simd::packed_group_bytes(t, static_cast<size_t>(w->cols));
-    auto buf = std::make_unique_for_overwrite<uint8_t[]>(bytes + 64);
-    uint8_t* p = buf.get() + (64 - reinterpret_cast<uintptr_t>(buf.get()) % 64) % 64;
-    simd::pack_rows(t, w->data, w->row_stride(), groups, static_cast<size_t>(w->cols), p);
+    const size_t cols = static_cast<size_t>(w->cols);
+    simd::pack_rows(t, w->data, w->row_stride(), bytes / simd::packed_group_bytes(t, cols), cols, p);
     w->packed = p;
     packed_bytes_ += bytes;
-    packed_store_.push_back(std::move(buf));
+    p += (bytes + kAlign - 1) / kAlign * kAlign;
   }
   if (config_.tied_embeddings) tok_embd.packed = output.packed;
   release_packed_sources();

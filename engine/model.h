@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/gguf.h"
+#include "engine/huge_buffer.h"
 #include "engine/status.h"
 
 namespace towers {
@@ -87,7 +88,7 @@ class Model {
  private:
   Model() = default;
   void pack_weights();
-  std::vector<std::unique_ptr<uint8_t[]>> packed_store_;
+  HugeBuffer packed_store_;  // all packed copies, on huge pages: decode streams them once per token
   size_t packed_bytes_ = 0;
   std::shared_ptr<GgufFile> file_;
   ModelConfig config_;

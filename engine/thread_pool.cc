@@ -32,13 +32,30 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-static void run_chunk(const ThreadPool::Body& body, size_t n, int n_threads, int index) {
-  size_t begin = n * index / n_threads;
-  size_t end = n * (index + 1) / n_threads;
-  if (begin < end) body(begin, end, index);
+void ThreadPool::parallel_for(size_t n, const Body& fn) { run(n, fn, false); }
+void ThreadPool::parallel_dynamic(size_t n, const Body& fn) { run(n, fn, true); }
+
+// This thread's part of the published loop.
+void ThreadPool::work(int index) {
+  if (!dynamic_) {
+    const size_t begin = n_ * index / n_threads_, end = n_ * (index + 1) / n_threads_;
+    if (begin < end) (*body_)(begin, end, index);
+    return;
+  }
+  // Guided: each chunk is 1/(2T) of what is left, so chunks start large (few atomics) and end small
+  // (the last one is short whoever gets it).
+  size_t begin = next_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (begin >= n_) return;
+    const size_t len = std::max<size_t>(1, (n_ - begin) / (2 * static_cast<size_t>(n_threads_)));
+    if (next_.compare_exchange_weak(begin, begin + len, std::memory_order_relaxed)) {
+      (*body_)(begin, begin + len, index);
+      begin = next_.load(std::memory_order_relaxed);
+    }
+  }
 }
 
-void ThreadPool::parallel_for(size_t n, const Body& fn) {
+void ThreadPool::run(size_t n, const Body& fn, bool dynamic) {
   if (n_threads_ == 1 || n <= 1) {
     if (n) fn(0, n, 0);
     return;
@@ -47,11 +64,13 @@ void ThreadPool::parallel_for(size_t n, const Body& fn) {
     std::lock_guard lock(mu_);
     body_ = &fn;
     n_ = n;
+    dynamic_ = dynamic;
+    next_.store(0, std::memory_order_relaxed);
     pending_.store(n_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) start_cv_.notify_all();
-  run_chunk(fn, n, n_threads_, 0);
+  work(0);
   while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
 }
 
@@ -72,15 +91,10 @@ void ThreadPool::worker(int index) {
       }
     }
     if (stop_.load()) return;
-    const Body* body;
-    size_t n;
-    {
-      std::lock_guard lock(mu_);
-      seen = generation_.load();
-      body = body_;
-      n = n_;
-    }
-    run_chunk(*body, n, n_threads_, index);
+    // The loop's fields were written before generation_'s release increment and stay unchanged
+    // until every worker has decremented pending_, so this acquire is all the reading needs.
+    seen = generation_.load(std::memory_order_acquire);
+    work(index);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

@@ -1,5 +1,7 @@
 // A persistent pool of worker threads for data-parallel loops.
-// parallel_for splits [0, n) into one contiguous chunk per thread. Callers make every output element
+// parallel_for splits [0, n) into one contiguous chunk per thread; parallel_dynamic hands out
+// shrinking chunks to whichever thread asks next (guided scheduling), so a thread that runs slow
+// (a busy core, a cache miss storm) does not hold the others at the end of the loop. Callers make every output element
 // the work of exactly one call with a fixed inner order, so results never depend on the thread count.
 // Workers spin briefly between loops (a forward pass issues hundreds of them per token) and sleep on
 // a condition variable when the pool stays idle.
@@ -26,8 +28,13 @@ class ThreadPool {
   // fn(begin, end, thread_index). Returns when every chunk is done. Not reentrant.
   using Body = std::function<void(size_t, size_t, int)>;
   void parallel_for(size_t n, const Body& fn);
+  // Like parallel_for, but which thread gets which indices, and in how many calls, depends on timing.
+  // Only for bodies whose result for an index does not depend on the call that computes it.
+  void parallel_dynamic(size_t n, const Body& fn);
 
  private:
+  void run(size_t n, const Body& fn, bool dynamic);
+  void work(int index);
   void worker(int index);
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -35,6 +42,8 @@ class ThreadPool {
   std::condition_variable start_cv_;
   const Body* body_ = nullptr;
   size_t n_ = 0;
+  bool dynamic_ = false;
+  std::atomic<size_t> next_{0};  // dynamic loops: the first index not yet handed out
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<int> sleepers_{0};

@@ -10,6 +10,9 @@ namespace towers::simd {
 float dot_f32(const float* a, const float* b, size_t n);
 // y[i] += alpha * x[i]
 void axpy_f32(float alpha, const float* x, float* y, size_t n);
+// out[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] (SwiGLU's gate; Highway's Exp). out may
+// alias g or u.
+void swiglu_f32(const float* g, const float* u, float* out, size_t n);
 // Name of the target dot_f32 runs on (e.g. "AVX3", "AVX2", "NEON").
 const char* target_name();
 

@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <type_traits>
 
@@ -681,7 +682,33 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
   s0 = z, s1 = z, s2 = z, s3 = z, s4 = z, s5 = z, s6 = z, s7 = z;
   m0 = z, m1 = z, m2 = z, m3 = z, m4 = z, m5 = z, m6 = z, m7 = z;
   const __m512i k0F = _mm512_set1_epi8(0x0F);
-  if constexpr (kType == kQ8_0) {
+  if constexpr (R == 1 && kType != kQ4_K) {
+    // Decode: one row of activations would make each block one chain of 8 dependent vpdpbusd
+    // (latency-bound at ~1/4 of their throughput). Four independent int32 sums instead; integer
+    // addition is exact, so s0 is the same integer as below and on the other targets.
+    const uint8_t* HWY_RESTRICT qs = blk + 2 * kPackRows;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    if constexpr (kType == kQ8_0) {
+      const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+      for (size_t p = 0; p < 16; p += 8) {
+        a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(PairChunks(qs + 32 * p), k80), Bcast4(x0 + 2 * p));
+        a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(PairChunks(qs + 32 * p + 64), k80), Bcast4(x0 + 2 * p + 4));
+        a2 = _mm512_dpbusd_epi32(a2, _mm512_xor_si512(PairChunks(qs + 32 * p + 128), k80), Bcast4(x0 + 2 * p + 8));
+        a3 = _mm512_dpbusd_epi32(a3, _mm512_xor_si512(PairChunks(qs + 32 * p + 192), k80), Bcast4(x0 + 2 * p + 12));
+      }
+    } else {
+      static_assert(kType == kQ4_0);
+      for (size_t p = 0; p < 8; p += 4) {
+        const __m512i v = PairChunks(qs + 32 * p), u = PairChunks(qs + 32 * p + 64);
+        a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(v, k0F), Bcast4(x0 + 2 * p));
+        a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F), Bcast4(x0 + 16 + 2 * p));
+        a2 = _mm512_dpbusd_epi32(a2, _mm512_and_si512(u, k0F), Bcast4(x0 + 2 * p + 4));
+        a3 = _mm512_dpbusd_epi32(a3, _mm512_and_si512(_mm512_srli_epi16(u, 4), k0F), Bcast4(x0 + 16 + 2 * p + 4));
+      }
+    }
+    const int32_t offset = (kType == kQ8_0 ? 128 : 8) * A[0].s[b];
+    s0 = hn::Sub(V512{_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3))}, hn::Set(d32, offset));
+  } else if constexpr (kType == kQ8_0) {
     const uint8_t* HWY_RESTRICT qs = blk + 2 * kPackRows;
     const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
     for (size_t p = 0; p < 16; p += 2) {
@@ -965,15 +992,23 @@ void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, si
   constexpr size_t kActBudget = 256 * 1024;
   // Q6_K's madd kernel spills with 8 tokens (its 6-bit unpacking needs more registers): 4.
   constexpr size_t kR = kType == kQ6_K ? std::min<size_t>(kPackR, 4) : kPackR;
-  const size_t tb = std::max<size_t>(kR, (kActBudget / act_stride) / kR * kR);
+  constexpr size_t kMaxSteps = 32;  // token steps per tile (bounds the tile's ActRow table)
+  const size_t tb = std::min(kMaxSteps * kR, std::max<size_t>(kR, (kActBudget / act_stride) / kR * kR));
+  // The activation rows of one token tile, kR at a time (built once per tile, not once per group).
+  std::array<ActRow, kMaxPackR> tiles[kMaxSteps];
   for (size_t t0 = 0; t0 < T; t0 += tb) {
     const size_t t1 = std::min(T, t0 + tb);
+    for (size_t t = t0; t < t1; t += kR) {
+      const size_t cnt = std::min(kR, t1 - t);
+      for (size_t i = 0; i < kMaxPackR; ++i) {
+        tiles[(t - t0) / kR][i] = act_row(kType, act + (t + (i < cnt ? i : 0)) * act_stride, n);
+      }
+    }
     for (size_t g = 0; g < groups; ++g) {
       const uint8_t* grp = packed + g * gbytes;
       for (size_t t = t0; t < t1; t += kR) {
         const size_t cnt = std::min(kR, t1 - t);
-        ActRow A[kMaxPackR];
-        for (size_t i = 0; i < kMaxPackR; ++i) A[i] = act_row(kType, act + (t + (i < cnt ? i : 0)) * act_stride, n);
+        const ActRow* A = tiles[(t - t0) / kR].data();
         float* yo = y + t * ldy + g * kPackRows;
         switch (cnt) {
           case 8: PackedGroup<kType, kR == 8 ? 8 : 1>(grp, A, nb, yo, ldy); break;

@@ -1,5 +1,6 @@
-// The pool runs every index exactly once, in fixed contiguous chunks, across many back-to-back loops
-// (the spin path) and after workers went to sleep (the condition-variable path).
+// The pool runs every index exactly once, in fixed contiguous chunks (parallel_for) or in chunks
+// handed out on demand (parallel_dynamic), across many back-to-back loops (the spin path) and after
+// workers went to sleep (the condition-variable path).
 #include <atomic>
 #include <vector>
 
@@ -33,6 +34,44 @@ TEST_CASE("parallel_for covers every index below n exactly once for every size a
     CHECK(pool.size() == threads);
     for (size_t n : {0, 1, 2, 3, 7, 8, 9, 100, 4097}) check_covers(pool, n);
   }
+}
+
+TEST_CASE("parallel_dynamic covers every index exactly once, in chunks that shrink toward the end") {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (size_t n : {0, 1, 2, 3, 7, 100, 4097, 100000}) {
+      CAPTURE(threads);
+      CAPTURE(n);
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<size_t> calls{0}, bad_thread{0};
+      pool.parallel_dynamic(n, [&](size_t b, size_t e, int t) {
+        if (t < 0 || t >= pool.size() || b >= e) bad_thread.fetch_add(1);
+        calls.fetch_add(1);
+        for (size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+      });
+      CHECK(bad_thread.load() == 0);
+      for (size_t i = 0; i < n; ++i) REQUIRE(hits[i].load() == 1);
+      // One call for a single thread; with more, guided chunks: more than one per thread for big n,
+      // but far fewer than n.
+      if (threads == 1 && n > 0) CHECK(calls.load() == 1);
+      if (threads > 1 && n >= 4097) CHECK(calls.load() > static_cast<size_t>(threads));
+      if (n >= 4097) CHECK(calls.load() < n / 16);
+    }
+  }
+}
+
+TEST_CASE("static and dynamic loops alternate back to back without losing work") {
+  ThreadPool pool(3);
+  std::atomic<long> total{0};
+  for (int round = 0; round < 3000; ++round) {
+    const ThreadPool::Body body = [&](size_t b, size_t e, int) { total.fetch_add(static_cast<long>(e - b)); };
+    if (round % 2) {
+      pool.parallel_dynamic(37, body);
+    } else {
+      pool.parallel_for(37, body);
+    }
+  }
+  CHECK(total.load() == 3000L * 37);
 }
 
 TEST_CASE("thousands of back-to-back loops neither lose nor repeat work") {
