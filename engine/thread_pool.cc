@@ -20,6 +20,7 @@ inline void cpu_relax() {
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
+  ranges_ = std::vector<Range>(static_cast<size_t>(n_threads_));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -33,7 +34,13 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::parallel_for(size_t n, const Body& fn) { run(n, fn, false); }
-void ThreadPool::parallel_dynamic(size_t n, const Body& fn) { run(n, fn, true); }
+void ThreadPool::parallel_dynamic(size_t n, const Body& fn) {
+  run(n, fn, n < (uint64_t{1} << 32));  // ranges are packed in 32 bits each
+}
+
+namespace {
+constexpr uint64_t pack_range(uint64_t front, uint64_t end) { return front << 32 | end; }
+}  // namespace
 
 // This thread's part of the published loop.
 void ThreadPool::work(int index) {
@@ -42,15 +49,31 @@ void ThreadPool::work(int index) {
     if (begin < end) (*body_)(begin, end, index);
     return;
   }
-  // Guided: each chunk is 1/(2T) of what is left, so chunks start large (few atomics) and end small
-  // (the last one is short whoever gets it).
-  size_t begin = next_.load(std::memory_order_relaxed);
+  // Own range: claim a quarter of what is left at a time, so pieces shrink toward the end and the
+  // part still open to thieves stays large.
+  std::atomic<uint64_t>& own = ranges_[index].v;
+  uint64_t cur = own.load(std::memory_order_acquire);
   for (;;) {
-    if (begin >= n_) return;
-    const size_t len = std::max<size_t>(1, (n_ - begin) / (2 * static_cast<size_t>(n_threads_)));
-    if (next_.compare_exchange_weak(begin, begin + len, std::memory_order_relaxed)) {
-      (*body_)(begin, begin + len, index);
-      begin = next_.load(std::memory_order_relaxed);
+    const uint64_t f = cur >> 32, e = cur & 0xffffffffu;
+    if (f >= e) break;
+    const uint64_t c = std::max<uint64_t>(1, (e - f) / 4);
+    if (own.compare_exchange_weak(cur, pack_range(f + c, e), std::memory_order_acq_rel)) {
+      (*body_)(f, f + c, index);
+      cur = own.load(std::memory_order_acquire);
+    }
+  }
+  // Then steal the back half of another thread's unclaimed indices until none are left.
+  for (int k = 1; k < n_threads_; ++k) {
+    std::atomic<uint64_t>& other = ranges_[(index + k) % n_threads_].v;
+    cur = other.load(std::memory_order_acquire);
+    for (;;) {
+      const uint64_t f = cur >> 32, e = cur & 0xffffffffu;
+      if (f >= e) break;
+      const uint64_t c = std::max<uint64_t>(1, (e - f) / 2);
+      if (other.compare_exchange_weak(cur, pack_range(f, e - c), std::memory_order_acq_rel)) {
+        (*body_)(e - c, e, index);
+        cur = other.load(std::memory_order_acquire);
+      }
     }
   }
 }
@@ -65,7 +88,11 @@ void ThreadPool::run(size_t n, const Body& fn, bool dynamic) {
     body_ = &fn;
     n_ = n;
     dynamic_ = dynamic;
-    next_.store(0, std::memory_order_relaxed);
+    if (dynamic) {
+      for (int t = 0; t < n_threads_; ++t) {
+        ranges_[t].v.store(pack_range(n * t / n_threads_, n * (t + 1) / n_threads_), std::memory_order_relaxed);
+      }
+    }
     pending_.store(n_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }

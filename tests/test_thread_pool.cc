@@ -2,6 +2,7 @@
 // handed out on demand (parallel_dynamic), across many back-to-back loops (the spin path) and after
 // workers went to sleep (the condition-variable path).
 #include <atomic>
+#include <chrono>
 #include <vector>
 
 #include "engine/thread_pool.h"
@@ -36,7 +37,7 @@ TEST_CASE("parallel_for covers every index below n exactly once for every size a
   }
 }
 
-TEST_CASE("parallel_dynamic covers every index exactly once, in chunks that shrink toward the end") {
+TEST_CASE("parallel_dynamic covers every index exactly once, in pieces (more than one per thread, far fewer than n)") {
   for (int threads : {1, 2, 3, 8}) {
     ThreadPool pool(threads);
     for (size_t n : {0, 1, 2, 3, 7, 100, 4097, 100000}) {
@@ -58,6 +59,32 @@ TEST_CASE("parallel_dynamic covers every index exactly once, in chunks that shri
       if (n >= 4097) CHECK(calls.load() < n / 16);
     }
   }
+}
+
+TEST_CASE("parallel_dynamic: an idle thread takes over the unclaimed part of a stalled thread's range") {
+  // The caller (thread 0) stalls inside its first piece until every other index is done. That can
+  // only happen if thread 1, after its own half, steals the rest of thread 0's half.
+  ThreadPool pool(2);
+  const size_t n = 1000;
+  std::atomic<size_t> done{0};
+  std::atomic<bool> timed_out{false};
+  std::atomic<size_t> first_piece{0};
+  pool.parallel_dynamic(n, [&](size_t b, size_t e, int t) {
+    if (t == 0 && first_piece.load() == 0) {
+      first_piece.store(e - b);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (done.load() < n - (e - b)) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          timed_out.store(true);
+          break;
+        }
+      }
+    }
+    done.fetch_add(e - b);
+  });
+  CHECK_FALSE(timed_out.load());
+  CHECK(done.load() == n);
+  CHECK(first_piece.load() < n / 2);  // a piece, not the whole half
 }
 
 TEST_CASE("static and dynamic loops alternate back to back without losing work") {
