@@ -53,6 +53,7 @@ struct ActRow {
   const int16_t* bs;    // A256 only: 8 sums of 32 per block
   const int32_t* s;     // A32 only: exact sum of q per block
   const int8_t* q8;     // the same q as int8 (for the VNNI kernels)
+  const int16_t* bs16;  // A256 only: 16 sums of 16 per block (the Q6_K scale groups)
 };
 inline ActRow act_row(uint32_t type, const uint8_t* a, size_t n) {
   ActRow r{};
@@ -61,6 +62,7 @@ inline ActRow act_row(uint32_t type, const uint8_t* a, size_t n) {
   if (is_k(type)) {
     r.bs = reinterpret_cast<const int16_t*>(a + 2 * n + 4 * (n / 256));
     r.q8 = reinterpret_cast<const int8_t*>(a + 2 * n + 20 * (n / 256));
+    r.bs16 = reinterpret_cast<const int16_t*>(a + 3 * n + 20 * (n / 256));
   } else {
     r.ds = r.d + n / 32;
     r.s = reinterpret_cast<const int32_t*>(r.ds + n / 32);
@@ -652,7 +654,7 @@ constexpr size_t kPackR = 4;
 // signed operand, 4 consecutive elements broadcast to all lanes. Offsets are exact int32 terms:
 // Q4_0 -8 * sum(x), Q8_0 -128 * sum(x). Every sum is the same integer as on the other targets.
 template <uint32_t kType>
-constexpr bool kVnni = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K;
+constexpr bool kVnni = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K || kType == kQ6_K;
 
 // Lane r (of 16) = words r and 16 + r of v: row r's bytes of chunk p, then of chunk p + 1.
 HWY_INLINE __m512i PairChunks(const uint8_t* HWY_RESTRICT p) {
@@ -682,7 +684,7 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
   s0 = z, s1 = z, s2 = z, s3 = z, s4 = z, s5 = z, s6 = z, s7 = z;
   m0 = z, m1 = z, m2 = z, m3 = z, m4 = z, m5 = z, m6 = z, m7 = z;
   const __m512i k0F = _mm512_set1_epi8(0x0F);
-  if constexpr (R == 1 && kType != kQ4_K) {
+  if constexpr (R == 1 && (kType == kQ8_0 || kType == kQ4_0)) {
     // Decode: one row of activations would make each block one chain of 8 dependent vpdpbusd
     // (latency-bound at ~1/4 of their throughput). Four independent int32 sums instead; integer
     // addition is exact, so s0 is the same integer as below and on the other targets.
@@ -734,6 +736,42 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
 #define TOWERS_FIN(i) s##i = hn::Sub(s##i, hn::Set(d32, 8 * A[i].s[b]));
     TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
+  } else if constexpr (kType == kQ6_K) {
+    // Per 16-element scale group g: the 6-bit codes (0..63) are the unsigned operand; the exact sum
+    // of code * x, minus 32 * the group's activation sum (A256 bs16), is sum (q - 32) * x, times the
+    // row's int8 scale (int32), as in PackedSums. Chunks 2c and 2c+1 of the low 4 bits come from one
+    // PairChunks; their top 2 bits are both in qh chunk c: each row's qh word is duplicated into its
+    // lane and shifted per word (0 and 4 for the low-nibble elements, 2 and 6 for the high ones).
+    const hn::Rebind<int8_t, D32> di8x32;
+    const int8_t* HWY_RESTRICT scb = reinterpret_cast<const int8_t*>(blk + 2 * kPackRows);
+    const uint8_t* HWY_RESTRICT q = blk + 2 * kPackRows + 16 * kPackRows;
+    const __m512i k03 = _mm512_set1_epi8(3);
+    const __m512i dup = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6,
+                                         5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i shift_lo = _mm512_set1_epi32(0x00040000), shift_hi = _mm512_set1_epi32(0x00060002);
+    for (size_t g = 0; g < 16; ++g) {
+      const uint8_t* HWY_RESTRICT ql = q + g * 192;
+      const uint8_t* HWY_RESTRICT qh = ql + 128;
+      TOWERS_ZERO8(l, z)
+      for (size_t c = 0; c < 2; ++c) {
+        const __m512i L = PairChunks(ql + 64 * c);
+        const __m512i H = _mm512_permutexvar_epi16(
+            dup, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * c))));
+        const __m512i lo = _mm512_or_si512(
+            _mm512_and_si512(L, k0F), _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, shift_lo), k03), 4));
+        const __m512i hi =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), k0F),
+                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, shift_hi), k03), 4));
+        const size_t eg = e + 16 * g + 4 * c;
+#define TOWERS_MAC(i) l##i = Dp(Dp(l##i, lo, A[i].q8 + eg), hi, A[i].q8 + eg + 8);
+        TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+      const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, scb + 16 * g));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::Sub(l##i, hn::Set(d32, 32 * A[i].bs16[16 * b + g])), scv));
+      TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+    }
   } else {
     static_assert(kType == kQ4_K);
     const hn::Rebind<uint8_t, D32> du8x32;
@@ -981,6 +1019,8 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
 
 #if HWY_TARGET == HWY_SCALAR
 constexpr size_t kPackR = 4;
+template <uint32_t kType>
+constexpr bool kVnni = false;
 #endif
 
 template <uint32_t kType>
@@ -991,7 +1031,7 @@ void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, si
   // Token tiles whose activations stay in L2 while the groups stream past them (order only).
   constexpr size_t kActBudget = 256 * 1024;
   // Q6_K's madd kernel spills with 8 tokens (its 6-bit unpacking needs more registers): 4.
-  constexpr size_t kR = kType == kQ6_K ? std::min<size_t>(kPackR, 4) : kPackR;
+  constexpr size_t kR = kType == kQ6_K && !kVnni<kType> ? std::min<size_t>(kPackR, 4) : kPackR;
   constexpr size_t kMaxSteps = 32;  // token steps per tile (bounds the tile's ActRow table)
   const size_t tb = std::min(kMaxSteps * kR, std::max<size_t>(kR, (kActBudget / act_stride) / kR * kR));
   // The activation rows of one token tile, kR at a time (built once per tile, not once per group).
@@ -1087,6 +1127,15 @@ void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n
         bs[b * 8 + g / 32] = static_cast<int16_t>(sum);
       }
     }
+    if (B == 256) {  // the 16-element sums (exact; |sum| <= 16 * 127)
+      int16_t* HWY_RESTRICT bs16 = reinterpret_cast<int16_t*>(p + 3 * n + 20 * nb) + b * 16;
+      const int8_t* HWY_RESTRICT qg = q8 + b * B;
+      for (size_t h = 0; h < 16; ++h) {
+        int sum = 0;
+        for (size_t i = 0; i < 16; ++i) sum += qg[16 * h + i];
+        bs16[h] = static_cast<int16_t>(sum);
+      }
+    }
   }
 }
 
@@ -1107,7 +1156,7 @@ bool has_quant_dot(uint32_t t) { return qd::block_bytes(t) != 0; }
 
 size_t act_bytes(uint32_t t, size_t n) {
   if (!has_quant_dot(t)) return 0;
-  if (qd::is_k(t)) return 3 * n + (4 + 16) * (n / 256);
+  if (qd::is_k(t)) return 3 * n + (4 + 16 + 32) * (n / 256);
   return 3 * n + 12 * (n / 32);
 }
 

@@ -20,6 +20,7 @@
 //     float   d[nb]
 //     int16_t bsums[nb * 8]    sum of q over each run of 32 elements (the Q4_K/Q5_K sub-blocks)
 //     int8_t  q8[n]     the same q as int8
+//     int16_t bs16[nb * 16]    sum of q over each run of 16 elements (the Q6_K scale groups; VNNI)
 // (q8 starts at a multiple of 4 bytes from the row: 2n + 12 nb, resp. 2n + 20 nb.)
 //
 // Dequantized activation element i is d[i / block] * q[i]. All K types share A256 and all legacy
@@ -82,7 +83,8 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // on the Highway target. Kernels: Highway's int16 madd (ReorderWidenMulAccumulate) with one int16
 // activation pair broadcast per chunk, 8 tokens per unpacked block on AVX3/AVX3_DL (32 registers;
 // Q6_K: 4) and 4 elsewhere. On AVX3_DL (AVX-512 VNNI; compiled by this file only, see
-// quant_dot_target) Q4_0, Q8_0 and Q4_K use vpdpbusd instead: one 64-byte load covers chunks p and
+// quant_dot_target) Q4_0, Q8_0, Q4_K and Q6_K use vpdpbusd instead (Q6_K: the 6-bit codes unsigned,
+// minus 32 * A256's 16-element sums, times the group scale; 8 tokens per block): one 64-byte load covers chunks p and
 // p+1, a vpermw gives each row's int32 lane its 4 bytes (elements 2p..2p+3 of the chunk's element
 // runs), the weights are the unsigned operand (nibbles as they are; Q8_0 xor 0x80 = q + 128, minus
 // 128 * s[b]) and 4 consecutive int8 activations (q8) the broadcast signed one. Same layout, same

@@ -185,7 +185,7 @@ TEST_CASE("quant_dot: API basics") {
     CHECK(simd::has_quant_dot(id(t)));
     const size_t n = 4 * 256;
     const size_t nb = n / act_block(t);
-    CHECK(simd::act_bytes(id(t), n) == 3 * n + (act_block(t) == 32 ? 12 * nb : 20 * nb));
+    CHECK(simd::act_bytes(id(t), n) == 3 * n + (act_block(t) == 32 ? 12 * nb : 52 * nb));
     CHECK(simd::has_packed(id(t)) == (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
                                       t == GgmlType::Q6_K));
     // Q4_K's packed blocks hold the 8 scales and 8 mins as bytes: 148 bytes per row and block, not 144.
@@ -250,6 +250,19 @@ TEST_CASE("quant_dot: one activation layout per family") {
   CHECK(bytes(GgmlType::Q5_K) == bytes(GgmlType::Q6_K));
   CHECK(bytes(GgmlType::Q4_0) == bytes(GgmlType::Q8_0));
   CHECK(bytes(GgmlType::Q4_1) == bytes(GgmlType::Q5_0));
+  // A256's tail: the int8 copy of q, then the exact sums of each run of 16 (Q6_K's VNNI offsets).
+  const auto a = bytes(GgmlType::Q6_K);
+  const size_t nb = n / 256;
+  const auto* q = reinterpret_cast<const int16_t*>(a.data());
+  const auto* q8 = reinterpret_cast<const int8_t*>(a.data() + 2 * n + 20 * nb);
+  for (size_t i = 0; i < n; ++i) REQUIRE(q8[i] == q[i]);
+  for (size_t h = 0; h < n / 16; ++h) {
+    int sum = 0;
+    for (size_t i = 0; i < 16; ++i) sum += q[16 * h + i];
+    int16_t bs16;
+    std::memcpy(&bs16, a.data() + 3 * n + 20 * nb + 2 * h, 2);
+    CHECK(bs16 == sum);
+  }
 }
 
 TEST_CASE("quant_dot: matches the scalar references") {
