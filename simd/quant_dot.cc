@@ -777,9 +777,28 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
     const hn::Rebind<uint8_t, D32> du8x32;
     const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales;
     const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants;
+    // Up to 2 tokens: both sub-blocks of a part from one load of each chunk pair.
+    if constexpr (R <= 2) for (size_t c = 0; c < 4; ++c) {
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(h, z)
+      const uint8_t* HWY_RESTRICT qc = q + 512 * c;
+      const size_t ec = 64 * c;
+      for (size_t p = 0; p < 16; p += 2) {
+        const __m512i v = PairChunks(qc + 32 * p);
+        const __m512i wl = _mm512_and_si512(v, k0F), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F);
+#define TOWERS_MAC(i) l##i = Dp(l##i, wl, x##i + ec + 2 * p); h##i = Dp(h##i, wh, x##i + ec + 32 + 2 * p);
+        TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+      const auto scl = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c));
+      const auto sch = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c + 16));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Add(hn::Mul(l##i, scl), hn::Mul(h##i, sch)));
+      TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+    }
     // Sub-block j = 2c + half: the low (half 0) or high (half 1) nibbles of part c. One sub-block at
     // a time keeps 8 accumulators live besides the 8 sums (the weights are loaded twice).
-    for (size_t j = 0; j < 8; ++j) {
+    if constexpr (R > 2) for (size_t j = 0; j < 8; ++j) {
       const size_t c = j / 2, half = j % 2;
       TOWERS_ZERO8(l, z)
       const uint8_t* HWY_RESTRICT qc = q + 512 * c;
