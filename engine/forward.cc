@@ -123,13 +123,7 @@ void Forward::embed() {
 void Forward::rmsnorm(const float* x, const Weight& w, float* out, int T) {
   const int d = cfg_.n_embd;
   const float* g = reinterpret_cast<const float*>(w.data);
-  for (int t = 0; t < T; ++t) {
-    const float* xt = x + size_t(t) * d;
-    float ss = simd::dot_f32(xt, xt, d) / d;
-    float scale = 1.0f / std::sqrt(ss + cfg_.norm_eps);
-    float* o = out + size_t(t) * d;
-    for (int i = 0; i < d; ++i) o[i] = xt[i] * scale * g[i];
-  }
+  for (int t = 0; t < T; ++t) simd::rmsnorm_f32(x + size_t(t) * d, g, out + size_t(t) * d, d, cfg_.norm_eps);
 }
 
 // y[t][r] = W[r] · x[t]. Each row of W is read once and used for all T tokens.

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "simd/ops.h"
+
 namespace towers {
 
 Rope::Rope(const ModelConfig& c)
@@ -22,13 +24,7 @@ void Rope::rotate(float* vecs, int n_heads, float pos) const {
     sin_t[i] = std::sin(angle);
   }
   for (int h = 0; h < n_heads; ++h) {
-    float* v = vecs + static_cast<size_t>(h) * head_dim_;
-    for (int i = 0; i < half_; ++i) {
-      const int a = neox_ ? i : 2 * i, b = neox_ ? i + half_ : 2 * i + 1;
-      const float x0 = v[a], x1 = v[b];
-      v[a] = x0 * cos_t[i] - x1 * sin_t[i];
-      v[b] = x0 * sin_t[i] + x1 * cos_t[i];
-    }
+    simd::rope_f32(vecs + static_cast<size_t>(h) * head_dim_, cos_t, sin_t, static_cast<size_t>(half_), neox_);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "simd/ops.h"
 
+#include <cmath>
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/ops.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -61,6 +63,53 @@ void SwigluF32(const float* g, const float* u, float* out, size_t n) {
   }
 }
 
+// out = x * (1 / sqrt(mean(x^2) + eps)) * g: the sum of squares is DotF32's (fixed order).
+void RmsnormF32(const float* x, const float* g, float* out, size_t n, float eps) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const float scale = 1.0f / std::sqrt(DotF32(x, x, n) / static_cast<float>(n) + eps);
+  const auto vs = hn::Set(d, scale);
+  size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + i), vs), hn::LoadU(d, g + i)), d, out + i);
+  for (; i < n; ++i) out[i] = x[i] * scale * g[i];
+}
+
+// Pair i = (v[i], v[half + i]) (NeoX) or (v[2i], v[2i + 1]): a' = a cos - b sin, b' = a sin + b cos,
+// with separate multiplies and adds (no fused ops, like the scalar tail; -ffp-contract=off).
+void RopeF32(float* v, const float* HWY_RESTRICT cs, const float* HWY_RESTRICT sn, size_t half, bool neox) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  auto rot = [&](hn::Vec<decltype(d)>& a, hn::Vec<decltype(d)>& b, size_t i) {
+    const auto c = hn::LoadU(d, cs + i), s = hn::LoadU(d, sn + i);
+    const auto a2 = hn::Sub(hn::Mul(a, c), hn::Mul(b, s));
+    b = hn::Add(hn::Mul(a, s), hn::Mul(b, c));
+    a = a2;
+  };
+  size_t i = 0;
+  if (neox) {
+    for (; i + N <= half; i += N) {
+      auto a = hn::LoadU(d, v + i), b = hn::LoadU(d, v + half + i);
+      rot(a, b, i);
+      hn::StoreU(a, d, v + i);
+      hn::StoreU(b, d, v + half + i);
+    }
+  } else {
+    for (; i + N <= half; i += N) {
+      hn::Vec<decltype(d)> a, b;
+      hn::LoadInterleaved2(d, v + 2 * i, a, b);
+      rot(a, b, i);
+      hn::StoreInterleaved2(a, b, d, v + 2 * i);
+    }
+  }
+  for (; i < half; ++i) {
+    float& a = neox ? v[i] : v[2 * i];
+    float& b = neox ? v[half + i] : v[2 * i + 1];
+    const float x0 = a, x1 = b;
+    a = x0 * cs[i] - x1 * sn[i];
+    b = x0 * sn[i] + x1 * cs[i];
+  }
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -73,6 +122,8 @@ HWY_EXPORT(DotF32);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(SwigluF32);
+HWY_EXPORT(RmsnormF32);
+HWY_EXPORT(RopeF32);
 
 float dot_f32(const float* a, const float* b, size_t n) { return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n); }
 void axpy_f32(float alpha, const float* x, float* y, size_t n) {
@@ -80,6 +131,12 @@ void axpy_f32(float alpha, const float* x, float* y, size_t n) {
 }
 void swiglu_f32(const float* g, const float* u, float* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(SwigluF32)(g, u, out, n);
+}
+void rmsnorm_f32(const float* x, const float* g, float* out, size_t n, float eps) {
+  HWY_DYNAMIC_DISPATCH(RmsnormF32)(x, g, out, n, eps);
+}
+void rope_f32(float* v, const float* cos, const float* sin, size_t half, bool neox) {
+  HWY_DYNAMIC_DISPATCH(RopeF32)(v, cos, sin, half, neox);
 }
 const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 }  // namespace towers::simd

@@ -13,6 +13,13 @@ void axpy_f32(float alpha, const float* x, float* y, size_t n);
 // out[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] (SwiGLU's gate; Highway's Exp). out may
 // alias g or u.
 void swiglu_f32(const float* g, const float* u, float* out, size_t n);
+// out[i] = x[i] * (1 / sqrt(sum_j x[j]^2 / n + eps)) * g[i] (RMSNorm; the sum is dot_f32's).
+// out may alias x.
+void rmsnorm_f32(const float* x, const float* g, float* out, size_t n, float eps);
+// RoPE on one head: rotates pair i by the angle whose cosine and sine are cos[i], sin[i], i < half.
+// Pairs are (v[i], v[half + i]) when neox, else (v[2i], v[2i + 1]). Same bits on every target as
+// the plain formula a' = a cos - b sin, b' = a sin + b cos (no fused multiply-add).
+void rope_f32(float* v, const float* cos, const float* sin, size_t half, bool neox);
 // Name of the target dot_f32 runs on (e.g. "AVX3", "AVX2", "NEON").
 const char* target_name();
 

@@ -1,5 +1,6 @@
 // simd/ops: swiglu_f32 against a double reference on every compiled target; its result for an
-// element does not depend on the element's position (tails) or on aliasing.
+// element does not depend on the element's position (tails) or on aliasing. rmsnorm_f32 and
+// rope_f32 give exactly the bits of their plain scalar formulas.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -41,7 +42,57 @@ void check_swiglu(std::mt19937& rng) {
   }
 }
 
+void check_rmsnorm(std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  for (size_t n : {1, 5, 16, 64, 100, 2048}) {
+    CAPTURE(n);
+    std::vector<float> x(n), g(n), out(n);
+    for (size_t i = 0; i < n; ++i) x[i] = dist(rng), g[i] = dist(rng);
+    const float eps = 1e-5f;
+    simd::rmsnorm_f32(x.data(), g.data(), out.data(), n, eps);
+    const float scale = 1.0f / std::sqrt(simd::dot_f32(x.data(), x.data(), n) / static_cast<float>(n) + eps);
+    for (size_t i = 0; i < n; ++i) REQUIRE(out[i] == x[i] * scale * g[i]);
+    std::vector<float> inplace = x;
+    simd::rmsnorm_f32(inplace.data(), g.data(), inplace.data(), n, eps);
+    CHECK(std::memcmp(inplace.data(), out.data(), n * sizeof(float)) == 0);
+  }
+}
+
+void check_rope(std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (bool neox : {false, true}) {
+    for (size_t half : {1, 3, 4, 8, 16, 32, 33, 64}) {
+      CAPTURE(neox);
+      CAPTURE(half);
+      std::vector<float> v(2 * half), c(half), s(half);
+      for (float& e : v) e = dist(rng);
+      for (size_t i = 0; i < half; ++i) c[i] = std::cos(0.1f * i + 0.3f), s[i] = std::sin(0.1f * i + 0.3f);
+      std::vector<float> ref = v;
+      for (size_t i = 0; i < half; ++i) {
+        const size_t a = neox ? i : 2 * i, b = neox ? half + i : 2 * i + 1;
+        const float x0 = ref[a], x1 = ref[b];
+        ref[a] = x0 * c[i] - x1 * s[i];
+        ref[b] = x0 * s[i] + x1 * c[i];
+      }
+      simd::rope_f32(v.data(), c.data(), s.data(), half, neox);
+      CHECK(std::memcmp(v.data(), ref.data(), v.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("ops: rmsnorm_f32 and rope_f32 are their scalar formulas, bit for bit, on every target") {
+  std::mt19937 rng(13);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string name = simd::target_name();
+    CAPTURE(name);
+    check_rmsnorm(rng);
+    check_rope(rng);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
 
 TEST_CASE("ops: swiglu_f32 against a double reference; tails and in-place give the same bits") {
   std::mt19937 rng(11);
