@@ -61,7 +61,9 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--prompt", o->prompt, "Prompt tokens for the prefill test")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--gen", o->gen, "Tokens for the decode test")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--runs", o->runs, "Repetitions (median reported)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--batch", o->batch, "Sequences decoding together (tg counts all of their tokens)")
+  cmd->add_option("--batch", o->batch, "Sequences decoding together: each decode step is one eval_batch of B sequences, one token each "
+                  "(the daemon's load with B sessions generating at once). tg counts all B sequences' tokens, and "
+                  "the roofline is B x bandwidth / bytes read per step, since one step reads the weights once")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--context", o->context,
                   "Also measure decode after N tokens of context: prefill N tokens once (in --context-batch "
