@@ -20,7 +20,7 @@ inline void cpu_relax() {
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
-  ranges_ = std::vector<Range>(static_cast<size_t>(n_threads_));
+  slots_ = std::vector<Slot>(static_cast<size_t>(n_threads_));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -51,7 +51,7 @@ void ThreadPool::work(int index) {
   }
   // Own range: claim a quarter of what is left at a time, so pieces shrink toward the end and the
   // part still open to thieves stays large.
-  std::atomic<uint64_t>& own = ranges_[index].v;
+  std::atomic<uint64_t>& own = slots_[index].range;
   uint64_t cur = own.load(std::memory_order_acquire);
   for (;;) {
     const uint64_t f = cur >> 32, e = cur & 0xffffffffu;
@@ -64,7 +64,7 @@ void ThreadPool::work(int index) {
   }
   // Then steal the back half of another thread's unclaimed indices until none are left.
   for (int k = 1; k < n_threads_; ++k) {
-    std::atomic<uint64_t>& other = ranges_[(index + k) % n_threads_].v;
+    std::atomic<uint64_t>& other = slots_[(index + k) % n_threads_].range;
     cur = other.load(std::memory_order_acquire);
     for (;;) {
       const uint64_t f = cur >> 32, e = cur & 0xffffffffu;
@@ -88,17 +88,28 @@ void ThreadPool::run(size_t n, const Body& fn, bool dynamic) {
     body_ = &fn;
     n_ = n;
     dynamic_ = dynamic;
-    if (dynamic) {
-      for (int t = 0; t < n_threads_; ++t) {
-        ranges_[t].v.store(pack_range(n * t / n_threads_, n * (t + 1) / n_threads_), std::memory_order_relaxed);
-      }
+    for (int t = 0; t < n_threads_; ++t) {
+      if (dynamic) slots_[t].range.store(pack_range(n * t / n_threads_, n * (t + 1) / n_threads_), std::memory_order_relaxed);
+      if (t > 0) slots_[t].state.store(kAssigned, std::memory_order_release);
     }
-    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) start_cv_.notify_all();
-  work(0);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  work(0);  // dynamic: this also steals whatever the others have not claimed
+  for (int t = 1; t < n_threads_; ++t) {
+    int expected = kAssigned;
+    if (slots_[t].state.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel)) {
+      // Worker t has not started: its part is ours (dynamic: nothing is left of it by now).
+      late_.fetch_add(1, std::memory_order_relaxed);
+      if (!dynamic) {
+        const size_t begin = n * t / n_threads_, end = n * (t + 1) / n_threads_;
+        if (begin < end) fn(begin, end, t);
+      }
+      continue;
+    }
+    while (slots_[t].state.load(std::memory_order_acquire) != kDone) cpu_relax();
+    slots_[t].state.store(kIdle, std::memory_order_relaxed);
+  }
 }
 
 void ThreadPool::worker(int index) {
@@ -118,11 +129,16 @@ void ThreadPool::worker(int index) {
       }
     }
     if (stop_.load()) return;
-    // The loop's fields were written before generation_'s release increment and stay unchanged
-    // until every worker has decremented pending_, so this acquire is all the reading needs.
+    // Joining is the move kAssigned -> kRunning; the loop's fields were written before the state's
+    // release store and stay unchanged until this worker reports kDone. If the caller took this
+    // part over already, the state is kIdle (or kAssigned again, for a newer loop: then this joins
+    // that one, which is as correct).
     seen = generation_.load(std::memory_order_acquire);
-    work(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    int expected = kAssigned;
+    if (slots_[index].state.compare_exchange_strong(expected, kRunning, std::memory_order_acq_rel)) {
+      work(index);
+      slots_[index].state.store(kDone, std::memory_order_release);
+    }
   }
 }
 

@@ -87,6 +87,32 @@ TEST_CASE("parallel_dynamic: an idle thread takes over the unclaimed part of a s
   CHECK(first_piece.load() < n / 2);  // a piece, not the whole half
 }
 
+TEST_CASE("more threads than cores: late workers are taken off, work is done once, thread indices never overlap") {
+  // 16 threads on a machine with fewer cores: many workers are descheduled when a loop starts, so
+  // the caller takes over their parts. Every index must still run exactly once, and no two calls may
+  // run with the same thread index at once (callers keep per-thread scratch by that index).
+  ThreadPool pool(16);
+  std::vector<std::atomic<int>> busy(16);
+  std::atomic<int> overlap{0};
+  for (int round = 0; round < 400; ++round) {
+    const size_t n = 1 + static_cast<size_t>(round) * 37 % 500;
+    std::vector<std::atomic<int>> hits(n);
+    const ThreadPool::Body body = [&](size_t b, size_t e, int t) {
+      if (busy[t].exchange(1) != 0) overlap.fetch_add(1);
+      for (size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+      busy[t].store(0);
+    };
+    if (round % 2) {
+      pool.parallel_dynamic(n, body);
+    } else {
+      pool.parallel_for(n, body);
+    }
+    for (size_t i = 0; i < n; ++i) REQUIRE(hits[i].load() == 1);
+  }
+  CHECK(overlap.load() == 0);
+  MESSAGE("late workers taken off: " << pool.late_workers() << " (of 400 loops x 15 workers)");
+}
+
 TEST_CASE("static and dynamic loops alternate back to back without losing work") {
   ThreadPool pool(3);
   std::atomic<long> total{0};
