@@ -92,7 +92,7 @@ void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v,
     // Up to four queries of the group at once: one decode of each K and V vector serves them all.
     for (int g0 = 0; g0 < n_q; g0 += kG) {
       const int G = std::min(kG, n_q - g0);
-      kv_dot_group(q, qv + size_t(g0) * dim, G, kj, stride, nb, dim, s, kAttnBlock);
+      kv_dot_group(q, qv + size_t(g0) * dim, G, kj, stride, nb, dim, s, kAttnBlock, n - j0 - nb);
       for (int g = 0; g < G; ++g) {
         float* sg = s + size_t(g) * kAttnBlock;
         const float c = SoftmaxBlockImpl(sg, nb, scale, m + g0 + g, l + g0 + g, sg);
@@ -101,7 +101,7 @@ void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v,
           for (int e = 0; e < dim; ++e) a[e] *= c;
         }
       }
-      kv_accumulate_group(q, s, kAttnBlock, G, vj, stride, nb, dim, acc + size_t(g0) * dim);
+      kv_accumulate_group(q, s, kAttnBlock, G, vj, stride, nb, dim, acc + size_t(g0) * dim, n - j0 - nb);
     }
   }
 }

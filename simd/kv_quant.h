@@ -120,10 +120,12 @@ void kv_accumulate(KvQuant q, const float* p, const void* v, size_t stride, int 
 // acc + g*dim. Each vector is loaded and decoded once for up to four queries instead of once per query.
 // Results are bit-identical to kv_dot_many / kv_accumulate called for each query alone (the same
 // operations in the same order per query; only independent chains are interleaved).
+// n_ahead: the n_ahead vectors after the last one (at k + (n + i)*stride) exist and are read next
+// (the following block of a span); the kernels prefetch a few vectors ahead, into them too.
 void kv_dot_group(KvQuant q, const float* qv, int n_q, const void* k, size_t stride, int n, int dim, float* scores,
-                  size_t score_stride);
+                  size_t score_stride, int n_ahead = 0);
 void kv_accumulate_group(KvQuant q, const float* p, size_t p_stride, int n_q, const void* v, size_t stride, int n,
-                         int dim, float* acc);
+                         int dim, float* acc, int n_ahead = 0);
 
 // (Functions other than kv_quant_name/kv_quant_ok/kv_vec_bytes do nothing when !kv_quant_ok.)
 
