@@ -15,6 +15,7 @@
 #define HWY_TARGET_INCLUDE "simd/quant_dot.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include <hwy/cache_control.h>
 
 // Type ids and block geometry, shared by all targets (defined once).
 #ifndef TOWERS_SIMD_QUANT_DOT_CONSTANTS
@@ -984,6 +985,8 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
 }
 #undef TOWERS_ACT_AT
 
+constexpr size_t kPrefetchBytes = 4096;  // how far ahead PackedGroup prefetches weights (decode)
+
 // acc (one slice of a token's 16 rows) += (s as f32) * (dw * dx): the only f32 rounding steps.
 template <class DF, class V32>
 HWY_INLINE void AccumulateSlice(DF df, float* HWY_RESTRICT acc, V32 s, hn::Vec<DF> dw, float dx) {
@@ -1002,6 +1005,13 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
   for (size_t i = 0; i < R * kPackRows; ++i) acc[i] = 0.f;
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
+    if constexpr (R <= 2) {
+      // Decode streams each weight byte once: ask for the bytes 4 KiB ahead (past the group's end,
+      // the next group's). Measured with 1 GB of packed Q4_0 (2 threads, 6 interleaved pairs):
+      // +6% at 2 threads, +25% at 1; 1 KiB, 8 KiB and 16 KiB ahead were worse. Prefill is
+      // compute-bound (R > 2) and skips it. A prefetch never faults, even past the buffer.
+      for (size_t o = 0; o < kGB; o += 64) hwy::Prefetch(blk + kPrefetchBytes + o);
+    }
     const auto* HWY_RESTRICT f16 = reinterpret_cast<const hwy::float16_t*>(blk);
     for (size_t sl = 0; sl < kPackRows; sl += NR) {
       auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
