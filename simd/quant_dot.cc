@@ -1000,7 +1000,50 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
   const hn::Rebind<float, decltype(d32)> df;
   const hn::Rebind<hwy::float16_t, decltype(d32)> dh;
   const size_t NR = hn::Lanes(d32);  // rows per slice
+  using V32 = hn::Vec<decltype(d32)>;
   constexpr size_t kGB = kPackRows * packed_block_bytes(kType);
+  // Exact int32 sums of slice sl of block b (blk) for every token (the target's best kernel).
+  auto block_sums = [&](const uint8_t* HWY_RESTRICT blk, size_t sl, size_t b, TOWERS_V8(s), TOWERS_V8(m)) {
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = hn::Zero(d32);
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = s0;
+#if HWY_TARGET == HWY_AVX3_DL
+    if constexpr (kVnni<kType>) {
+      PackedSumsVnni<kType, R>(d32, blk, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+      return;
+    }
+#endif
+    PackedSums<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+  };
+  if (R <= 2 && NR == kPackRows) {
+    // Decode, and one slice holds all 16 rows (AVX-512): the accumulators stay in registers.
+    // (Through memory, each block's multiply-add waited on the previous block's store: a dependency
+    // chain per block. With more tokens the extra registers made the kernels spill.) The operations
+    // are those of AccumulateSlice, in the same order: the same bits.
+    auto a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (size_t b = 0; b < nb; ++b) {
+      const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
+      if constexpr (R <= 2) {
+        for (size_t o = 0; o < kGB; o += 64) hwy::Prefetch(blk + kPrefetchBytes + o);  // as below
+      }
+      const auto* HWY_RESTRICT f16 = reinterpret_cast<const hwy::float16_t*>(blk);
+      V32 s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7;
+      block_sums(blk, 0, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+      const auto dw = hn::PromoteTo(df, hn::LoadU(dh, f16));
+#define TOWERS_ACC(i) a##i = hn::MulAdd(hn::ConvertTo(df, s##i), hn::Mul(dw, hn::Set(df, A[i].d[b])), a##i);
+      TOWERS_EACH_P(TOWERS_ACC)
+#undef TOWERS_ACC
+      if constexpr (kType == kQ4_K) {
+        const auto ndmin = hn::Neg(hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows)));
+#define TOWERS_ACC(i) a##i = hn::MulAdd(hn::ConvertTo(df, m##i), hn::Mul(ndmin, hn::Set(df, A[i].d[b])), a##i);
+        TOWERS_EACH_P(TOWERS_ACC)
+#undef TOWERS_ACC
+      }
+    }
+#define TOWERS_OUT(i) hn::StoreU(a##i, df, y + (i) * ldy);
+    TOWERS_EACH_P(TOWERS_OUT)
+#undef TOWERS_OUT
+    return;
+  }
   HWY_ALIGN float acc[kMaxPackR * kPackRows];
   for (size_t i = 0; i < R * kPackRows; ++i) acc[i] = 0.f;
   for (size_t b = 0; b < nb; ++b) {
@@ -1014,18 +1057,8 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
     }
     const auto* HWY_RESTRICT f16 = reinterpret_cast<const hwy::float16_t*>(blk);
     for (size_t sl = 0; sl < kPackRows; sl += NR) {
-      auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
-      auto m0 = s0, m1 = s0, m2 = s0, m3 = s0, m4 = s0, m5 = s0, m6 = s0, m7 = s0;
-#if HWY_TARGET == HWY_AVX3_DL
-      if constexpr (kVnni<kType>) {
-        PackedSumsVnni<kType, R>(d32, blk, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5,
-                                 m6, m7);
-      } else
-#endif
-      {
-        PackedSums<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5,
-                             m6, m7);
-      }
+      V32 s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7;
+      block_sums(blk, sl, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
       const auto dw = hn::PromoteTo(df, hn::LoadU(dh, f16 + sl));
 #define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, s##i, dw, A[i].d[b]);
       TOWERS_EACH_P(TOWERS_ACC)
