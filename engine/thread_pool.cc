@@ -45,7 +45,7 @@ constexpr uint64_t pack_range(uint64_t front, uint64_t end) { return front << 32
 // This thread's part of the published loop.
 void ThreadPool::work(int index) {
   if (!dynamic_) {
-    const size_t begin = n_ * index / n_threads_, end = n_ * (index + 1) / n_threads_;
+    const size_t begin = chunk_begin(n_, index), end = chunk_begin(n_, index + 1);
     if (begin < end) (*body_)(begin, end, index);
     return;
   }
@@ -89,7 +89,7 @@ void ThreadPool::run(size_t n, const Body& fn, bool dynamic) {
     n_ = n;
     dynamic_ = dynamic;
     for (int t = 0; t < n_threads_; ++t) {
-      if (dynamic) slots_[t].range.store(pack_range(n * t / n_threads_, n * (t + 1) / n_threads_), std::memory_order_relaxed);
+      if (dynamic) slots_[t].range.store(pack_range(chunk_begin(n, t), chunk_begin(n, t + 1)), std::memory_order_relaxed);
       if (t > 0) slots_[t].state.store(kAssigned, std::memory_order_release);
     }
     generation_.fetch_add(1, std::memory_order_release);
@@ -102,7 +102,7 @@ void ThreadPool::run(size_t n, const Body& fn, bool dynamic) {
       // Worker t has not started: its part is ours (dynamic: nothing is left of it by now).
       late_.fetch_add(1, std::memory_order_relaxed);
       if (!dynamic) {
-        const size_t begin = n * t / n_threads_, end = n * (t + 1) / n_threads_;
+        const size_t begin = chunk_begin(n, t), end = chunk_begin(n, t + 1);
         if (begin < end) fn(begin, end, t);
       }
       continue;

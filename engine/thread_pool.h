@@ -45,6 +45,8 @@ class ThreadPool {
   uint64_t late_workers() const { return late_.load(std::memory_order_relaxed); }
 
  private:
+  // First index of thread t's chunk of [0, n) in the static split.
+  size_t chunk_begin(size_t n, int t) const { return n * static_cast<size_t>(t) / static_cast<size_t>(n_threads_); }
   void run(size_t n, const Body& fn, bool dynamic);
   void work(int index);
   void worker(int index);

@@ -415,8 +415,11 @@ HWY_INLINE void BlockDotG(const float* HWY_RESTRICT q0, const float* HWY_RESTRIC
   }
 }
 
-// Asks for the cache lines of one vector of vb bytes (no fault: a prefetch is only a hint).
-HWY_INLINE void PrefetchVector(const uint8_t* p, size_t vb) {
+// Asks for the cache lines of vector j + kPrefetchRows of the rows at base (stride apart, vb bytes
+// each) when that vector is below n_end (no fault either way: a prefetch is only a hint).
+HWY_INLINE void PrefetchAhead(const uint8_t* base, int j, int n_end, size_t stride, size_t vb) {
+  if (j + kPrefetchRows >= n_end) return;
+  const uint8_t* p = base + size_t(j + kPrefetchRows) * stride;
   for (size_t o = 0; o < vb; o += 64) hwy::Prefetch(p + o);
   hwy::Prefetch(p + vb - 1);
 }
@@ -426,7 +429,6 @@ HWY_INLINE void PrefetchVector(const uint8_t* p, size_t vb) {
 template <KvQuant kQ, int G>
 HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* HWY_RESTRICT k, size_t stride,
                             int n, int n_ahead, int dim, float* const* HWY_RESTRICT sp) {
-  constexpr int pf = kPrefetchRows;
   const int n_end = n + n_ahead;
   const size_t vb = kv_vec_bytes(kQ, dim);
   const DF df;
@@ -447,7 +449,7 @@ HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* 
   if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16) {
     for (int j = 0; j < n; ++j) {
       const uint8_t* HWY_RESTRICT v = k + size_t(j) * stride;
-      if (j + pf < n_end) PrefetchVector(v + size_t(pf) * stride, vb);
+      PrefetchAhead(k, j, n_end, stride, vb);
       // Two accumulators per query (even and odd groups), as Dot4.
       auto a0 = hn::Zero(df), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
       size_t e = 0;
@@ -483,7 +485,7 @@ HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* 
     HWY_ALIGN float prm[2 * kMaxBlocks];
     for (int j = 0; j < n; ++j) {
       const uint8_t* HWY_RESTRICT v = k + size_t(j) * stride;
-      if (j + pf < n_end) PrefetchVector(v + size_t(pf) * stride, vb);
+      PrefetchAhead(k, j, n_end, stride, vb);
       F16ToF32(v, P * nb, prm);
       const uint8_t* HWY_RESTRICT c = v + hdr;
       auto acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
@@ -606,7 +608,6 @@ HWY_INLINE void AccBlockPasses(const float* const* wp, int wstride, const uint8_
 template <KvQuant kQ, int G>
 HWY_NOINLINE void AccumulateGroupT(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v,
                                    size_t stride, int n, int n_ahead, int dim, float* const* HWY_RESTRICT ap) {
-  constexpr int pf = kPrefetchRows;
   const int n_end = n + n_ahead;
   const size_t vb = kv_vec_bytes(kQ, dim);
   const DF df;
@@ -621,7 +622,7 @@ HWY_NOINLINE void AccumulateGroupT(const float* const* HWY_RESTRICT pp, const ui
   for (int j0 = 0; j0 < n; j0 += kChunk) {
     const int j1 = std::min(n, j0 + kChunk);
     for (int j = j0; j < j1; ++j) {
-      if (j + pf < n_end) PrefetchVector(v + size_t(j + pf) * stride, vb);
+      PrefetchAhead(v, j, n_end, stride, vb);
       if constexpr (P == 0) {
         for (int g = 0; g < G; ++g) w[g][j - j0] = pp[g][j];
       } else {

@@ -617,18 +617,10 @@ constexpr size_t kPackR = 8;
 constexpr size_t kPackR = 4;
 #endif
 
-// Expands X(i) for every activation row i < R of a packed kernel (R <= 8).
+// Expands X(i) for every activation row i < R of a packed kernel (R <= 8; rows 4..7 must be
+// declared even when R <= 4, which is why the gemm_q kernels keep TOWERS_EACH_R alone).
 #define TOWERS_EACH_P(X) \
-  X(0)                   \
-  if constexpr (R > 1) { \
-    X(1)                 \
-  }                      \
-  if constexpr (R > 2) { \
-    X(2)                 \
-  }                      \
-  if constexpr (R > 3) { \
-    X(3)                 \
-  }                      \
+  TOWERS_EACH_R(X)       \
   if constexpr (R > 4) { \
     X(4)                 \
   }                      \
@@ -1014,6 +1006,15 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
 #endif
     PackedSums<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
   };
+  // Decode streams each weight byte once: ask for the bytes 4 KiB ahead (past the group's end, the
+  // next group's). Measured with 1 GB of packed Q4_0 (2 threads, 6 interleaved pairs): +6% at 2
+  // threads, +25% at 1; 1 KiB, 8 KiB and 16 KiB ahead were worse. Prefill is compute-bound (R > 2)
+  // and skips it. A prefetch never faults, even past the buffer.
+  auto prefetch = [](const uint8_t* blk) {
+    if constexpr (R <= 2) {
+      for (size_t o = 0; o < kGB; o += 64) hwy::Prefetch(blk + kPrefetchBytes + o);
+    }
+  };
   if (R <= 2 && NR == kPackRows) {
     // Decode, and one slice holds all 16 rows (AVX-512): the accumulators stay in registers.
     // (Through memory, each block's multiply-add waited on the previous block's store: a dependency
@@ -1022,9 +1023,7 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
     auto a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (size_t b = 0; b < nb; ++b) {
       const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
-      if constexpr (R <= 2) {
-        for (size_t o = 0; o < kGB; o += 64) hwy::Prefetch(blk + kPrefetchBytes + o);  // as below
-      }
+      prefetch(blk);
       const auto* HWY_RESTRICT f16 = reinterpret_cast<const hwy::float16_t*>(blk);
       V32 s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7;
       block_sums(blk, 0, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
@@ -1048,13 +1047,7 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
   for (size_t i = 0; i < R * kPackRows; ++i) acc[i] = 0.f;
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
-    if constexpr (R <= 2) {
-      // Decode streams each weight byte once: ask for the bytes 4 KiB ahead (past the group's end,
-      // the next group's). Measured with 1 GB of packed Q4_0 (2 threads, 6 interleaved pairs):
-      // +6% at 2 threads, +25% at 1; 1 KiB, 8 KiB and 16 KiB ahead were worse. Prefill is
-      // compute-bound (R > 2) and skips it. A prefetch never faults, even past the buffer.
-      for (size_t o = 0; o < kGB; o += 64) hwy::Prefetch(blk + kPrefetchBytes + o);
-    }
+    prefetch(blk);
     const auto* HWY_RESTRICT f16 = reinterpret_cast<const hwy::float16_t*>(blk);
     for (size_t sl = 0; sl < kPackRows; sl += NR) {
       V32 s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7;

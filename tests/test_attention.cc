@@ -15,6 +15,7 @@
 #include "simd/attention.h"
 #include "simd/kv_quant.h"
 #include "simd/ops.h"
+#include "test_support.h"
 
 using namespace towers::simd;
 
@@ -225,17 +226,12 @@ TEST_CASE("attention: kv_attend against a double reference; groups and splits ar
 
 TEST_CASE("attention: every compiled target") {
   std::mt19937 rng(5);
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    const std::string name = target_name();
-    CAPTURE(name);
-    MESSAGE("checking target " << name);
+  towers::test::for_each_target([&](int64_t) {
     check_exp();
     check_softmax(rng);
     for (int dim : {24, 64}) {
       check_attend(rng, dim, 300);
       check_attend(rng, dim, 300, 7);
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
 }

@@ -15,6 +15,7 @@
 
 #include "simd/kv_quant.h"
 #include "simd/ops.h"
+#include "test_support.h"
 
 using namespace towers::simd;
 
@@ -533,12 +534,8 @@ TEST_CASE("kv_quant: quantization is deterministic") {
 // the 4-lane targets take the two-halves path of every kernel.
 TEST_CASE("kv_quant: every compiled target") {
   std::mt19937 rng(11);
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    const std::string name = target_name();
-    CAPTURE(name);
-    CHECK(name == hwy::TargetName(target));
-    MESSAGE("checking target " << name);
+  towers::test::for_each_target([&](int64_t target) {
+    CHECK(std::string(target_name()) == hwy::TargetName(target));
     for (KvQuant q : kFormats) {
       for (int dim : {8, 24, 48, 72, 128, 136}) {
         CAPTURE(kv_quant_name(q));
@@ -550,6 +547,5 @@ TEST_CASE("kv_quant: every compiled target") {
         check_group(c, rng);
       }
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
 }

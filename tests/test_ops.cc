@@ -4,13 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
-#include <hwy/targets.h>
-
 #include "simd/ops.h"
+#include "test_support.h"
 
 using namespace towers;
 
@@ -84,14 +82,10 @@ void check_rope(std::mt19937& rng) {
 
 TEST_CASE("ops: rmsnorm_f32 and rope_f32 are their scalar formulas, bit for bit, on every target") {
   std::mt19937 rng(13);
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    const std::string name = simd::target_name();
-    CAPTURE(name);
+  towers::test::for_each_target([&](int64_t) {
     check_rmsnorm(rng);
     check_rope(rng);
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
 }
 
 TEST_CASE("ops: swiglu_f32 against a double reference; tails and in-place give the same bits") {
@@ -101,11 +95,5 @@ TEST_CASE("ops: swiglu_f32 against a double reference; tails and in-place give t
 
 TEST_CASE("ops: swiglu_f32 on every compiled target") {
   std::mt19937 rng(12);
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    const std::string name = simd::target_name();
-    CAPTURE(name);
-    check_swiglu(rng);
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  towers::test::for_each_target([&](int64_t) { check_swiglu(rng); });
 }

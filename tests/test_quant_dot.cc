@@ -18,6 +18,7 @@
 #include "engine/quant.h"
 #include "simd/ops.h"
 #include "simd/quant_dot.h"
+#include "test_support.h"
 
 using namespace towers;
 
@@ -372,13 +373,8 @@ TEST_CASE("quant_dot: extreme inputs") {
 // emulated ops) are all exercised.
 TEST_CASE("quant_dot: every compiled target") {
   std::mt19937 rng(77);
-  const auto targets = hwy::SupportedAndGeneratedTargets();
-  for (int64_t target : targets) {
-    hwy::SetSupportedTargetsForTest(target);
-    const std::string name = simd::quant_dot_target();
-    CAPTURE(name);
-    CHECK(name == hwy::TargetName(target));
-    MESSAGE("checking target " << name);
+  towers::test::for_each_target([&](int64_t target) {
+    CHECK(std::string(simd::quant_dot_target()) == hwy::TargetName(target));
     for (GgmlType t : kTypes) {
       const size_t n = block_elems(t) == 256 ? 3 * 256 : 67 * 32;
       const size_t rows = 5, T = 5;
@@ -393,8 +389,7 @@ TEST_CASE("quant_dot: every compiled target") {
         CHECK(std::memcmp(one.data(), all.data() + ti * rows, rows * sizeof(float)) == 0);
       }
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -538,9 +533,7 @@ TEST_CASE("quant_dot packed: extreme inputs") {
 TEST_CASE("quant_dot packed: every compiled target") {
   PackedScope scope;
   std::mt19937 rng(78);
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    CAPTURE(std::string(simd::quant_dot_target()));
+  towers::test::for_each_target([&](int64_t target) {
     CHECK(std::string(simd::quant_dot_target()) == hwy::TargetName(target));
     for (GgmlType t : kPackedTypes) {
       const size_t n = block_elems(t) == 256 ? 3 * 256 : 67 * 32, rows = 32, T = 5;
@@ -553,8 +546,7 @@ TEST_CASE("quant_dot packed: every compiled target") {
         CHECK(std::memcmp(one.data(), all.data() + ti * rows, rows * sizeof(float)) == 0);
       }
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
 }
 
 // AVX3 and AVX3_DL (VNNI) have the same lane count: the packed results must be the same bits, for

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <doctest/doctest.h>
+#include <hwy/targets.h>
 
 namespace towers::test {
 
@@ -28,6 +29,23 @@ inline std::filesystem::path temp_dir() {
   auto p = std::filesystem::path(TOWERS_BINARY_DIR) / "test-tmp";
   std::filesystem::create_directories(p);
   return p;
+}
+
+// Runs fn(target) once per Highway target compiled in and runnable here, with dynamic dispatch
+// restricted to that target (its name captured for failure messages); normal dispatch is restored
+// afterwards, also when fn stops early (a failed REQUIRE).
+template <class Fn>
+void for_each_target(Fn&& fn) {
+  struct Restore {
+    ~Restore() { hwy::SetSupportedTargetsForTest(0); }
+  } restore;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string target_name = hwy::TargetName(target);
+    CAPTURE(target_name);
+    MESSAGE("checking target " << target_name);
+    fn(target);
+  }
 }
 
 }  // namespace towers::test
