@@ -84,6 +84,13 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // The state directory's lock comes before anything touches it (a second towerd is refused here).
+  std::vector<StateStore::Replayed> records;
+  std::vector<std::string> problems;
+  auto store = StateStore::open(cfg.state_dir, records, problems);
+  if (!store.ok()) return die(1, "cannot open the state: " + store.error());
+  for (const auto& p : problems) log_warn(p);
+
   log_info("loading model " + cfg.model_path);
   auto loaded = Model::load(cfg.model_path);
   if (!loaded.ok()) return die(1, "cannot load the model: " + loaded.error());
@@ -102,22 +109,17 @@ int main(int argc, char** argv) {
   po.pin_fan_out = cfg.pin_fan_out;
   po.model_fingerprint = fingerprint;
   if (cfg.warm_tier) {
-    po.warm_dir = cfg.state_dir / "warm";
+    po.store_dir = cfg.state_dir / "segments";
     std::error_code ec;
-    std::filesystem::remove_all(po.warm_dir, ec);  // spill space of a previous run
-    std::filesystem::create_directories(po.warm_dir, ec);
-    if (ec) return die(1, "cannot create " + po.warm_dir.string() + ": " + ec.message());
+    std::filesystem::create_directories(po.store_dir, ec);
+    if (ec) return die(1, "cannot create " + po.store_dir.string() + ": " + ec.message());
   }
   SegmentPool pool(m, forward, po);
+  pool.collect_garbage();  // segments are recomputed at start: files of a previous run are not used yet
   Metrics metrics;
   Scheduler scheduler(m, forward, pool, metrics, {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length});
   PromptBuilder prompts(m.tokenizer(), family);
 
-  std::vector<StateStore::Replayed> records;
-  std::vector<std::string> problems;
-  auto store = StateStore::open(cfg.state_dir, records, problems);
-  if (!store.ok()) return die(1, "cannot open the state: " + store.error());
-  for (const auto& p : problems) log_warn(p);
   Catalog catalog(m, pool, prompts, *store.value(), cfg, fingerprint);
   for (const auto& r : records) {
     std::string p = catalog.apply(r);

@@ -153,6 +153,8 @@ void Scheduler::admit(std::shared_ptr<GenJob> job) {
   auto prompt = job->prepare ? job->prepare(http_status) : Result<std::vector<int32_t>>(Status::Error("no prompt"));
   if (!prompt.ok()) return fail(job, prompt.status(), http_status);
   if (prompt->empty()) return fail(job, Status::Error("empty prompt"), 400);
+  // Warm and cold segments on the prompt's path come back first (page-in, thaw by prefill).
+  if (PathPlan plan = pool_.plan(prompt.value()); !plan.all_hot()) (void)pool_.thaw(plan.path.back());
   auto lease = pool_.assemble(prompt.value(), std::max(1, job->max_tokens));
   if (!lease.ok()) return fail(job, lease.status(), 500);
   auto s = std::make_unique<Seq>();

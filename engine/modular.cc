@@ -22,7 +22,7 @@ std::shared_ptr<const Segment> slice_segment(const Segment& seg, int32_t from, i
     std::memcpy(&p.k[dst], seg.k_bytes().data() + src, size_t(m) * row_bytes);
     std::memcpy(&p.v[dst], seg.v_bytes().data() + src, size_t(m) * row_bytes);
   }
-  p.k_scale = seg.k_scales();  // per layer and channel, over the whole segment: the codes refer to them
+  p.k_scale.assign(seg.k_scales().begin(), seg.k_scales().end());  // per layer and channel, over the whole segment: the codes refer to them
   ModelConfig c;
   c.n_layer = seg.n_layer();
   c.n_head_kv = seg.n_head_kv();

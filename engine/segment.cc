@@ -8,6 +8,12 @@ namespace towers {
 
 namespace {
 bool uses_channel_scales(KvQuant f) { return f == KvQuant::Q8 || f == KvQuant::Q6 || f == KvQuant::Q4; }
+
+// The bytes of a segment that owns them (computed here, or rebuilt from Parts).
+struct OwnedKv {
+  std::vector<uint8_t> k, v;
+  std::vector<float> k_scale;
+};
 }  // namespace
 
 std::shared_ptr<const Segment> Segment::from_cache(const ModelConfig& c, const DenseKvCache& cache,
@@ -42,13 +48,13 @@ void Segment::quantize_rows(const ModelConfig& c, const std::vector<float>& k, c
   row_bytes_ = head_bytes_ * n_head_kv_;
   const int32_t n = length();
   const int kvd = c.kv_dim(), hd = head_dim_;
-  k_.assign(size_t(n_layer_) * n * row_bytes_, 0);
-  v_.assign(k_.size(), 0);
-  k_scale_.clear();
-  if (uses_channel_scales(format_)) k_scale_.assign(size_t(n_layer_) * kvd, 1.0f);
+  auto own = std::make_shared<OwnedKv>();
+  own->k.assign(size_t(n_layer_) * n * row_bytes_, 0);
+  own->v.assign(own->k.size(), 0);
+  if (uses_channel_scales(format_)) own->k_scale.assign(size_t(n_layer_) * kvd, 1.0f);
   std::vector<float> tmp(hd);
   for (int l = 0; l < n_layer_; ++l) {
-    float* scale = k_scale_.empty() ? nullptr : &k_scale_[size_t(l) * kvd];
+    float* scale = own->k_scale.empty() ? nullptr : &own->k_scale[size_t(l) * kvd];
     if (scale) {
       for (int e = 0; e < kvd; ++e) {
         float mx = 0;
@@ -62,40 +68,61 @@ void Segment::quantize_rows(const ModelConfig& c, const std::vector<float>& k, c
       for (int h = 0; h < n_head_kv_; ++h) {
         const size_t at = (size_t(l) * n + r) * row_bytes_ + size_t(h) * head_bytes_;
         for (int e = 0; e < hd; ++e) tmp[e] = scale ? kr[h * hd + e] / scale[h * hd + e] : kr[h * hd + e];
-        simd::kv_quantize(format_, tmp.data(), &k_[at], hd);
-        simd::kv_quantize(format_, vr + h * hd, &v_[at], hd);
+        simd::kv_quantize(format_, tmp.data(), &own->k[at], hd);
+        simd::kv_quantize(format_, vr + h * hd, &own->v[at], hd);
       }
     }
   }
+  k_ = own->k;
+  v_ = own->v;
+  k_scale_ = own->k_scale;
+  owner_ = std::move(own);
 }
 
-Result<std::shared_ptr<const Segment>> Segment::from_parts(const ModelConfig& c, Parts p) {
-  if (!simd::kv_quant_ok(p.format, c.head_dim)) return Status::Error("segment format does not fit the model's head size");
-  if (p.tokens.empty()) return Status::Error("segment has no tokens");
-  if (p.computed_pos < 0) return Status::Error("segment has a negative position");
-  const size_t row_bytes = simd::kv_vec_bytes(p.format, c.head_dim) * c.n_head_kv;
-  const size_t want = size_t(c.n_layer) * p.tokens.size() * row_bytes;
-  if (p.k.size() != want || p.v.size() != want) {
-    return Status::Error("segment holds " + std::to_string(p.k.size()) + " key bytes, its shape needs " +
-                         std::to_string(want));
+Result<std::shared_ptr<Segment>> Segment::assemble(const ModelConfig& c, SegmentId id, SegmentId parent,
+                                                   std::vector<int32_t> tokens, int32_t computed_pos, KvQuant format,
+                                                   std::span<const uint8_t> k, std::span<const uint8_t> v,
+                                                   std::span<const float> k_scale, std::shared_ptr<const void> owner) {
+  if (!simd::kv_quant_ok(format, c.head_dim)) return Status::InvalidArgument("segment format does not fit the model's head size");
+  if (tokens.empty()) return Status::InvalidArgument("segment has no tokens");
+  if (computed_pos < 0) return Status::InvalidArgument("segment has a negative position");
+  const size_t row_bytes = simd::kv_vec_bytes(format, c.head_dim) * c.n_head_kv;
+  const size_t want = size_t(c.n_layer) * tokens.size() * row_bytes;
+  if (k.size() != want || v.size() != want) {
+    return Status::InvalidArgument("segment holds " + std::to_string(k.size()) + " key bytes, its shape needs " +
+                                   std::to_string(want));
   }
-  const size_t scales = uses_channel_scales(p.format) ? size_t(c.n_layer) * c.kv_dim() : 0;
-  if (p.k_scale.size() != scales) return Status::Error("segment key scales do not fit its format and shape");
+  const size_t scales = uses_channel_scales(format) ? size_t(c.n_layer) * c.kv_dim() : 0;
+  if (k_scale.size() != scales) return Status::InvalidArgument("segment key scales do not fit its format and shape");
   std::shared_ptr<Segment> s(new Segment());
-  s->id_ = p.id;
-  s->parent_ = p.parent;
-  s->tokens_ = std::move(p.tokens);
-  s->computed_pos_ = p.computed_pos;
-  s->format_ = p.format;
+  s->id_ = id;
+  s->parent_ = parent;
+  s->tokens_ = std::move(tokens);
+  s->computed_pos_ = computed_pos;
+  s->format_ = format;
   s->n_layer_ = c.n_layer;
   s->n_head_kv_ = c.n_head_kv;
   s->head_dim_ = c.head_dim;
-  s->head_bytes_ = simd::kv_vec_bytes(p.format, c.head_dim);
+  s->head_bytes_ = simd::kv_vec_bytes(format, c.head_dim);
   s->row_bytes_ = row_bytes;
-  s->k_ = std::move(p.k);
-  s->v_ = std::move(p.v);
-  s->k_scale_ = std::move(p.k_scale);
-  return std::shared_ptr<const Segment>(std::move(s));
+  s->k_ = k;
+  s->v_ = v;
+  s->k_scale_ = k_scale;
+  s->owner_ = std::move(owner);
+  return s;
+}
+
+Result<std::shared_ptr<const Segment>> Segment::from_parts(const ModelConfig& c, Parts p) {
+  auto own = std::make_shared<OwnedKv>(OwnedKv{std::move(p.k), std::move(p.v), std::move(p.k_scale)});
+  auto s = assemble(c, p.id, p.parent, std::move(p.tokens), p.computed_pos, p.format, own->k, own->v, own->k_scale, own);
+  if (!s.ok()) return s.status();
+  return std::shared_ptr<const Segment>(std::move(s.value()));
+}
+
+Result<std::shared_ptr<const Segment>> Segment::from_view(const ModelConfig& c, View w, std::shared_ptr<const void> owner) {
+  auto s = assemble(c, w.id, w.parent, std::move(w.tokens), w.computed_pos, w.format, w.k, w.v, w.k_scale, std::move(owner));
+  if (!s.ok()) return s.status();
+  return std::shared_ptr<const Segment>(std::move(s.value()));
 }
 
 KvSpan Segment::span(int layer, int32_t at) const {
@@ -109,7 +136,7 @@ KvSpan Segment::span(int layer, int32_t at) const {
   s.v = v_.data() + size_t(layer) * layer_bytes;
   s.row_bytes = row_bytes_;
   s.head_bytes = head_bytes_;
-  s.k_scale = k_scale_.empty() ? nullptr : &k_scale_[size_t(layer) * n_head_kv_ * head_dim_];
+  s.k_scale = k_scale_.empty() ? nullptr : k_scale_.data() + size_t(layer) * n_head_kv_ * head_dim_;
   return s;
 }
 

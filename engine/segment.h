@@ -6,6 +6,7 @@
 // Attention walks it in place (see KvSpan): shared keys and values are never copied per session.
 #pragma once
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,7 @@ class Segment {
   int32_t length() const { return static_cast<int32_t>(tokens_.size()); }
   int32_t computed_pos() const { return computed_pos_; }  // position of its first token when computed
   KvQuant format() const { return format_; }
-  size_t kv_bytes() const { return k_.size() + v_.size() + k_scale_.size() * sizeof(float); }
+  size_t kv_bytes() const { return k_.size() + v_.size() + k_scale_.size_bytes(); }
 
   // The span of one layer with the rows acting at positions [at, at + length()).
   KvSpan span(int layer, int32_t at) const;
@@ -59,14 +60,26 @@ class Segment {
     std::vector<uint8_t> k, v;    // [layer][row][kv head] vectors in `format`
     std::vector<float> k_scale;   // [layer][kv_dim] for quantized formats, else empty
   };
+  // The same, with the K/V bytes held by someone else (a mapped segment file): the segment reads them
+  // in place, never copies them, and keeps `owner` alive as long as it lives.
+  struct View {
+    SegmentId id = 0, parent = 0;
+    std::vector<int32_t> tokens;
+    int32_t computed_pos = 0;
+    KvQuant format = KvQuant::F32;
+    std::span<const uint8_t> k, v;
+    std::span<const float> k_scale;
+  };
   int n_layer() const { return n_layer_; }
   int n_head_kv() const { return n_head_kv_; }
   int head_dim() const { return head_dim_; }
-  const std::vector<uint8_t>& k_bytes() const { return k_; }
-  const std::vector<uint8_t>& v_bytes() const { return v_; }
-  const std::vector<float>& k_scales() const { return k_scale_; }
+  std::span<const uint8_t> k_bytes() const { return k_; }
+  std::span<const uint8_t> v_bytes() const { return v_; }
+  std::span<const float> k_scales() const { return k_scale_; }
   // Rebuilds a segment; an error when the sizes do not fit the format and the model's shape.
   static Result<std::shared_ptr<const Segment>> from_parts(const ModelConfig& config, Parts parts);
+  static Result<std::shared_ptr<const Segment>> from_view(const ModelConfig& config, View view,
+                                                          std::shared_ptr<const void> owner);
 
  private:
   Segment() = default;
@@ -76,10 +89,16 @@ class Segment {
   KvQuant format_ = KvQuant::F32;
   int n_layer_ = 0, n_head_kv_ = 0, head_dim_ = 0;
   size_t head_bytes_ = 0, row_bytes_ = 0;
-  std::vector<uint8_t> k_, v_;   // [layer][row][kv head] vectors of head_bytes_
-  std::vector<float> k_scale_;   // [layer][kv head][head_dim], quantized formats only
+  std::shared_ptr<const void> owner_;  // holds the bytes below: an owned buffer or a file mapping
+  std::span<const uint8_t> k_, v_;     // [layer][row][kv head] vectors of head_bytes_
+  std::span<const float> k_scale_;     // [layer][kv head][head_dim], quantized formats only
 
   void quantize_rows(const ModelConfig& c, const std::vector<float>& k, const std::vector<float>& v);
+  // Checks sizes against the format and shape, then points the segment at the bytes.
+  static Result<std::shared_ptr<Segment>> assemble(const ModelConfig& c, SegmentId id, SegmentId parent,
+                                                   std::vector<int32_t> tokens, int32_t computed_pos, KvQuant format,
+                                                   std::span<const uint8_t> k, std::span<const uint8_t> v,
+                                                   std::span<const float> k_scale, std::shared_ptr<const void> owner);
 };
 
 // One session's context: shared segments (root first) followed by its own F32 tail.

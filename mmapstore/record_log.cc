@@ -1,12 +1,9 @@
 #include "mmapstore/record_log.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 #include <fstream>
 
 namespace towers {
@@ -54,18 +51,7 @@ std::string check_record(const uint8_t* data, uint64_t n, uint64_t pos, uint64_t
   return "";
 }
 
-Status write_all(int fd, const std::string& bytes, const std::filesystem::path& path) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::Error(errno_text("cannot write", path));
-    }
-    done += static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
+std::span<const uint8_t> bytes_of(std::string_view s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
 
 }  // namespace
 
@@ -141,102 +127,70 @@ Result<LogReadReport> read_record_log(const std::filesystem::path& path,
   return report;
 }
 
-Status fsync_directory(const std::filesystem::path& dir) {
-  const std::filesystem::path d = dir.empty() ? std::filesystem::path(".") : dir;
-  int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::Error(errno_text("cannot open directory", d));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Status::Error(errno_text("cannot fsync directory", d));
-  return Status::Ok();
-}
-
 Result<std::unique_ptr<RecordLogWriter>> RecordLogWriter::open(const std::filesystem::path& path,
-                                                              LogReadReport* report_out) {
+                                                              LogReadReport* report_out, FileSystem& fs) {
   std::error_code ec;
   const bool existed = std::filesystem::exists(path, ec);
   auto report = read_record_log(path, [](const LogRecord&) {});
   if (!report.ok()) return report.status();
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error(errno_text("cannot open", path));
-  uint64_t size = report->file_bytes;
+  auto file = fs.open_append(path);
+  if (!file.ok()) return file.status();
   if (report->torn_tail) {
-    if (::ftruncate(fd, static_cast<off_t>(report->valid_end)) != 0 || ::fdatasync(fd) != 0) {
-      Status st = Status::Error(errno_text("cannot cut the torn tail of", path));
-      ::close(fd);
-      return st;
-    }
-    size = report->valid_end;
-  }
-  if (::lseek(fd, static_cast<off_t>(size), SEEK_SET) < 0) {
-    Status st = Status::Error(errno_text("cannot seek in", path));
-    ::close(fd);
-    return st;
+    Status st = file.value()->truncate(report->valid_end);
+    if (st.ok()) st = file.value()->sync();
+    if (!st.ok()) return st.prefixed("cannot cut the torn tail: ");
   }
   if (!existed) {
-    if (Status st = fsync_directory(path.parent_path()); !st.ok()) {
-      ::close(fd);
-      return st;
-    }
+    if (Status st = fs.sync_dir(path.parent_path()); !st.ok()) return st;
   }
   if (report_out) *report_out = *report;
-  return std::unique_ptr<RecordLogWriter>(new RecordLogWriter(path, fd, size));
+  return std::unique_ptr<RecordLogWriter>(new RecordLogWriter(path, std::move(file.value())));
 }
 
-RecordLogWriter::~RecordLogWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
+RecordLogWriter::~RecordLogWriter() = default;
 
 Status RecordLogWriter::append(uint8_t type, std::string_view payload, bool sync) {
-  if (type == 0) return Status::Error("record type 0 is reserved");
+  if (!failed_.ok()) return failed_;
+  if (type == 0) return Status::InvalidArgument("record type 0 is reserved");
   if (payload.size() > kMaxRecordBytes) {
-    return Status::Error("record of " + std::to_string(payload.size()) + " bytes exceeds the limit of " +
-                         std::to_string(kMaxRecordBytes));
+    return Status::InvalidArgument("record of " + std::to_string(payload.size()) + " bytes exceeds the limit of " +
+                                   std::to_string(kMaxRecordBytes));
   }
   const std::string rec = encode_record(type, payload);
-  Status st = write_all(fd_, rec, path_);
+  const uint64_t before = file_->size();
+  Status st = file_->append(bytes_of(rec));
   if (!st.ok()) {
-    // Cut back to the last whole record so the next append does not follow garbage.
-    if (::ftruncate(fd_, static_cast<off_t>(size_)) == 0) (void)::lseek(fd_, static_cast<off_t>(size_), SEEK_SET);
+    // Cut back to the last whole record so the next append does not follow garbage; if even that
+    // fails, nothing more is written (a later record behind a hole would replay out of order).
+    if (!file_->truncate(before).ok()) failed_ = st.prefixed("the log is read-only until restart: ");
     return st;
   }
-  size_ += rec.size();
   return sync ? this->sync() : Status::Ok();
 }
 
 Status RecordLogWriter::sync() {
-  if (::fdatasync(fd_) != 0) return Status::Error(errno_text("cannot fdatasync", path_));
-  return Status::Ok();
+  if (!failed_.ok()) return failed_;
+  Status st = file_->sync();
+  // After a failed fsync the kernel may have dropped the dirty pages and a later fsync may succeed
+  // without them: records acknowledged after that would sit behind a hole. Stop writing instead.
+  if (!st.ok()) failed_ = st.prefixed("the log is read-only until restart: ");
+  return st;
 }
 
-Status rewrite_record_log(const std::filesystem::path& path, std::span<const RecordToWrite> records) {
-  std::filesystem::path tmp = path;
-  tmp += ".compact.tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error(errno_text("cannot create", tmp));
-  std::string buf;
-  Status st;
+uint64_t RecordLogWriter::size() const { return file_->size(); }
+
+Status rewrite_record_log(const std::filesystem::path& path, std::span<const RecordToWrite> records, FileSystem& fs) {
+  std::vector<std::string> encoded;
+  std::vector<std::span<const uint8_t>> parts;
+  encoded.reserve(records.size());
   for (const auto& r : records) {
     if (r.type == 0 || r.payload.size() > kMaxRecordBytes) {
-      st = Status::Error("invalid record (type 0 or too long) in compaction");
-      break;
+      return Status::InvalidArgument("invalid record (type 0 or too long) in compaction");
     }
-    buf += encode_record(r.type, r.payload);
-    if (buf.size() >= (1u << 20)) {
-      if (st = write_all(fd, buf, tmp); !st.ok()) break;
-      buf.clear();
-    }
+    encoded.push_back(encode_record(r.type, r.payload));
   }
-  if (st.ok()) st = write_all(fd, buf, tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = Status::Error(errno_text("cannot fsync", tmp));
-  ::close(fd);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = Status::Error(errno_text("cannot rename over", path));
-  if (!st.ok()) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    return st;
-  }
-  return fsync_directory(path.parent_path());
+  for (const auto& e : encoded) parts.push_back(bytes_of(e));
+  return write_file_atomic(fs, path, parts);
 }
 
 }  // namespace towers

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "engine/status.h"
+#include "mmapstore/posix_file.h"
 
 namespace towers {
 
@@ -69,23 +70,26 @@ class RecordLogWriter {
   // Opens (creating it if absent) for appending. A torn tail is cut off first (report->torn_tail says
   // so); damaged regions in the middle stay (readers skip them; compaction drops them).
   static Result<std::unique_ptr<RecordLogWriter>> open(const std::filesystem::path& path,
-                                                      LogReadReport* report = nullptr);
+                                                      LogReadReport* report = nullptr, FileSystem& fs = posix_fs());
   ~RecordLogWriter();
   RecordLogWriter(const RecordLogWriter&) = delete;
   RecordLogWriter& operator=(const RecordLogWriter&) = delete;
 
   // type must be 1..255, payload at most kMaxRecordBytes. On a failed write the file is cut back to
-  // its previous end, so a half-written record never precedes later ones.
+  // its previous end, so a half-written record never precedes later ones. After a failed sync (or a
+  // cut-back that failed) the writer refuses every later append with that error: what reached the
+  // disk is unknown, and a record acknowledged behind a hole would replay out of order.
   Status append(uint8_t type, std::string_view payload, bool sync);
   Status sync();
-  uint64_t size() const { return size_; }
+  uint64_t size() const;
   const std::filesystem::path& path() const { return path_; }
 
  private:
-  RecordLogWriter(std::filesystem::path path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
+  RecordLogWriter(std::filesystem::path path, std::unique_ptr<WritableFile> file)
+      : path_(std::move(path)), file_(std::move(file)) {}
   std::filesystem::path path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
+  std::unique_ptr<WritableFile> file_;
+  Status failed_;
 };
 
 // Compaction: atomically replaces `path` by a log holding exactly `records` (type, payload), synced.
@@ -93,9 +97,7 @@ struct RecordToWrite {
   uint8_t type;
   std::string payload;
 };
-Status rewrite_record_log(const std::filesystem::path& path, std::span<const RecordToWrite> records);
-
-// fsync of a directory (after creating or renaming a file in it).
-Status fsync_directory(const std::filesystem::path& dir);
+Status rewrite_record_log(const std::filesystem::path& path, std::span<const RecordToWrite> records,
+                          FileSystem& fs = posix_fs());
 
 }  // namespace towers

@@ -1,7 +1,7 @@
 #include "mmapstore/segment_file.h"
 
 #include <fcntl.h>
-#include <liburing.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -9,62 +9,31 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <deque>
 
 namespace towers {
 
 static_assert(std::endian::native == std::endian::little, "segment files are little-endian");
 
+namespace fmt = segment_format;
+
 namespace {
 
-constexpr char kMagic[8] = {'T', 'W', 'R', 'S', 'E', 'G', '\n', '\0'};
-
-struct SegmentFileHeader {
-  char magic[8];
-  uint32_t version;
-  uint8_t format;
-  uint8_t reserved[3];
-  uint64_t model_fingerprint;
-  uint64_t id, parent;
-  int32_t computed_pos;
-  uint32_t n_layer, n_head_kv, head_dim;
-  uint64_t n_tokens, kv_bytes, n_scales;  // kv_bytes: K and V each
-  uint64_t payload_xxh3;
-  uint64_t header_xxh3;  // of every byte above
-};
-static_assert(sizeof(SegmentFileHeader) == 96, "header layout is part of the file format");
-
-uint64_t header_checksum(const SegmentFileHeader& h) {
-  return xxh3_64({reinterpret_cast<const uint8_t*>(&h), offsetof(SegmentFileHeader, header_xxh3)});
+uint64_t header_checksum(const fmt::Header& h) {
+  return xxh3_64({reinterpret_cast<const uint8_t*>(&h), offsetof(fmt::Header, header_xxh3)});
 }
 
-std::string errno_text(int e) { return std::strerror(e); }
-
-Status write_all(int fd, const uint8_t* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::Error(errno_text(errno));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::Ok();
+template <class T>
+std::span<const uint8_t> bytes_of(std::span<const T> s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size_bytes()};
 }
 
-}  // namespace
-
-uint64_t xxh3_64(std::span<const uint8_t> bytes, uint64_t seed) {
-  return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed);
-}
-
-std::vector<uint8_t> encode_segment(const Segment& s, uint64_t model_fingerprint) {
-  SegmentFileHeader h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.version = kSegmentFileVersion;
+// The header of `s`, with every offset laid out and the payload checksum computed.
+fmt::Header make_header(const Segment& s, uint64_t fingerprint, uint64_t context_xxh3) {
+  fmt::Header h{};
+  std::memcpy(h.magic, fmt::kMagic, sizeof fmt::kMagic);
+  h.version = fmt::kVersion;
   h.format = static_cast<uint8_t>(s.format());
-  h.model_fingerprint = model_fingerprint;
+  h.model_fingerprint = fingerprint;
   h.id = s.id();
   h.parent = s.parent();
   h.computed_pos = s.computed_pos();
@@ -74,222 +43,231 @@ std::vector<uint8_t> encode_segment(const Segment& s, uint64_t model_fingerprint
   h.n_tokens = s.tokens().size();
   h.kv_bytes = s.k_bytes().size();
   h.n_scales = s.k_scales().size();
-  const size_t payload = h.n_tokens * 4 + 2 * h.kv_bytes + h.n_scales * 4;
-  std::vector<uint8_t> out(sizeof h + payload);
-  uint8_t* p = out.data() + sizeof h;
-  auto put = [&](const void* src, size_t n) {
-    if (n) std::memcpy(p, src, n);
-    p += n;
-  };
-  put(s.tokens().data(), h.n_tokens * 4);
-  put(s.k_bytes().data(), h.kv_bytes);
-  put(s.v_bytes().data(), h.kv_bytes);
-  put(s.k_scales().data(), h.n_scales * 4);
-  h.payload_xxh3 = xxh3_64({out.data() + sizeof h, payload});
-  h.header_xxh3 = header_checksum(h);
-  std::memcpy(out.data(), &h, sizeof h);
+  h.tokens_offset = sizeof(fmt::Header);
+  h.k_offset = fmt::align_up(h.tokens_offset + 4 * h.n_tokens);
+  h.v_offset = fmt::align_up(h.k_offset + h.kv_bytes);
+  h.scales_offset = fmt::align_up(h.v_offset + h.kv_bytes);
+  h.file_bytes = h.scales_offset + 4 * h.n_scales;
+  h.tokens_xxh3 = xxh3_tokens(s.tokens());
+  h.context_xxh3 = context_xxh3;
+  return h;
+}
+
+// The payload as the file holds it: sections with their zero gaps, in order.
+struct Payload {
+  std::vector<std::span<const uint8_t>> parts;
+  std::vector<uint8_t> zeros;
+  Payload(const fmt::Header& h, const Segment& s) : zeros(fmt::kSectionAlign, 0) {
+    uint64_t at = h.tokens_offset;
+    auto put = [&](uint64_t offset, std::span<const uint8_t> bytes) {
+      if (offset > at) parts.push_back({zeros.data(), offset - at});
+      if (!bytes.empty()) parts.push_back(bytes);
+      at = offset + bytes.size();
+    };
+    put(h.tokens_offset, bytes_of(std::span<const int32_t>(s.tokens())));
+    put(h.k_offset, s.k_bytes());
+    put(h.v_offset, s.v_bytes());
+    put(h.scales_offset, bytes_of(s.k_scales()));
+  }
+  uint64_t checksum() const {
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    for (auto p : parts) XXH3_64bits_update(st, p.data(), p.size());
+    const uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+  }
+};
+
+std::string shape_mismatch(const fmt::Header& h, const ModelConfig& c) {
+  if (h.n_layer != static_cast<uint32_t>(c.n_layer) || h.n_head_kv != static_cast<uint32_t>(c.n_head_kv) ||
+      h.head_dim != static_cast<uint32_t>(c.head_dim)) {
+    return "its shape (" + std::to_string(h.n_layer) + " layers, " + std::to_string(h.n_head_kv) + "x" +
+           std::to_string(h.head_dim) + ") is not the model's";
+  }
+  return "";
+}
+
+// Why the header's sizes and offsets cannot describe a file of `size` bytes ("" when they can).
+std::string layout_problem(const fmt::Header& h, uint64_t size) {
+  if (h.format > static_cast<uint8_t>(KvQuant::Q4)) return "unknown KV format " + std::to_string(h.format);
+  if (h.file_bytes != size) return "it is " + std::to_string(size) + " bytes, its header says " + std::to_string(h.file_bytes);
+  if (h.n_tokens == 0 || h.n_tokens > size / 4 || h.kv_bytes > size || h.n_scales > size / 4) return "impossible sizes";
+  if (h.tokens_offset != sizeof(fmt::Header)) return "bad tokens offset";
+  for (uint64_t off : {h.k_offset, h.v_offset, h.scales_offset}) {
+    if (off % fmt::kSectionAlign != 0) return "unaligned section";
+  }
+  if (h.k_offset < h.tokens_offset + 4 * h.n_tokens || h.v_offset < h.k_offset + h.kv_bytes ||
+      h.scales_offset < h.v_offset + h.kv_bytes || h.scales_offset + 4 * h.n_scales != h.file_bytes) {
+    return "overlapping or misplaced sections";
+  }
+  return "";
+}
+
+}  // namespace
+
+uint64_t xxh3_64(std::span<const uint8_t> bytes, uint64_t seed) {
+  return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed);
+}
+
+uint64_t xxh3_tokens(std::span<const int32_t> tokens) { return xxh3_64(bytes_of(tokens)); }
+
+namespace {
+// Header and payload as the parts of one file.
+struct FileParts {
+  fmt::Header header;
+  Payload payload;
+  std::vector<std::span<const uint8_t>> parts;
+  FileParts(const Segment& s, uint64_t fingerprint, uint64_t context_xxh3)
+      : header(make_header(s, fingerprint, context_xxh3)), payload(header, s) {
+    header.payload_xxh3 = payload.checksum();
+    header.header_xxh3 = header_checksum(header);
+    parts.push_back({reinterpret_cast<const uint8_t*>(&header), sizeof header});
+    parts.insert(parts.end(), payload.parts.begin(), payload.parts.end());
+  }
+};
+}  // namespace
+
+std::vector<uint8_t> encode_segment(const Segment& s, uint64_t model_fingerprint, uint64_t context_xxh3) {
+  FileParts f(s, model_fingerprint, context_xxh3);
+  std::vector<uint8_t> out;
+  for (auto part : f.parts) out.insert(out.end(), part.begin(), part.end());
   return out;
 }
 
-Result<std::shared_ptr<const Segment>> decode_segment(const ModelConfig& c, std::span<const uint8_t> bytes,
-                                                      uint64_t model_fingerprint) {
-  SegmentFileHeader h;
-  if (bytes.size() < sizeof h) return Status::Error("truncated segment file (" + std::to_string(bytes.size()) + " bytes)");
-  std::memcpy(&h, bytes.data(), sizeof h);
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return Status::Error("not a segment file (bad magic)");
-  if (h.header_xxh3 != header_checksum(h)) return Status::Error("segment file header checksum mismatch");
-  if (h.version != kSegmentFileVersion) {
-    return Status::Error("segment file version " + std::to_string(h.version) + " is not supported (expected " +
-                         std::to_string(kSegmentFileVersion) + ")");
-  }
-  if (h.model_fingerprint != model_fingerprint) {
-    return Status::Error("segment file was computed by another model (fingerprint mismatch)");
-  }
-  if (h.n_layer != static_cast<uint32_t>(c.n_layer) || h.n_head_kv != static_cast<uint32_t>(c.n_head_kv) ||
-      h.head_dim != static_cast<uint32_t>(c.head_dim)) {
-    return Status::Error("segment file shape does not match the model");
-  }
-  // Sizes are checked against the file length before any allocation (no overflow: each is bounded).
-  const uint64_t avail = bytes.size() - sizeof h;
-  if (h.n_tokens > avail / 4 || h.kv_bytes > avail / 2 || h.n_scales > avail / 4 ||
-      h.n_tokens * 4 + 2 * h.kv_bytes + h.n_scales * 4 != avail) {
-    return Status::Error("segment file sizes do not match its length (truncated or corrupt)");
-  }
-  const uint8_t* p = bytes.data() + sizeof h;
-  if (xxh3_64({p, avail}) != h.payload_xxh3) return Status::Error("segment file payload checksum mismatch");
-  if (h.format > static_cast<uint8_t>(KvQuant::Q4)) return Status::Error("segment file has an unknown format");
-  Segment::Parts parts;
-  parts.id = h.id;
-  parts.parent = h.parent;
-  parts.computed_pos = h.computed_pos;
-  parts.format = static_cast<KvQuant>(h.format);
-  parts.tokens.resize(h.n_tokens);
-  parts.k.resize(h.kv_bytes);
-  parts.v.resize(h.kv_bytes);
-  parts.k_scale.resize(h.n_scales);
-  auto take = [&](void* dst, size_t n) {
-    if (n) std::memcpy(dst, p, n);
-    p += n;
-  };
-  take(parts.tokens.data(), h.n_tokens * 4);
-  take(parts.k.data(), h.kv_bytes);
-  take(parts.v.data(), h.kv_bytes);
-  take(parts.k_scale.data(), h.n_scales * 4);
-  for (int32_t t : parts.tokens) {
-    if (t < 0 || t >= c.n_vocab) return Status::Error("segment file holds a token outside the vocabulary");
-  }
-  return Segment::from_parts(c, std::move(parts));
-}
-
-Status write_segment_file(const Segment& segment, const std::filesystem::path& path, uint64_t model_fingerprint) {
-  const auto bytes = encode_segment(segment, model_fingerprint);
-  const std::string tmp = path.string() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return Status::Error("cannot create " + tmp + ": " + errno_text(errno));
-  Status st = write_all(fd, bytes.data(), bytes.size());
-  if (st.ok() && ::fsync(fd) != 0) st = Status::Error(errno_text(errno));
-  ::close(fd);
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return Status::Error("cannot write " + tmp + ": " + st.message());
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return Status::Error("cannot rename " + tmp + ": " + errno_text(e));
-  }
-  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // makes the rename durable
-    ::close(dfd);
+Status append_segment(WritableFile& file, const Segment& s, uint64_t model_fingerprint, uint64_t context_xxh3) {
+  FileParts f(s, model_fingerprint, context_xxh3);
+  for (auto part : f.parts) {
+    if (Status st = file.append(part); !st.ok()) return st;
   }
   return Status::Ok();
 }
 
-struct FileReader::Ring {
-  io_uring ring;
-  unsigned depth;
-};
-
-FileReader::FileReader(unsigned queue_depth) {
-  auto r = std::make_unique<Ring>();
-  r->depth = queue_depth;
-  if (io_uring_queue_init(queue_depth, &r->ring, 0) == 0) ring_ = std::move(r);  // else: pread fallback
+Status write_segment_file(FileSystem& fs, const Segment& s, const std::filesystem::path& path,
+                          uint64_t model_fingerprint, uint64_t context_xxh3) {
+  FileParts f(s, model_fingerprint, context_xxh3);
+  return write_file_atomic(fs, path, f.parts);
 }
 
-FileReader::~FileReader() {
-  if (ring_) io_uring_queue_exit(&ring_->ring);
+Result<std::shared_ptr<SegmentFile>> SegmentFile::open(const std::filesystem::path& path, const ModelConfig& c,
+                                                       uint64_t fingerprint, const SegmentExpect* expect) {
+  auto bad = [&](const std::string& why) { return Status::Corruption(path.string() + ": " + why); };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return Status::NotFound(path.string() + " does not exist");
+    return errno_status("cannot open", path, e);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return errno_status("cannot stat", path, e);
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  fmt::Header h{};
+  if (size < sizeof h) {
+    ::close(fd);
+    return bad("truncated (" + std::to_string(size) + " bytes)");
+  }
+  if (size > fmt::kMaxFileBytes) {
+    ::close(fd);
+    return bad("larger than the " + std::to_string(fmt::kMaxFileBytes) + "-byte limit");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);  // the mapping keeps the file
+  if (map == MAP_FAILED) return errno_status("cannot map", path, map_errno);
+  std::shared_ptr<SegmentFile> f(new SegmentFile());
+  f->path_ = path;
+  f->base_ = static_cast<const uint8_t*>(map);
+  f->size_ = size;
+  std::memcpy(&h, f->base_, sizeof h);
+  if (std::memcmp(h.magic, fmt::kMagic, sizeof fmt::kMagic) != 0) return bad("not a segment file (bad magic)");
+  if (h.header_xxh3 != header_checksum(h)) return bad("header checksum mismatch");
+  if (h.version != fmt::kVersion) {
+    return bad("format version " + std::to_string(h.version) + " (this towerd reads " + std::to_string(fmt::kVersion) + ")");
+  }
+  if (h.model_fingerprint != fingerprint) return bad("computed by another model (fingerprint mismatch)");
+  if (std::string why = shape_mismatch(h, c); !why.empty()) return bad(why);
+  if (std::string why = layout_problem(h, size); !why.empty()) return bad(why);
+  f->header_ = h;
+  const auto tokens = f->tokens();
+  if (xxh3_tokens(tokens) != h.tokens_xxh3) return bad("tokens checksum mismatch");
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= c.n_vocab) return bad("holds a token outside the vocabulary");
+  }
+  if (expect) {
+    if (h.id != expect->id) return bad("holds segment " + std::to_string(h.id) + ", not " + std::to_string(expect->id));
+    if (h.parent != expect->parent || h.computed_pos != expect->computed_pos || h.context_xxh3 != expect->context_xxh3) {
+      return bad("was computed under another parent chain");
+    }
+    if (h.n_tokens != expect->tokens.size() || h.tokens_xxh3 != xxh3_tokens(expect->tokens)) {
+      return bad("holds other tokens than the record log's");
+    }
+    if (expect->format && h.format != static_cast<uint8_t>(*expect->format)) return bad("holds another KV format");
+  }
+  return f;
 }
 
-std::vector<Result<std::vector<uint8_t>>> FileReader::read_all(std::span<const std::filesystem::path> paths,
-                                                               size_t max_bytes) {
-  struct Job {
-    int fd = -1;
-    std::vector<uint8_t> buf;
-    size_t done = 0;
-    std::string error;
-  };
-  std::vector<Job> jobs(paths.size());
-  std::deque<size_t> todo;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    Job& j = jobs[i];
-    j.fd = ::open(paths[i].c_str(), O_RDONLY | O_CLOEXEC);
-    if (j.fd < 0) {
-      j.error = "cannot open " + paths[i].string() + ": " + errno_text(errno);
-      continue;
-    }
-    struct stat st;
-    if (::fstat(j.fd, &st) != 0) {
-      j.error = "cannot stat " + paths[i].string() + ": " + errno_text(errno);
-    } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-      j.error = paths[i].string() + " is larger than the " + std::to_string(max_bytes) + "-byte limit";
-    } else {
-      j.buf.resize(static_cast<size_t>(st.st_size));
-      if (!j.buf.empty()) todo.push_back(i);
-    }
-  }
-  constexpr size_t kMaxOp = size_t{1} << 30;
-  auto fail = [&](Job& j, size_t i, const std::string& why) {
-    j.error = "cannot read " + paths[i].string() + ": " + why;
-  };
-  if (ring_) {
-    unsigned in_flight = 0;
-    while (!todo.empty() || in_flight > 0) {
-      while (!todo.empty() && in_flight < ring_->depth) {
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
-        if (!sqe) break;
-        const size_t i = todo.front();
-        todo.pop_front();
-        Job& j = jobs[i];
-        const size_t len = std::min(kMaxOp, j.buf.size() - j.done);
-        io_uring_prep_read(sqe, j.fd, j.buf.data() + j.done, static_cast<unsigned>(len), j.done);
-        io_uring_sqe_set_data(sqe, reinterpret_cast<void*>(i));
-        ++in_flight;
-      }
-      int rc = io_uring_submit(&ring_->ring);
-      if (rc < 0 && rc != -EINTR && rc != -EAGAIN) {
-        // The ring refused work: finish everything still queued with plain reads below.
-        break;
-      }
-      io_uring_cqe* cqe = nullptr;
-      rc = io_uring_wait_cqe(&ring_->ring, &cqe);
-      if (rc == -EINTR) continue;
-      if (rc < 0) break;
-      const size_t i = reinterpret_cast<size_t>(io_uring_cqe_get_data(cqe));
-      const int res = cqe->res;
-      io_uring_cqe_seen(&ring_->ring, cqe);
-      --in_flight;
-      Job& j = jobs[i];
-      if (res == -EINTR || res == -EAGAIN) {
-        todo.push_back(i);
-      } else if (res < 0) {
-        fail(j, i, errno_text(-res));
-      } else if (res == 0) {
-        fail(j, i, "file shrank while being read");
-      } else {
-        j.done += static_cast<size_t>(res);
-        if (j.done < j.buf.size()) todo.push_back(i);
-      }
-    }
-    // Anything still in flight after a ring failure is drained before the buffers go away.
-    while (in_flight > 0) {
-      io_uring_cqe* cqe = nullptr;
-      if (io_uring_wait_cqe(&ring_->ring, &cqe) != 0) break;
-      const size_t i = reinterpret_cast<size_t>(io_uring_cqe_get_data(cqe));
-      if (cqe->res > 0) jobs[i].done += static_cast<size_t>(cqe->res);
-      io_uring_cqe_seen(&ring_->ring, cqe);
-      --in_flight;
-      if (jobs[i].done < jobs[i].buf.size() && jobs[i].error.empty()) todo.push_back(i);
-    }
-  }
-  for (size_t i : todo) {  // pread: no ring, or what the ring left
-    Job& j = jobs[i];
-    while (j.error.empty() && j.done < j.buf.size()) {
-      ssize_t r = ::pread(j.fd, j.buf.data() + j.done, std::min(kMaxOp, j.buf.size() - j.done), j.done);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) fail(j, i, errno_text(errno));
-      else if (r == 0) fail(j, i, "file shrank while being read");
-      else j.done += static_cast<size_t>(r);
-    }
-  }
-  std::vector<Result<std::vector<uint8_t>>> out;
-  out.reserve(jobs.size());
-  for (auto& j : jobs) {
-    if (j.fd >= 0) ::close(j.fd);
-    if (!j.error.empty()) out.emplace_back(Status::Error(j.error));
-    else out.emplace_back(std::move(j.buf));
-  }
-  return out;
+SegmentFile::~SegmentFile() {
+  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
-Result<std::shared_ptr<const Segment>> read_segment_file(FileReader& reader, const ModelConfig& config,
-                                                         const std::filesystem::path& path, uint64_t model_fingerprint) {
-  auto files = reader.read_all(std::span(&path, 1));
-  if (!files[0].ok()) return files[0].status();
-  auto seg = decode_segment(config, files[0].value(), model_fingerprint);
-  if (!seg.ok()) return Status::Error(path.string() + ": " + seg.error());
-  return seg;
+std::span<const int32_t> SegmentFile::tokens() const {
+  return {reinterpret_cast<const int32_t*>(base_ + header_.tokens_offset), header_.n_tokens};
+}
+
+Status SegmentFile::verify() {
+  if (verified()) return Status::Ok();
+  const uint64_t from = header_.tokens_offset;
+  if (xxh3_64({base_ + from, size_ - from}) != header_.payload_xxh3) {
+    return Status::Corruption(path_.string() + ": payload checksum mismatch");
+  }
+  verified_.store(true, std::memory_order_release);
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const Segment>> SegmentFile::segment(const ModelConfig& config) {
+  const auto& h = header_;
+  Segment::View v;
+  v.id = h.id;
+  v.parent = h.parent;
+  auto t = tokens();
+  v.tokens.assign(t.begin(), t.end());
+  v.computed_pos = h.computed_pos;
+  v.format = static_cast<KvQuant>(h.format);
+  v.k = {base_ + h.k_offset, h.kv_bytes};
+  v.v = {base_ + h.v_offset, h.kv_bytes};
+  v.k_scale = {reinterpret_cast<const float*>(base_ + h.scales_offset), h.n_scales};
+  auto s = Segment::from_view(config, std::move(v), shared_from_this());
+  if (!s.ok()) return Status::Corruption(path_.string() + ": " + s.error());
+  return s;
+}
+
+void SegmentFile::populate() {
+  auto* p = const_cast<uint8_t*>(base_);
+#ifdef MADV_POPULATE_READ
+  if (::madvise(p, size_, MADV_POPULATE_READ) == 0) return;
+#endif
+  (void)::madvise(p, size_, MADV_WILLNEED);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  uint8_t touched = 0;
+  for (uint64_t at = 0; at < size_; at += static_cast<uint64_t>(page)) touched ^= base_[at];
+  volatile uint8_t sink = touched;
+  (void)sink;
+}
+
+void SegmentFile::release() { (void)::madvise(const_cast<uint8_t*>(base_), size_, MADV_DONTNEED); }
+
+size_t SegmentFile::resident_bytes() const {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const size_t pages = (size_ + page - 1) / page;
+  std::vector<unsigned char> vec(pages);
+  if (::mincore(const_cast<uint8_t*>(base_), size_, vec.data()) != 0) return 0;
+  size_t n = 0;
+  for (unsigned char v : vec) n += v & 1;
+  return std::min<size_t>(n * page, size_);
 }
 
 }  // namespace towers

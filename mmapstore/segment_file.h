@@ -1,60 +1,81 @@
-// Segment files: the warm tier. A segment's quantized K/V bytes, exactly as held in RAM, in one file
-// with a checksummed header, so paging it back in is one read and a check, never a prefill.
-//
-// Layout (little-endian; x86-64 and ARM64 both are):
-//   header   SegmentFileHeader (fixed size, its own XXH3 checksum last)
-//   payload  tokens (int32 x n_tokens) | K bytes | V bytes | key scales (float x n_scales)
-// The payload has its own XXH3 checksum in the header. A reader checks magic, version, the header
-// checksum, the model fingerprint, that the sizes agree with each other, with the model's shape and
-// with the file's length (before allocating anything), then the payload checksum. Any mismatch is an
-// error naming the file and the reason; a bad file is never turned into a segment.
-//
-// Writes are crash-safe: write to "<path>.tmp", fsync, rename over <path>, fsync the directory. A crash
-// leaves either the old file or the new one, plus at worst a stray .tmp that readers ignore.
+// Segment files: writing one (through the file seam, crash-safe), and opening one as a read-only
+// mapping that a Segment reads in place. The format, and which check runs when, is in
+// mmapstore/segment_format.h.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "engine/segment.h"
+#include "mmapstore/posix_file.h"
+#include "mmapstore/segment_format.h"
 
 namespace towers {
 
-inline constexpr uint32_t kSegmentFileVersion = 1;
-
 // 64-bit XXH3 of a byte range (checksums, fingerprints).
 uint64_t xxh3_64(std::span<const uint8_t> bytes, uint64_t seed = 0);
+uint64_t xxh3_tokens(std::span<const int32_t> tokens);  // of the tokens' little-endian bytes
 
-// Serialized form of a segment (header + payload), and back.
-std::vector<uint8_t> encode_segment(const Segment& segment, uint64_t model_fingerprint);
-Result<std::shared_ptr<const Segment>> decode_segment(const ModelConfig& config, std::span<const uint8_t> bytes,
-                                                      uint64_t model_fingerprint);
+// The whole file in memory (tests, tools). context_xxh3: xxh3_tokens of the parent chain's tokens.
+std::vector<uint8_t> encode_segment(const Segment& segment, uint64_t model_fingerprint, uint64_t context_xxh3);
 
-Status write_segment_file(const Segment& segment, const std::filesystem::path& path, uint64_t model_fingerprint);
+// Appends the whole file's bytes to `file` (the writer batches its syncs and renames itself).
+Status append_segment(WritableFile& file, const Segment& segment, uint64_t model_fingerprint, uint64_t context_xxh3);
+// Writes the file atomically (mmapstore/posix_file.h write_file_atomic).
+Status write_segment_file(FileSystem& fs, const Segment& segment, const std::filesystem::path& path,
+                          uint64_t model_fingerprint, uint64_t context_xxh3);
 
-// Reads many files at once: io_uring (one submission for all of them) when the kernel allows it,
-// pread otherwise. Each result is the file's bytes or why it could not be read.
-class FileReader {
- public:
-  explicit FileReader(unsigned queue_depth = 64);
-  ~FileReader();
-  FileReader(const FileReader&) = delete;
-  FileReader& operator=(const FileReader&) = delete;
-
-  bool uses_io_uring() const { return ring_ != nullptr; }
-  std::vector<Result<std::vector<uint8_t>>> read_all(std::span<const std::filesystem::path> paths,
-                                                     size_t max_bytes = size_t{1} << 34);
-
- private:
-  struct Ring;
-  std::unique_ptr<Ring> ring_;
+// What the record log knows of a segment; opening a file checks its header against it.
+struct SegmentExpect {
+  SegmentId id = 0, parent = 0;
+  int32_t computed_pos = 0;
+  std::span<const int32_t> tokens;
+  uint64_t context_xxh3 = 0;
+  std::optional<KvQuant> format;  // unset: any format
 };
 
-Result<std::shared_ptr<const Segment>> read_segment_file(FileReader& reader, const ModelConfig& config,
-                                                         const std::filesystem::path& path,
-                                                         uint64_t model_fingerprint);
+// An open segment file: a read-only shared mapping of the whole file.
+class SegmentFile : public std::enable_shared_from_this<SegmentFile> {
+ public:
+  // Maps the file and runs the open-time checks (header, sizes, fingerprint, shape, and `expect`
+  // when given). Corruption for a bad file, IOError when it cannot be read, NotFound when absent.
+  static Result<std::shared_ptr<SegmentFile>> open(const std::filesystem::path& path, const ModelConfig& config,
+                                                   uint64_t model_fingerprint, const SegmentExpect* expect = nullptr);
+  ~SegmentFile();
+  SegmentFile(const SegmentFile&) = delete;
+  SegmentFile& operator=(const SegmentFile&) = delete;
+
+  const segment_format::Header& header() const { return header_; }
+  const std::filesystem::path& path() const { return path_; }
+  uint64_t file_bytes() const { return size_; }
+  std::span<const int32_t> tokens() const;
+
+  // The payload checksum, computed once (it reads every byte: it also brings them into memory).
+  Status verify();
+  bool verified() const { return verified_.load(std::memory_order_acquire); }
+
+  // A segment over the mapped bytes (no copy); it keeps this file mapped while it lives.
+  Result<std::shared_ptr<const Segment>> segment(const ModelConfig& config);
+
+  // Paging: populate() faults every page in before a step needs them (MADV_POPULATE_READ, or
+  // MADV_WILLNEED plus a read of each page where the kernel lacks it); release() drops this
+  // mapping's pages (MADV_DONTNEED; the page cache may keep them); resident_bytes() asks mincore.
+  void populate();
+  void release();
+  size_t resident_bytes() const;
+
+ private:
+  SegmentFile() = default;
+  std::filesystem::path path_;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  segment_format::Header header_{};
+  std::atomic<bool> verified_{false};
+};
 
 }  // namespace towers

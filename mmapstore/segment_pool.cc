@@ -1,25 +1,41 @@
 #include "mmapstore/segment_pool.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "mmapstore/segment_file.h"
+#include "mmapstore/segment_writer.h"
 
 namespace towers {
 
 struct SegmentPool::Entry {
-  std::shared_ptr<const Segment> segment;  // null while warm
   SegmentId id = kNoSegment, parent = kNoSegment;
   int32_t length = 0, computed_pos = 0;
   KvQuant format = KvQuant::F32;
-  size_t kv_bytes = 0;
-  std::filesystem::path file;  // written once, kept while the segment lives
-  std::vector<uint8_t> coded;  // cold: the compressor's coded tokens
-  Tier tier() const { return segment ? Tier::Hot : (file.empty() ? Tier::Cold : Tier::Warm); }
+  size_t kv_bytes = 0;                      // of its KV once computed
+  std::shared_ptr<const Segment> segment;   // hot: owned RAM or a view of `file`; null otherwise
+  std::shared_ptr<SegmentFile> file;        // the mapping `segment` reads, while hot from the file
+  bool durable = false;                     // the store file is written and synced
+  uint64_t file_bytes = 0;                  // its size, when durable
+  bool verified = false;                    // its payload checksum passed in this process
+  bool writing = false;                     // queued at the writer
+  bool loading = false;                     // a page_in maps it right now (without the lock)
+  std::vector<uint8_t> coded;               // cold: the compressor's coded tokens
   std::string label;
   bool pinned = false;
   uint64_t hits = 0;
   std::chrono::steady_clock::time_point created, last_used;
+
+  Tier tier() const { return segment ? Tier::Hot : durable ? Tier::Warm : Tier::Cold; }
+  bool owned() const { return segment && !file; }
+  // What it holds in memory: the KV it owns, or its mapped file.
+  size_t resident_bytes() const { return !segment ? 0 : file ? file_bytes : kv_bytes; }
 };
+
+namespace {
+constexpr const char* kFilePrefix = "seg-";
+constexpr const char* kFileSuffix = ".tws";
+}  // namespace
 
 std::string_view to_string(Tier t) {
   switch (t) {
@@ -38,79 +54,567 @@ std::optional<EvictionPolicy> parse_eviction_policy(std::string_view s) {
   return std::nullopt;
 }
 
+bool PathPlan::all_hot() const {
+  return std::all_of(tiers.begin(), tiers.end(), [](Tier t) { return t == Tier::Hot; });
+}
+
 SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions options)
-    : model_(model), forward_(forward), options_(std::move(options)) {
-  if (!options_.warm_dir.empty()) reader_ = std::make_unique<FileReader>();
+    : model_(model), forward_(forward), options_(std::move(options)), fs_(options_.fs ? *options_.fs : posix_fs()) {
+  if (!options_.store_dir.empty()) {
+    writer_ = std::make_unique<SegmentWriter>(
+        fs_, options_.model_fingerprint,
+        [this](const SegmentWriter::Job& job, const Status& st) { on_written(job.segment->id(), job.path, st); });
+  }
 }
 
-// Warm files are this pool's spill space, not a store: they go with it (persistence is the daemon's log).
-SegmentPool::~SegmentPool() {
-  for (auto& [id, e] : entries_) drop_file(*e);
+SegmentPool::~SegmentPool() { writer_.reset(); }
+
+std::filesystem::path SegmentPool::file_path(SegmentId id) const {
+  return options_.store_dir / (kFilePrefix + std::to_string(id) + kFileSuffix);
 }
 
-Result<std::vector<std::shared_ptr<const Segment>>> SegmentPool::chain_locked(SegmentId id,
-                                                                           std::unique_lock<std::mutex>& lock) {
+std::vector<SegmentId> SegmentPool::chain_ids_locked(SegmentId id) const {
+  mu_.assert_held();
   std::vector<SegmentId> ids;
   for (SegmentId at = id; at != kNoSegment;) {
     auto it = entries_.find(at);
-    if (it == entries_.end()) return Status::Error("internal: segment " + std::to_string(at) + " missing from the pool");
+    if (it == entries_.end()) break;
     ids.push_back(at);
     at = it->second->parent;
   }
   std::reverse(ids.begin(), ids.end());
-  if (Status st = page_in_locked(ids); !st.ok()) return st;
-  if (Status st = thaw_locked(ids, lock); !st.ok()) return st;
-  std::vector<std::shared_ptr<const Segment>> chain;
-  for (SegmentId i : ids) {
-    auto it = entries_.find(i);
-    if (it == entries_.end() || !it->second->segment) return Status::Error("segment " + std::to_string(i) + " left the pool");
-    chain.push_back(it->second->segment);
-  }
-  return chain;
+  return ids;
 }
 
-Status SegmentPool::thaw_locked(std::span<const SegmentId> ids, std::unique_lock<std::mutex>& lock) {
-  std::vector<SegmentId> todo;
-  for (SegmentId id : ids) {
-    if (entries_.at(id)->tier() == Tier::Cold) todo.push_back(id);
+uint64_t SegmentPool::context_xxh3_locked(SegmentId parent) const {
+  mu_.assert_held();
+  if (parent == kNoSegment) return xxh3_tokens({});
+  auto seq = trie_.sequence(parent);
+  return xxh3_tokens(seq.ok() ? std::span<const int32_t>(seq.value()) : std::span<const int32_t>());
+}
+
+size_t SegmentPool::depth_locked(SegmentId id) const {
+  mu_.assert_held();
+  auto info = trie_.info(id);
+  return info.ok() ? info.value().depth : 0;
+}
+
+Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options) {
+  mu_.assert_held();
+  if (options.id != kNoSegment && (entries_.count(options.id) || trie_.contains(options.id))) {
+    return Status::Conflict("segment id " + std::to_string(options.id) + " is already in use");
   }
-  if (todo.empty()) return Status::Ok();
-  std::vector<SegmentId> pinned(ids.begin(), ids.end());
-  for (SegmentId id : pinned) (void)trie_.acquire(id);
-  Status result;
-  for (SegmentId id : todo) {
-    Entry& e = *entries_.at(id);  // pinned: cannot be removed while unlocked
-    auto seq = trie_.sequence(id);
-    if (!seq.ok()) {
-      result = seq.status();
-      break;
-    }
-    std::vector<int32_t> tokens(seq.value().begin() + e.computed_pos, seq.value().end());
-    std::vector<std::shared_ptr<const Segment>> parents;
-    for (SegmentId p : ids) {
-      if (p == id) break;
-      parents.push_back(entries_.at(p)->segment);
-    }
-    const KvQuant format = e.format;
-    lock.unlock();
-    Tower tower(model_.config(), parents, static_cast<int32_t>(tokens.size()));
-    std::vector<float> logits;
-    Status st = forward_.eval(tower, tokens, Logits::Last, logits);
-    std::shared_ptr<const Segment> seg;
-    if (st.ok()) seg = tower.seal_tail(std::move(tokens), format, id);
-    lock.lock();
-    if (!st.ok() || !seg) {
-      result = Status::Error("cannot thaw segment " + std::to_string(id) + ": " + (st.ok() ? "seal failed" : st.message()));
-      break;
-    }
-    e.kv_bytes = seg->kv_bytes();  // unknown until now for a segment added cold
-    e.segment = std::move(seg);
-    e.coded.clear();
-    counters_.thaws++;
-    counters_.thaw_tokens += e.length;
+  const SegmentId id = options.id != kNoSegment ? options.id : next_id_;
+  next_id_ = std::max(next_id_, id + 1);
+  return id;
+}
+
+void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg) {
+  mu_.assert_held();
+  e.kv_bytes = seg->kv_bytes();
+  e.segment = seg;
+  e.file.reset();
+  e.coded.clear();
+  if (writer_) {
+    e.writing = true;
+    writer_->submit({std::move(seg), file_path(e.id), context_xxh3_locked(e.parent)});
   }
-  for (SegmentId id : pinned) (void)trie_.release(id);
-  return result;
+}
+
+void SegmentPool::on_written(SegmentId id, const std::filesystem::path& path, const Status& status) {
+  // Writer thread. The mapping is opened and checked without the lock.
+  std::shared_ptr<SegmentFile> file;
+  std::shared_ptr<const Segment> mapped;
+  Status st = status;
+  if (st.ok()) {
+    auto f = SegmentFile::open(path, model_.config(), options_.model_fingerprint);
+    if (f.ok()) st = f.value()->verify();
+    else st = f.status();
+    if (st.ok()) {
+      auto s = f.value()->segment(model_.config());
+      if (s.ok()) file = f.value(), mapped = s.value();
+      else st = s.status();
+    }
+  }
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) {  // removed while it was being written
+    (void)fs_.remove(path);
+    return;
+  }
+  Entry& e = *it->second;
+  e.writing = false;
+  if (!st.ok()) {
+    counters_.write_errors++;
+    counters_.write_error = st.message();
+    return;  // it stays hot in RAM; it cannot leave memory but by eviction
+  }
+  counters_.files_written++;
+  if (!e.segment) {  // frozen while it was being written: the file goes with the KV
+    (void)fs_.remove(path);
+    return;
+  }
+  e.durable = true;
+  e.verified = true;
+  e.file_bytes = file->file_bytes();
+  if (mapped->id() == e.segment->id() && mapped->length() == e.segment->length()) {
+    // From now on attention reads the mapping; leases holding the RAM copy keep it until released.
+    e.segment = std::move(mapped);
+    e.file = std::move(file);
+  }
+  assert_invariants_locked();
+}
+
+Result<SegmentId> SegmentPool::add_cold(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options) {
+  std::lock_guard lock(mu_);
+  return add_cold_locked(parent, tokens, options);
+}
+
+Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const int32_t> tokens,
+                                               const SegmentOptions& options) {
+  mu_.assert_held();
+  const ModelConfig& cfg = model_.config();
+  if (tokens.empty()) return Status::InvalidArgument("segment has no tokens");
+  if (static_cast<int64_t>(tokens.size()) > options_.max_segment_tokens) {
+    return Status::InvalidArgument("segment of " + std::to_string(tokens.size()) + " tokens exceeds the limit of " +
+                                   std::to_string(options_.max_segment_tokens));
+  }
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= cfg.n_vocab) return Status::InvalidArgument("token id " + std::to_string(t) + " is outside the vocabulary");
+  }
+  if (parent != kNoSegment && !entries_.count(parent)) {
+    return Status::NotFound("unknown parent segment " + std::to_string(parent));
+  }
+  std::vector<int32_t> sequence;
+  if (parent != kNoSegment) {
+    auto seq = trie_.sequence(parent);
+    if (!seq.ok()) return seq.status();
+    sequence = std::move(seq.value());
+  }
+  sequence.insert(sequence.end(), tokens.begin(), tokens.end());
+  if (cfg.n_ctx_train > 0 && static_cast<int64_t>(sequence.size()) > cfg.n_ctx_train) {
+    return Status::InvalidArgument("segment would end at position " + std::to_string(sequence.size()) +
+                                   ", beyond the model's context of " + std::to_string(cfg.n_ctx_train));
+  }
+  auto m = trie_.match(sequence);
+  if (m.length == sequence.size()) return m.segment;  // already in the pool under the same chain
+  auto id_or = allocate_id_locked(options);
+  if (!id_or.ok()) return id_or.status();
+  const SegmentId id = id_or.value();
+  auto ins = trie_.insert(sequence, id);
+  if (!ins.ok()) return ins.status();
+  if (!ins.value().inserted) return ins.value().segment;
+  auto e = std::make_unique<Entry>();
+  e->id = id;
+  e->parent = parent;
+  e->length = static_cast<int32_t>(tokens.size());
+  e->computed_pos = static_cast<int32_t>(sequence.size() - tokens.size());
+  e->format = options.format.value_or(options_.depth.at_depth(parent == kNoSegment ? 0 : depth_locked(parent) + 1));
+  if (options.cold) e->coded = *options.cold;
+  e->label = options.label;
+  e->pinned = options.pinned;
+  e->created = e->last_used = std::chrono::steady_clock::now();
+  entries_.emplace(id, std::move(e));
+  assert_invariants_locked();
+  return id;
+}
+
+Status SegmentPool::prefill_under_chain(SegmentId id, bool thawing, std::unique_lock<Mutex>& lock) {
+  mu_.assert_held();
+  auto ids = chain_ids_locked(id);
+  if (ids.empty() || ids.back() != id) return Status::NotFound("unknown segment " + std::to_string(id));
+  ids.pop_back();
+  std::vector<std::shared_ptr<const Segment>> parents;
+  for (SegmentId p : ids) {
+    const Entry& pe = *entries_.at(p);
+    if (!pe.segment) return Status::Unavailable("segment " + std::to_string(p) + " is not in memory");
+    parents.push_back(pe.segment);
+  }
+  auto seq = trie_.sequence(id);
+  if (!seq.ok()) return seq.status();
+  Entry& e = *entries_.at(id);
+  std::vector<int32_t> tokens(seq.value().begin() + e.computed_pos, seq.value().end());
+  const KvQuant format = e.format;
+  for (SegmentId p : ids) (void)trie_.acquire(p);
+  (void)trie_.acquire(id);  // pinned: nobody removes it while the lock is down
+  lock.unlock();
+  Tower tower(model_.config(), parents, static_cast<int32_t>(tokens.size()));
+  std::vector<float> logits;
+  Status st = forward_.eval(tower, tokens, Logits::Last, logits);
+  std::shared_ptr<const Segment> seg;
+  if (st.ok()) seg = tower.seal_tail(std::move(tokens), format, id);
+  lock.lock();
+  for (SegmentId p : ids) (void)trie_.release(p);
+  (void)trie_.release(id);
+  if (!st.ok()) return st.prefixed("cannot compute segment " + std::to_string(id) + ": ");
+  if (!seg) return Status::Error("internal: sealing segment " + std::to_string(id) + " failed");
+  if (e.tier() == Tier::Cold) {
+    install_locked(e, std::move(seg));
+    if (thawing) counters_.thaws++, counters_.thaw_tokens += e.length;
+  }
+  assert_invariants_locked();
+  return Status::Ok();
+}
+
+Result<SegmentId> SegmentPool::add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options) {
+  SegmentOptions o = options;
+  const bool stay_cold = o.cold.has_value();
+  auto id = add_cold(parent, tokens, o);
+  if (!id.ok() || stay_cold) return id;
+  if (Status st = compute_chain(id.value(), id.value()); !st.ok()) return st;
+  return id;
+}
+
+Status SegmentPool::adopt(const AdoptSpec& spec) {
+  std::vector<int32_t> sequence;
+  SegmentExpect expect;
+  {
+    std::lock_guard lock(mu_);
+    if (spec.parent != kNoSegment && !entries_.count(spec.parent)) {
+      return Status::NotFound("its parent segment " + std::to_string(spec.parent) + " is not in the pool");
+    }
+    if (spec.parent != kNoSegment) {
+      auto seq = trie_.sequence(spec.parent);
+      if (!seq.ok()) return seq.status();
+      sequence = std::move(seq.value());
+    }
+    expect.context_xxh3 = xxh3_tokens(sequence);
+    if (auto it = entries_.find(spec.id); it != entries_.end()) {
+      // Adopted already (sessions with the same transcript share segments): the same one, or a clash.
+      auto seq = trie_.sequence(spec.id);
+      std::vector<int32_t> want = sequence;
+      want.insert(want.end(), spec.tokens.begin(), spec.tokens.end());
+      if (it->second->parent == spec.parent && seq.ok() && seq.value() == want) return Status::Ok();
+      return Status::Conflict("segment id " + std::to_string(spec.id) + " is in use by another segment");
+    }
+  }
+  expect.id = spec.id;
+  expect.parent = spec.parent;
+  expect.computed_pos = static_cast<int32_t>(sequence.size());
+  expect.tokens = spec.tokens;
+  expect.format = spec.options.format;
+  // Header checks only: O(1) per file, so a start maps thousands of them in well under a second.
+  auto file = SegmentFile::open(file_path(spec.id), model_.config(), options_.model_fingerprint, &expect);
+  if (!file.ok()) return file.status();
+  const auto& h = file.value()->header();
+  std::lock_guard lock(mu_);
+  sequence.insert(sequence.end(), spec.tokens.begin(), spec.tokens.end());
+  SegmentOptions o = spec.options;
+  o.id = spec.id;
+  o.format = static_cast<KvQuant>(h.format);
+  auto added = add_cold_locked(spec.parent, spec.tokens, o);
+  if (!added.ok()) return added.status();
+  if (added.value() != spec.id) {
+    return Status::Conflict("segment " + std::to_string(spec.id) + " duplicates segment " + std::to_string(added.value()));
+  }
+  Entry& e = *entries_.at(spec.id);
+  e.durable = true;
+  e.file_bytes = file.value()->file_bytes();
+  e.kv_bytes = 2 * h.kv_bytes + 4 * h.n_scales;
+  assert_invariants_locked();
+  return Status::Ok();
+}
+
+size_t SegmentPool::collect_garbage() {
+  if (options_.store_dir.empty()) return 0;
+  std::vector<std::filesystem::path> doomed;
+  {
+    std::lock_guard lock(mu_);
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(options_.store_dir, ec)) {
+      const std::string name = f.path().filename().string();
+      if (name.ends_with(".tmp")) {
+        doomed.push_back(f.path());
+        continue;
+      }
+      if (!name.starts_with(kFilePrefix) || !name.ends_with(kFileSuffix)) continue;
+      SegmentId id = 0;
+      const std::string num = name.substr(4, name.size() - 4 - 4);
+      auto [p, err] = std::from_chars(num.data(), num.data() + num.size(), id);
+      auto it = err == std::errc() && p == num.data() + num.size() ? entries_.find(id) : entries_.end();
+      if (it == entries_.end() || (!it->second->durable && !it->second->writing)) doomed.push_back(f.path());
+    }
+  }
+  for (const auto& p : doomed) (void)fs_.remove(p);
+  if (!doomed.empty()) (void)fs_.sync_dir(options_.store_dir);
+  return doomed.size();
+}
+
+PathPlan SegmentPool::plan(std::span<const int32_t> tokens) const {
+  std::lock_guard lock(mu_);
+  PathPlan p;
+  auto m = trie_.match(tokens);
+  if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
+  for (const auto& step : m.path) {
+    p.path.push_back(step.segment);
+    p.tiers.push_back(entries_.at(step.segment)->tier());
+    p.ends.push_back(step.end);
+  }
+  return p;
+}
+
+Status SegmentPool::page_in(std::span<const SegmentId> ids) {
+  struct Job {
+    SegmentExpect expect;
+    std::vector<int32_t> tokens;
+    uint64_t context_xxh3 = 0;
+    std::shared_ptr<SegmentFile> file;
+    std::shared_ptr<const Segment> segment;
+    Status status;
+  };
+  std::vector<Job> jobs;
+  {
+    std::lock_guard lock(mu_);
+    for (SegmentId id : ids) {
+      auto it = entries_.find(id);
+      if (it == entries_.end() || it->second->tier() != Tier::Warm || it->second->loading) continue;
+      Entry& e = *it->second;
+      auto seq = trie_.sequence(id);
+      if (!seq.ok()) continue;
+      Job j;
+      j.expect.id = id;
+      j.expect.parent = e.parent;
+      j.expect.computed_pos = e.computed_pos;
+      j.expect.format = e.format;
+      j.context_xxh3 = xxh3_tokens(std::span<const int32_t>(seq.value()).first(e.computed_pos));
+      j.tokens.assign(seq.value().begin() + e.computed_pos, seq.value().end());
+      e.loading = true;
+      (void)trie_.acquire(id);  // nobody removes it while the lock is down
+      jobs.push_back(std::move(j));
+    }
+  }
+  if (jobs.empty()) return Status::Ok();
+  for (Job& j : jobs) {  // without the lock: map, fault every page in, verify once
+    j.expect.tokens = j.tokens;
+    j.expect.context_xxh3 = j.context_xxh3;
+    auto f = SegmentFile::open(file_path(j.expect.id), model_.config(), options_.model_fingerprint, &j.expect);
+    if (!f.ok()) {
+      j.status = f.status();
+      continue;
+    }
+    f.value()->populate();
+    // Every page-in checks the payload (XXH3 runs at memory speed): bytes that changed on disk since
+    // they were last read are never served.
+    j.status = f.value()->verify();
+    if (j.status.ok()) {
+      auto s = f.value()->segment(model_.config());
+      if (s.ok()) j.file = f.value(), j.segment = s.value();
+      else j.status = s.status();
+    }
+  }
+  Status failed;
+  std::lock_guard lock(mu_);
+  for (Job& j : jobs) {
+    Entry& e = *entries_.at(j.expect.id);
+    e.loading = false;
+    (void)trie_.release(j.expect.id);
+    if (!j.status.ok()) {
+      // A bad file is never served: the segment goes cold (a build recomputes it) and the file goes.
+      counters_.page_in_error = j.status.message();
+      failed = Status::Corruption("cannot page in segment " + std::to_string(e.id) + ": " + j.status.message());
+      delete_file_locked(e);
+      continue;
+    }
+    e.segment = std::move(j.segment);
+    e.file = std::move(j.file);
+    e.verified = true;
+    counters_.page_ins++;
+  }
+  assert_invariants_locked();
+  return failed;
+}
+
+Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t extra_capacity) {
+  if (extra_capacity < 0) return Status::InvalidArgument("negative extra capacity");
+  std::vector<std::shared_ptr<const Segment>> segs;
+  Lease lease;
+  {
+    std::lock_guard lock(mu_);
+    auto m = trie_.match(tokens);
+    if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& step : m.path) {
+      Entry& e = *entries_.at(step.segment);
+      if (!e.segment || !trie_.acquire(step.segment).ok()) break;
+      e.hits++;
+      e.last_used = now;
+      segs.push_back(e.segment);
+      lease.path.push_back(step.segment);
+      lease.cached_tokens = step.end;
+    }
+    counters_.leases++;
+    if (!lease.path.empty()) counters_.lease_hits++;
+    counters_.cached_tokens += lease.cached_tokens;
+    counters_.prefill_tokens += tokens.size() - lease.cached_tokens;
+  }
+  const int64_t tail = static_cast<int64_t>(tokens.size() - lease.cached_tokens) + extra_capacity;
+  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), static_cast<int32_t>(tail));
+  lease.tail_bytes = lease.tower->tail_bytes();
+  std::lock_guard lock(mu_);
+  tail_bytes_ += lease.tail_bytes;
+  return lease;
+}
+
+Result<Lease> SegmentPool::lease_chain(SegmentId id, int32_t extra_capacity) {
+  if (extra_capacity < 0) return Status::InvalidArgument("negative extra capacity");
+  std::vector<std::shared_ptr<const Segment>> segs;
+  Lease lease;
+  {
+    std::lock_guard lock(mu_);
+    auto ids = id == kNoSegment ? std::vector<SegmentId>{} : chain_ids_locked(id);
+    if (id != kNoSegment && (ids.empty() || ids.back() != id)) return Status::NotFound("unknown segment " + std::to_string(id));
+    for (SegmentId s : ids) {
+      if (!entries_.at(s)->segment) return Status::Unavailable("segment " + std::to_string(s) + " is not in memory");
+    }
+    const auto now = std::chrono::steady_clock::now();
+    for (SegmentId s : ids) {
+      Entry& e = *entries_.at(s);
+      (void)trie_.acquire(s);
+      e.last_used = now;
+      segs.push_back(e.segment);
+      lease.path.push_back(s);
+      lease.cached_tokens += static_cast<size_t>(e.length);
+    }
+  }
+  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), extra_capacity);
+  lease.tail_bytes = lease.tower->tail_bytes();
+  std::lock_guard lock(mu_);
+  tail_bytes_ += lease.tail_bytes;
+  return lease;
+}
+
+void SegmentPool::release(Lease& lease) {
+  std::lock_guard lock(mu_);
+  for (SegmentId id : lease.path) (void)trie_.release(id);
+  tail_bytes_ -= std::min(tail_bytes_, lease.tail_bytes);
+  lease.path.clear();
+  lease.tower.reset();
+  lease.cached_tokens = 0;
+  lease.tail_bytes = 0;
+}
+
+Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_tokens, const SegmentOptions& options) {
+  if (!lease.tower) return Status::InvalidArgument("seal: empty lease");
+  if (tail_tokens.empty() || static_cast<int32_t>(tail_tokens.size()) != lease.tower->tail_length()) {
+    return Status::InvalidArgument("seal: " + std::to_string(tail_tokens.size()) + " tokens given for a tail of " +
+                                   std::to_string(lease.tower->tail_length()));
+  }
+  std::lock_guard lock(mu_);
+  const SegmentId parent = lease.path.empty() ? kNoSegment : lease.path.back();
+  SegmentOptions o = options;
+  if (!o.format) o.format = options_.depth.transcript;
+  o.cold.reset();
+  auto id = add_cold_locked(parent, tail_tokens, o);
+  if (!id.ok()) return id.status();
+  Entry& e = *entries_.at(id.value());
+  if (e.segment) {
+    // Someone sealed the same tokens already: the tower switches to theirs, our copy of the rows goes.
+    std::vector<std::shared_ptr<const Segment>> segs = lease.tower->segments();
+    segs.push_back(e.segment);
+    lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
+  } else {
+    auto seg = lease.tower->seal_tail(std::move(tail_tokens), e.format, e.id);
+    if (!seg) return Status::Error("internal: sealing the tail failed");
+    if (e.tier() == Tier::Warm) delete_file_locked(e);  // ours is the same KV, in memory already
+    install_locked(e, std::move(seg));
+  }
+  (void)trie_.acquire(e.id);
+  e.last_used = std::chrono::steady_clock::now();
+  lease.path.push_back(e.id);
+  lease.cached_tokens = static_cast<size_t>(lease.tower->base_length());
+  const size_t tail = lease.tower->tail_bytes();
+  tail_bytes_ = tail_bytes_ - std::min(tail_bytes_, lease.tail_bytes) + tail;
+  lease.tail_bytes = tail;
+  assert_invariants_locked();
+  return e.id;
+}
+
+Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status::NotFound("segment " + std::to_string(id) + " left the pool");
+  Entry& e = *it->second;
+  if (!segment || segment->id() != id || segment->length() != e.length || segment->computed_pos() != e.computed_pos) {
+    return Status::InvalidArgument("install: the KV given is not segment " + std::to_string(id));
+  }
+  if (e.tier() != Tier::Cold) return Status::Ok();  // built twice, or paged in meanwhile: same bytes
+  install_locked(e, std::move(segment));
+  counters_.thaws++;
+  counters_.thaw_tokens += e.length;
+  assert_invariants_locked();
+  return Status::Ok();
+}
+
+Status SegmentPool::remove(SegmentId id) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
+  if (it->second->loading) return Status::Conflict("segment " + std::to_string(id) + " is being paged in");
+  if (Status st = trie_.evict(id); !st.ok()) return Status::Conflict(st.message());
+  delete_file_locked(*it->second);
+  entries_.erase(it);
+  assert_invariants_locked();
+  return Status::Ok();
+}
+
+void SegmentPool::delete_file_locked(Entry& e) {
+  mu_.assert_held();
+  e.file.reset();
+  if (e.durable || e.writing) (void)fs_.remove(file_path(e.id));  // a write in flight is removed by on_written
+  e.durable = false;
+  e.verified = false;
+  e.file_bytes = 0;
+}
+
+void SegmentPool::drop_kv_locked(Entry& e) {
+  mu_.assert_held();
+  if (e.file) e.file->release();
+  e.segment.reset();
+  e.file.reset();
+}
+
+size_t SegmentPool::resident_locked() const {
+  mu_.assert_held();
+  size_t n = tail_bytes_;
+  for (const auto& [id, e] : entries_) n += e->resident_bytes();
+  return n;
+}
+
+size_t SegmentPool::enforce_budget() {
+  std::lock_guard lock(mu_);
+  if (options_.ram_budget_bytes == 0) return 0;
+  size_t resident = resident_locked();
+  if (resident <= options_.ram_budget_bytes) return 0;
+  const bool store = !options_.store_dir.empty();
+  // Candidates in eviction order.
+  std::vector<Entry*> order;
+  for (const auto& [id, e] : entries_) {
+    if (!e->segment || e->pinned || e->loading) continue;
+    auto info = trie_.info(id);
+    if (!info.ok() || info.value().refcount > 0 || info.value().fan_out >= options_.pin_fan_out) continue;
+    if (store ? !e->durable : (info.value().fan_out > 0 || info.value().children > 0)) continue;
+    order.push_back(e.get());
+  }
+  std::sort(order.begin(), order.end(), [&](const Entry* a, const Entry* b) {
+    return options_.eviction == EvictionPolicy::Lru ? a->last_used < b->last_used : a->created > b->created;
+  });
+  size_t moved = 0;
+  for (Entry* victim : order) {
+    if (resident <= options_.ram_budget_bytes) break;
+    const size_t bytes = victim->resident_bytes();
+    if (store) {
+      drop_kv_locked(*victim);
+      counters_.page_outs++;
+    } else {
+      if (!trie_.evict(victim->id).ok()) continue;
+      counters_.evictions++;
+      entries_.erase(victim->id);
+    }
+    resident -= bytes;
+    ++moved;
+  }
+  assert_invariants_locked();
+  return moved;
 }
 
 std::vector<SegmentId> SegmentPool::idle(std::chrono::steady_clock::duration idle_for) const {
@@ -132,25 +636,43 @@ std::vector<SegmentId> SegmentPool::idle(std::chrono::steady_clock::duration idl
 Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
-  if (it == entries_.end()) return Status::Error("unknown segment " + std::to_string(id));
+  if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
   Entry& e = *it->second;
   auto info = trie_.info(id);
   if (!info.ok()) return info.status();
-  if (info.value().refcount > 0) return Status::Error("segment " + std::to_string(id) + " is in use");
-  if (e.pinned || info.value().fan_out >= options_.pin_fan_out) return Status::Error("segment " + std::to_string(id) + " is pinned");
-  if (e.tier() == Tier::Cold) return Status::Error("segment " + std::to_string(id) + " is cold already");
-  e.segment.reset();
-  drop_file(e);
+  if (info.value().refcount > 0 || e.loading) return Status::Conflict("segment " + std::to_string(id) + " is in use");
+  if (e.pinned || info.value().fan_out >= options_.pin_fan_out) {
+    return Status::Conflict("segment " + std::to_string(id) + " is pinned");
+  }
+  if (e.tier() == Tier::Cold) return Status::Conflict("segment " + std::to_string(id) + " is cold already");
+  drop_kv_locked(e);
+  delete_file_locked(e);
   e.coded = std::move(coded);
   counters_.freezes++;
+  assert_invariants_locked();
   return Status::Ok();
 }
 
-Status SegmentPool::thaw(SegmentId id) {
+Status SegmentPool::thaw(SegmentId id) { return compute_chain(id, kNoSegment); }
+
+Status SegmentPool::compute_chain(SegmentId id, SegmentId fresh) {
+  std::vector<SegmentId> ids;
+  {
+    std::lock_guard lock(mu_);
+    if (!entries_.count(id)) return Status::NotFound("unknown segment " + std::to_string(id));
+    ids = chain_ids_locked(id);
+  }
+  Status paged = page_in(ids);  // a bad file leaves its segment cold: the loop below recomputes it
   std::unique_lock lock(mu_);
-  if (!entries_.count(id)) return Status::Error("unknown segment " + std::to_string(id));
-  auto chain = chain_locked(id, lock);
-  return chain.ok() ? Status::Ok() : chain.status();
+  for (SegmentId s : ids) {
+    auto it = entries_.find(s);
+    if (it == entries_.end()) return Status::NotFound("segment " + std::to_string(s) + " left the pool");
+    if (it->second->tier() == Tier::Warm) return paged.ok() ? Status::Unavailable("segment is being paged in") : paged;
+    if (it->second->tier() == Tier::Cold) {
+      if (Status st = prefill_under_chain(s, s != fresh, lock); !st.ok()) return st;
+    }
+  }
+  return Status::Ok();
 }
 
 std::vector<uint8_t> SegmentPool::coded(SegmentId id) const {
@@ -159,314 +681,15 @@ std::vector<uint8_t> SegmentPool::coded(SegmentId id) const {
   return it == entries_.end() ? std::vector<uint8_t>{} : it->second->coded;
 }
 
-Status SegmentPool::page_in_locked(std::span<const SegmentId> ids) {
-  std::vector<std::filesystem::path> paths;
-  std::vector<Entry*> cold;
-  for (SegmentId id : ids) {
-    Entry& e = *entries_.at(id);
-    if (e.tier() != Tier::Warm) continue;
-    paths.push_back(e.file);
-    cold.push_back(&e);
-  }
-  if (cold.empty()) return Status::Ok();
-  // One batch of reads for the whole path (io_uring when permitted). The pool lock stays held: paging
-  // a tower in is milliseconds, and leases of other sessions would wait for the same bytes anyway.
-  auto files = reader_->read_all(paths);
-  Status failed;
-  for (size_t i = 0; i < cold.size(); ++i) {
-    Result<std::shared_ptr<const Segment>> seg =
-        files[i].ok() ? decode_segment(model_.config(), files[i].value(), options_.model_fingerprint)
-                      : Result<std::shared_ptr<const Segment>>(files[i].status());
-    std::string why;
-    if (!seg.ok()) why = seg.error();
-    else if (seg.value()->id() != cold[i]->id || seg.value()->length() != cold[i]->length) why = "the file holds another segment";
-    if (!why.empty()) {
-      counters_.page_in_error = paths[i].string() + ": " + why;
-      failed = Status::Error("cannot page in segment " + std::to_string(cold[i]->id) + ": " + counters_.page_in_error);
-      continue;
-    }
-    cold[i]->segment = std::move(seg.value());
-    counters_.page_ins++;
-  }
-  return failed;
-}
-
-Status SegmentPool::page_out_locked(SegmentId id, Entry& e) {
-  if (e.tier() == Tier::Cold) return Status::Ok();
-  if (e.file.empty()) {
-    auto path = options_.warm_dir / ("segment-" + std::to_string(id) + ".tws");
-    if (Status st = write_segment_file(*e.segment, path, options_.model_fingerprint); !st.ok()) return st;
-    e.file = path;
-  }
-  e.segment.reset();
-  counters_.page_outs++;
-  return Status::Ok();
-}
-
-size_t SegmentPool::depth_locked(SegmentId id) const {
-  auto info = trie_.info(id);
-  return info.ok() ? info.value().depth : 0;
-}
-
-std::unique_ptr<SegmentPool::Entry> SegmentPool::make_entry(std::shared_ptr<const Segment> seg,
-                                                            const SegmentOptions& options) {
-  auto e = std::make_unique<Entry>();
-  e->id = seg->id();
-  e->parent = seg->parent();
-  e->length = seg->length();
-  e->computed_pos = seg->computed_pos();
-  e->format = seg->format();
-  e->kv_bytes = seg->kv_bytes();
-  e->segment = std::move(seg);
-  e->label = options.label;
-  e->pinned = options.pinned;
-  e->created = e->last_used = std::chrono::steady_clock::now();
-  return e;
-}
-
-Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options) {
-  if (options.id != kNoSegment && (entries_.count(options.id) || trie_.contains(options.id))) {
-    return Status::Error("segment id " + std::to_string(options.id) + " is already in use");
-  }
-  const SegmentId id = options.id != kNoSegment ? options.id : next_id_;
-  next_id_ = std::max(next_id_, id + 1);
-  return id;
-}
-
-Result<SegmentId> SegmentPool::add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options) {
-  std::unique_lock lock(mu_);
-  return add_locked(parent, tokens, options, lock);
-}
-
-Result<SegmentId> SegmentPool::add_locked(SegmentId parent, std::span<const int32_t> tokens,
-                                          const SegmentOptions& options, std::unique_lock<std::mutex>& lock) {
-  const ModelConfig& cfg = model_.config();
-  if (tokens.empty()) return Status::Error("segment has no tokens");
-  if (static_cast<int64_t>(tokens.size()) > options_.max_segment_tokens) {
-    return Status::Error("segment of " + std::to_string(tokens.size()) + " tokens exceeds the limit of " +
-                         std::to_string(options_.max_segment_tokens));
-  }
-  for (int32_t t : tokens) {
-    if (t < 0 || t >= cfg.n_vocab) return Status::Error("token id " + std::to_string(t) + " is outside the vocabulary");
-  }
-  if (parent != kNoSegment && !entries_.count(parent)) {
-    return Status::Error("unknown parent segment " + std::to_string(parent));
-  }
-  std::vector<int32_t> sequence;
-  if (parent != kNoSegment) {
-    auto seq = trie_.sequence(parent);
-    if (!seq.ok()) return seq.status();
-    sequence = std::move(seq.value());
-  }
-  sequence.insert(sequence.end(), tokens.begin(), tokens.end());
-  if (cfg.n_ctx_train > 0 && static_cast<int64_t>(sequence.size()) > cfg.n_ctx_train) {
-    return Status::Error("segment would end at position " + std::to_string(sequence.size()) +
-                         ", beyond the model's context of " + std::to_string(cfg.n_ctx_train));
-  }
-  auto m = trie_.match(sequence);
-  if (m.length == sequence.size()) return m.segment;  // already resident under the same chain
-  auto id_or = allocate_id_locked(options);
-  if (!id_or.ok()) return id_or.status();
-  const SegmentId id = id_or.value();
-  if (options.cold) return add_cold_locked(id, parent, sequence, tokens.size(), options);
-
-  // Prefill outside the lock (readers of stats keep going); the parent chain stays pinned meanwhile.
-  auto chain_or = chain_locked(parent, lock);
-  if (!chain_or.ok()) return chain_or.status();
-  auto chain = std::move(chain_or.value());
-  for (const auto& s : chain) (void)trie_.acquire(s->id());
-  const KvQuant format = options.format.value_or(options_.depth.at_depth(chain.size()));
-  lock.unlock();
-  Tower tower(cfg, chain, static_cast<int32_t>(tokens.size()));
-  std::vector<float> logits;
-  Status st = forward_.eval(tower, tokens, Logits::Last, logits);
-  std::shared_ptr<const Segment> seg;
-  if (st.ok()) seg = tower.seal_tail({tokens.begin(), tokens.end()}, format, id);
-  lock.lock();
-  for (const auto& s : chain) (void)trie_.release(s->id());
-  if (!st.ok()) return st;
-  if (!seg) return Status::Error("internal: sealing the prefilled segment failed");
-
-  auto ins = trie_.insert(sequence, id);
-  if (!ins.ok()) return ins.status();
-  if (!ins.value().inserted) return ins.value().segment;
-  entries_.emplace(id, make_entry(std::move(seg), options));
-  return id;
-}
-
-Result<SegmentId> SegmentPool::add_cold_locked(SegmentId id, SegmentId parent, std::span<const int32_t> sequence,
-                                               size_t length, const SegmentOptions& options) {
-  auto ins = trie_.insert(sequence, id);
-  if (!ins.ok()) return ins.status();
-  if (!ins.value().inserted) return ins.value().segment;
-  auto e = std::make_unique<Entry>();
-  e->id = id;
-  e->parent = parent;
-  e->length = static_cast<int32_t>(length);
-  e->computed_pos = static_cast<int32_t>(sequence.size() - length);
-  e->format = options.format.value_or(options_.depth.at_depth(parent == kNoSegment ? 0 : depth_locked(parent) + 1));
-  e->coded = *options.cold;
-  e->label = options.label;
-  e->pinned = options.pinned;
-  e->created = e->last_used = std::chrono::steady_clock::now();
-  entries_.emplace(id, std::move(e));
-  return id;
-}
-
-Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t extra_capacity) {
-  if (extra_capacity < 0) return Status::Error("negative extra capacity");
-  std::vector<std::shared_ptr<const Segment>> segs;
-  Lease lease;
-  {
-    std::unique_lock lock(mu_);
-    auto m = trie_.match(tokens);
-    if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
-    std::vector<SegmentId> ids;
-    for (const auto& step : m.path) ids.push_back(step.segment);
-    // A segment that cannot be paged in (its file went bad) ends the reusable prefix there: the
-    // caller prefills the rest, which costs time but never serves wrong KV.
-    (void)page_in_locked(ids);
-    // Thawing (prefill) stops at the first warm segment that failed to page in: a cold segment's
-    // parents must be hot before it can be recomputed under them.
-    std::vector<SegmentId> thawable;
-    for (SegmentId id : ids) {
-      if (entries_.at(id)->tier() == Tier::Warm) break;
-      thawable.push_back(id);
-    }
-    (void)thaw_locked(thawable, lock);
-    const auto now = std::chrono::steady_clock::now();
-    for (const auto& step : m.path) {
-      auto it = entries_.find(step.segment);
-      if (it == entries_.end() || !it->second->segment) break;
-      if (!trie_.acquire(step.segment).ok()) break;
-      it->second->hits++;
-      it->second->last_used = now;
-      segs.push_back(it->second->segment);
-      lease.path.push_back(step.segment);
-      lease.cached_tokens = step.end;
-    }
-    counters_.leases++;
-    if (!lease.path.empty()) counters_.lease_hits++;
-    counters_.cached_tokens += lease.cached_tokens;
-    counters_.prefill_tokens += tokens.size() - lease.cached_tokens;
-  }
-  const int64_t tail = static_cast<int64_t>(tokens.size() - lease.cached_tokens) + extra_capacity;
-  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), static_cast<int32_t>(tail));
-  return lease;
-}
-
-void SegmentPool::release(Lease& lease) {
-  std::lock_guard lock(mu_);
-  for (SegmentId id : lease.path) (void)trie_.release(id);
-  lease.path.clear();
-  lease.tower.reset();
-  lease.cached_tokens = 0;
-}
-
-Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_tokens, const SegmentOptions& options) {
-  if (!lease.tower) return Status::Error("seal: empty lease");
-  if (tail_tokens.empty() || static_cast<int32_t>(tail_tokens.size()) != lease.tower->tail_length()) {
-    return Status::Error("seal: " + std::to_string(tail_tokens.size()) + " tokens given for a tail of " +
-                         std::to_string(lease.tower->tail_length()));
-  }
-  std::unique_lock lock(mu_);
-  const SegmentId parent = lease.path.empty() ? kNoSegment : lease.path.back();
-  std::vector<int32_t> sequence;
-  if (parent != kNoSegment) {
-    auto seq = trie_.sequence(parent);
-    if (!seq.ok()) return seq.status();
-    sequence = std::move(seq.value());
-  }
-  sequence.insert(sequence.end(), tail_tokens.begin(), tail_tokens.end());
-  auto m = trie_.match(sequence);
-  SegmentId id;
-  if (m.length == sequence.size()) {
-    id = m.segment;  // someone sealed the same tokens already: use theirs, drop our copy of the rows
-    auto it = entries_.find(id);
-    if (it == entries_.end()) return Status::Error("internal: trie names a missing segment");
-    auto chain = chain_locked(id, lock);  // pages in or thaws it when it left RAM
-    if (!chain.ok()) return chain.status();
-    std::vector<std::shared_ptr<const Segment>> segs = lease.tower->segments();
-    segs.push_back(chain.value().back());
-    auto tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
-    lease.tower = std::move(tower);
-  } else {
-    auto id_or = allocate_id_locked(options);
-    if (!id_or.ok()) return id_or.status();
-    id = id_or.value();
-    const KvQuant format = options.format.value_or(options_.depth.transcript);
-    auto seg = lease.tower->seal_tail(std::move(tail_tokens), format, id);
-    if (!seg) return Status::Error("internal: sealing the tail failed");
-    auto ins = trie_.insert(sequence, id);
-    if (!ins.ok()) return ins.status();
-    entries_.emplace(id, make_entry(std::move(seg), options));
-  }
-  if (!trie_.acquire(id).ok()) return Status::Error("internal: cannot pin the sealed segment");
-  lease.path.push_back(id);
-  lease.cached_tokens = static_cast<size_t>(lease.tower->base_length());
-  return id;
-}
-
-Status SegmentPool::remove(SegmentId id) {
-  std::lock_guard lock(mu_);
-  if (!entries_.count(id)) return Status::Error("unknown segment " + std::to_string(id));
-  Status st = trie_.evict(id);
-  if (!st.ok()) return st;
-  drop_file(*entries_.at(id));
-  entries_.erase(id);
-  return Status();
-}
-
-size_t SegmentPool::enforce_budget() {
-  std::lock_guard lock(mu_);
-  if (options_.ram_budget_bytes == 0) return 0;
-  const bool warm = !options_.warm_dir.empty();
-  size_t resident = 0;
-  for (const auto& [id, e] : entries_) resident += e->segment ? e->kv_bytes : 0;
-  size_t moved = 0;
-  while (resident > options_.ram_budget_bytes) {
-    Entry* victim = nullptr;
-    for (const auto& [id, e] : entries_) {
-      if (!e->segment || e->pinned) continue;
-      auto info = trie_.info(id);
-      if (!info.ok() || info.value().refcount > 0 || info.value().fan_out >= options_.pin_fan_out) continue;
-      // Evicting for good is only possible for leaves; going warm keeps the segment in the trie.
-      if (!warm && (info.value().fan_out > 0 || info.value().children > 0)) continue;
-      bool better = victim == nullptr ||
-                    (options_.eviction == EvictionPolicy::Lru ? e->last_used < victim->last_used
-                                                              : e->created > victim->created);
-      if (better) victim = e.get();
-    }
-    if (!victim) break;  // everything left is pinned, leased or a parent
-    const size_t bytes = victim->kv_bytes;
-    if (warm) {
-      if (!page_out_locked(victim->id, *victim).ok()) break;  // disk trouble: keep it hot
-    } else {
-      if (!trie_.evict(victim->id).ok()) break;
-      counters_.evictions++;
-      entries_.erase(victim->id);
-    }
-    resident -= bytes;
-    ++moved;
-  }
-  return moved;
-}
-
-void SegmentPool::drop_file(Entry& e) {
-  if (e.file.empty()) return;
-  std::error_code ec;
-  std::filesystem::remove(e.file, ec);
-  e.file.clear();
-}
-
 std::shared_ptr<const Segment> SegmentPool::get(SegmentId id) {
+  (void)page_in(std::span(&id, 1));
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
-  if (it == entries_.end() || !page_in_locked(std::span(&id, 1)).ok()) return nullptr;
-  return it->second->segment;
+  return it == entries_.end() ? nullptr : it->second->segment;
 }
 
 SegmentInfo SegmentPool::info_locked(const Entry& e) const {
+  mu_.assert_held();
   SegmentInfo s;
   s.id = e.id;
   s.parent = e.parent;
@@ -477,6 +700,7 @@ SegmentInfo SegmentPool::info_locked(const Entry& e) const {
   s.kv_bytes = e.kv_bytes;
   s.pinned = e.pinned;
   s.tier = e.tier();
+  s.durable = e.durable;
   s.hits = e.hits;
   s.created = e.created;
   s.last_used = e.last_used;
@@ -512,25 +736,49 @@ Result<std::vector<int32_t>> SegmentPool::sequence(SegmentId id) const {
 }
 
 PoolStats SegmentPool::stats() const {
-  std::lock_guard lock(mu_);
-  PoolStats s = counters_;
-  s.segments = entries_.size();
-  for (const auto& [id, e] : entries_) {
-    const size_t b = e->kv_bytes, d = depth_locked(id);
-    s.count_by_depth[d] += 1;
-    if (e->tier() != Tier::Cold) {
-      s.kv_bytes += b;
-      s.bytes_by_depth[d] += b;
-      s.bytes_by_format[simd::kv_quant_name(e->format)] += b;
+  PoolStats s;
+  std::vector<std::pair<size_t, std::shared_ptr<SegmentFile>>> mapped;  // depth, file
+  {
+    std::lock_guard lock(mu_);
+    s = counters_;
+    s.segments = entries_.size();
+    for (const auto& [id, e] : entries_) {
+      const size_t b = e->kv_bytes, d = depth_locked(id);
+      s.count_by_depth[d] += 1;
+      if (e->tier() != Tier::Cold) {
+        s.kv_bytes += b;
+        s.bytes_by_depth[d] += b;
+        s.bytes_by_format[simd::kv_quant_name(e->format)] += b;
+      }
+      if (e->durable) {
+        s.disk_bytes += e->file_bytes;
+        s.disk_by_depth[d] += e->file_bytes;
+      }
+      switch (e->tier()) {
+        case Tier::Hot:
+          s.hot_segments++, s.hot_bytes += e->resident_bytes();
+          if (e->owned()) s.owned_bytes += e->kv_bytes, s.resident_by_depth[d] += e->kv_bytes;
+          else mapped.emplace_back(d, e->file);
+          break;
+        case Tier::Warm: s.warm_segments++, s.warm_bytes += e->file_bytes; break;
+        case Tier::Cold: s.cold_segments++, s.cold_bytes += e->coded.size(); break;
+      }
     }
-    switch (e->tier()) {
-      case Tier::Hot: s.hot_segments++, s.hot_bytes += b; break;
-      case Tier::Warm: s.warm_segments++, s.warm_bytes += b; break;
-      case Tier::Cold: s.cold_segments++, s.cold_bytes += e->coded.size(); break;
-    }
+    s.tail_bytes = tail_bytes_;
+    s.trie_bytes = trie_.stats().bytes;
   }
-  s.trie_bytes = trie_.stats().bytes;
+  // What the kernel really holds of the mappings (it may reclaim pages of a mapped file).
+  for (const auto& [d, f] : mapped) {
+    const size_t resident = f->resident_bytes();
+    s.resident_by_depth[d] += resident;
+    s.mapped_by_depth[d] += f->file_bytes() - resident;
+  }
+  s.resident_bytes = s.hot_bytes + s.tail_bytes;
   return s;
+}
+
+void SegmentPool::flush_writes() {
+  if (writer_) writer_->flush();
 }
 
 PoolOptions SegmentPool::options() const {
@@ -546,6 +794,39 @@ void SegmentPool::set_eviction(EvictionPolicy policy) {
 void SegmentPool::set_ram_budget(size_t bytes) {
   std::lock_guard lock(mu_);
   options_.ram_budget_bytes = bytes;
+}
+
+Status SegmentPool::check_invariants() const {
+  std::lock_guard lock(mu_);
+  if (Status st = trie_.check_invariants(); !st.ok()) return st;
+  if (trie_.size() != entries_.size()) {
+    return Status::Corruption("the trie holds " + std::to_string(trie_.size()) + " segments, the pool " +
+                              std::to_string(entries_.size()));
+  }
+  for (const auto& [id, e] : entries_) {
+    const std::string which = "segment " + std::to_string(id) + ": ";
+    if (!trie_.contains(id)) return Status::Corruption(which + "missing from the trie");
+    if (e->parent != kNoSegment && !entries_.count(e->parent)) return Status::Corruption(which + "its parent is gone");
+    if (e->segment && (e->segment->id() != id || e->segment->length() != e->length)) {
+      return Status::Corruption(which + "holds another segment's KV");
+    }
+    if (e->file && !e->durable) return Status::Corruption(which + "mapped but not durable");
+    if (e->file && !e->segment) return Status::Corruption(which + "mapped without a segment");
+  }
+  return Status::Ok();
+}
+
+void SegmentPool::assert_invariants_locked() const {
+  mu_.assert_held();
+#ifndef NDEBUG
+  // Debug builds check after every change (LevelDB style); the trie's own check is the costly part.
+  assert(trie_.check_invariants().ok());
+  for (const auto& [id, e] : entries_) {
+    assert(trie_.contains(id));
+    assert(!e->segment || e->segment->id() == id);
+    assert(!e->file || (e->durable && e->segment));
+  }
+#endif
 }
 
 }  // namespace towers

@@ -1,15 +1,28 @@
-// The segment pool: every resident segment, the cache trie that finds them by token prefix, and the
-// policy that decides their format and which ones leave memory first.
+// The segment pool: every segment of the store, the cache trie that finds them by token prefix, the
+// files that keep them across restarts, and the policy that decides their format and which ones leave
+// memory first.
 //
 // Sessions never own shared KV. They lease a tower: the pool matches the longest cached prefix of the
-// session's tokens, pins the segments on that path (so they cannot be evicted while in use) and hands
-// out a Tower whose own tail holds only what was not cached. Exact mode only: a segment is found under
-// the same parent chain it was computed under, so a leased tower computes what monolithic prefill of
-// the same tokens computes (modular placement is an explicit, separate API: engine/modular.h).
+// session's tokens, pins the segments on that path (so they cannot leave memory while in use) and
+// hands out a Tower whose own tail holds only what was not cached. Exact mode only: a segment is found
+// under the same parent chain it was computed under, so a leased tower computes what monolithic
+// prefill of the same tokens computes (modular placement is an explicit, separate API: engine/modular.h).
 //
-// Threading: every method may be called from any thread (one internal mutex), but methods that run
-// the model (add) use the Forward given at construction, which is single-threaded by contract: the
-// daemon calls them from its scheduler thread only.
+// The store (PoolOptions::store_dir set): every segment gets a file (mmapstore/segment_format.h),
+// written once by the writer thread after the segment is created; until the file is durable the
+// segment is served from RAM, then from a read-only mapping of its file (attention reads the mapped
+// bytes in place). A restart adopts the files the daemon's record log names (adopt(): header checks
+// only, O(1) per file) and verifies each payload checksum on its first page-in.
+//
+// Tiers of a segment:  hot   its bytes are in memory: owned RAM, or a mapped and populated file
+//                      warm  its file only (leaving RAM unmaps it; page_in maps, populates, verifies)
+//                      cold  no KV at all: the trie keeps its tokens (and maybe an arithmetic-coded
+//                            copy); it comes back by prefill under its parent chain
+//
+// Threading: every method may be called from any thread (one internal mutex, never held across model
+// work or file I/O), but the methods that run the model (add, thaw) use the Forward given at
+// construction, which is single-threaded by contract: the daemon runs them through its scheduler, and
+// uses the non-blocking pieces (add_cold, page_in, assemble, install) for everything else.
 #pragma once
 #include <chrono>
 #include <filesystem>
@@ -24,10 +37,13 @@
 #include "engine/forward.h"
 #include "engine/segment.h"
 #include "mmapstore/cache_trie.h"
+#include "mmapstore/mutex.h"
+#include "mmapstore/posix_file.h"
 
 namespace towers {
 
-class FileReader;
+class SegmentFile;
+class SegmentWriter;
 
 enum class EvictionPolicy {
   Lru,    // least recently used first
@@ -38,19 +54,17 @@ std::optional<EvictionPolicy> parse_eviction_policy(std::string_view s);
 
 struct PoolOptions {
   DepthPolicy depth;                       // format by depth (platform Q4, community Q6, bot Q8, ...)
-  size_t ram_budget_bytes = 0;             // resident segment KV; 0 = unlimited
+  size_t ram_budget_bytes = 0;             // resident segment KV plus lease tails; 0 = unlimited
   EvictionPolicy eviction = EvictionPolicy::Lru;
-  size_t pin_fan_out = 8;                  // segments with at least this many children are never evicted
+  size_t pin_fan_out = 8;                  // segments with at least this many children never leave RAM
   int32_t max_segment_tokens = 1 << 16;    // refuse longer segments
-  // Warm tier: when set, segments over the budget are written here (same bytes, mmapstore/segment_file.h)
-  // and dropped from RAM instead of being evicted; a lease pages them back in. Empty: budget evicts.
-  std::filesystem::path warm_dir;
+  // The store: segment files live here (seg-<id>.tws) and survive the pool. Empty: RAM only, and
+  // the budget evicts leaves instead of unmapping.
+  std::filesystem::path store_dir;
+  FileSystem* fs = nullptr;                // the file seam (nullptr: posix_fs())
   uint64_t model_fingerprint = 0;          // stamped into segment files; a file of another model is refused
 };
 
-// Hot: KV in RAM. Warm: the same KV bytes in a file only. Cold: no KV anywhere; the tokens (kept by
-// the trie, and optionally an arithmetic-coded copy handed in by the compressor) are thawed by one
-// prefill under the segment's parent chain, which recomputes the same bytes (deterministic kernels).
 enum class Tier { Hot, Warm, Cold };
 std::string_view to_string(Tier t);
 
@@ -58,9 +72,8 @@ struct SegmentOptions {
   std::optional<KvQuant> format;  // overrides the depth policy
   SegmentId id = kNoSegment;      // restore with a known id (persistence); kNoSegment = allocate
   bool pinned = false;            // never evicted (hierarchy bases defined by the operator)
-  std::string label;              // free text for listings ("platform", "bot:helper", ...)
-  // Add the segment cold, without running the model: it holds these coded tokens (a cold tier kept
-  // on disk) and thaws by prefill on its first lease. The caller has checked that they code `tokens`.
+  std::string label;              // free text for listings ("platform", "bot:helper", "session:ID", ...)
+  // Add the segment cold (add_cold), with its tokens arithmetic-coded (may be empty: none kept).
   std::optional<std::vector<uint8_t>> cold;
 };
 
@@ -72,11 +85,12 @@ struct SegmentInfo {
   int32_t begin = 0;              // first position (= length of the parent chain)
   int32_t length = 0;             // tokens
   KvQuant format = KvQuant::F32;
-  size_t kv_bytes = 0;
+  size_t kv_bytes = 0;            // of the KV (0 while cold and never computed)
   uint64_t refcount = 0;          // leases holding it
   size_t fan_out = 0;             // segments directly below
   bool pinned = false;
   Tier tier = Tier::Hot;
+  bool durable = false;           // its file is written and synced
   uint64_t hits = 0;              // leases that used it
   std::chrono::steady_clock::time_point created, last_used;
 };
@@ -84,15 +98,24 @@ struct SegmentInfo {
 struct PoolStats {
   size_t segments = 0;
   size_t kv_bytes = 0;                      // KV of hot and warm segments
-  std::map<size_t, size_t> bytes_by_depth;  // depth -> bytes
+  std::map<size_t, size_t> bytes_by_depth;  // depth -> bytes (hot and warm)
   std::map<size_t, size_t> count_by_depth;
   std::map<std::string, size_t> bytes_by_format;
-  size_t hot_segments = 0, hot_bytes = 0;    // KV resident in RAM
+  size_t hot_segments = 0, hot_bytes = 0;    // KV in memory (owned, or mapped and populated)
+  size_t owned_bytes = 0;                    // ... of which in RAM waiting for their file
   size_t warm_segments = 0, warm_bytes = 0;  // KV on disk only
   size_t cold_segments = 0, cold_bytes = 0;  // cold_bytes: their coded form, when given
+  size_t disk_bytes = 0;                     // segment files on disk (hot and warm)
+  size_t tail_bytes = 0;                     // lease tails (private F32 KV of the requests running)
+  size_t resident_bytes = 0;                 // what the budget counts: hot_bytes + tail_bytes
+  // By depth: bytes in memory (mincore for mappings), mapped but not in memory (the kernel reclaimed
+  // pages of a mapping), and in files on disk.
+  std::map<size_t, size_t> resident_by_depth, mapped_by_depth, disk_by_depth;
   uint64_t page_ins = 0, page_outs = 0;      // warm -> hot, hot -> warm
+  uint64_t files_written = 0, write_errors = 0;
   uint64_t freezes = 0, thaws = 0, thaw_tokens = 0;
   std::string page_in_error;                 // the last failure to page a segment in, if any
+  std::string write_error;                   // the last failure to write a segment file, if any
   uint64_t leases = 0;                      // assemble() calls
   uint64_t lease_hits = 0;                  // ... that reused at least one segment
   uint64_t cached_tokens = 0;               // tokens served from segments instead of prefilled
@@ -106,45 +129,84 @@ struct Lease {
   std::unique_ptr<Tower> tower;
   std::vector<SegmentId> path;  // pinned segments, root first
   size_t cached_tokens = 0;     // tokens covered by the segments (tower->base_length())
+  size_t tail_bytes = 0;        // counted against the budget while leased
+};
+
+// Where a token sequence stands in the pool: the longest cached path and each step's tier.
+struct PathPlan {
+  std::vector<SegmentId> path;  // root first
+  std::vector<Tier> tiers;
+  std::vector<size_t> ends;     // token offset where each step ends
+  bool all_hot() const;
+};
+
+// What the record log says of a segment file at a restart (adopt).
+struct AdoptSpec {
+  SegmentId id = kNoSegment, parent = kNoSegment;
+  std::vector<int32_t> tokens;  // this segment's own tokens
+  SegmentOptions options;       // label, pinned, format
 };
 
 class SegmentPool {
  public:
   SegmentPool(const Model& model, Forward& forward, PoolOptions options = {});
-  ~SegmentPool();
+  ~SegmentPool();  // waits for the files being written; the files stay (they are the store)
 
   // Prefills `tokens` after the whole chain of `parent` (kNoSegment: at the top; the caller includes
   // BOS in a top segment's tokens) and keeps the result as a segment in the format of its depth.
-  // Returns the existing id when exactly this (parent chain, tokens) is already resident.
-  // Errors: unknown parent, empty or too long tokens, a token outside the vocabulary, id in use.
+  // Returns the existing id when exactly this (parent chain, tokens) is already in the pool.
+  // Runs the model (add_cold + thaw).
   Result<SegmentId> add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options = {});
+  // The same segment, cold: indexed by the trie, no KV yet (a build or a thaw computes it). Never
+  // runs the model. An existing identical segment's id is returned as it is.
+  Result<SegmentId> add_cold(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options = {});
+  // A restart: registers the segment from its file, warm, after the open-time checks of
+  // mmapstore/segment_format.h against the spec (parents must be adopted or added first). An error
+  // says why the file cannot be used (the caller adds the segment cold instead and rebuilds it).
+  Status adopt(const AdoptSpec& spec);
+  // Removes files in the store directory that no segment of the pool names (crashed writes, removed
+  // segments whose unlink did not happen, and stray .tmp files). Returns how many went.
+  size_t collect_garbage();
 
-  // Longest resident prefix of `tokens` as a tower with room for the rest plus `extra_capacity`
-  // tokens. At least one token is always left to prefill (the caller needs its logits), so a fully
-  // cached prompt backs off to the previous segment. The caller prefills
-  // tokens[lease.cached_tokens, ...) into lease.tower.
+  // Where `tokens` stands: the longest path of segments (any tier) matching a prefix of them, backed
+  // off so that at least one token is left to prefill.
+  PathPlan plan(std::span<const int32_t> tokens) const;
+  // Brings warm segments into memory: maps, populates and, the first time, verifies each file's
+  // payload checksum. File I/O runs without the pool lock, so another thread may call this while the
+  // model runs. A segment whose file fails is dropped to cold (Corruption: the caller rebuilds it).
+  Status page_in(std::span<const SegmentId> ids);
+
+  // Longest hot prefix of `tokens` as a tower with room for the rest plus `extra_capacity` tokens.
+  // Never runs the model and never waits for the disk: a warm or cold segment ends the reused prefix
+  // (plan + page_in + thaw first to avoid that). At least one token is always left to prefill.
   Result<Lease> assemble(std::span<const int32_t> tokens, int32_t extra_capacity);
+  // A tower over exactly the chain root .. id (all hot), with room for `extra_capacity` tokens: what
+  // a build of a segment under `id` prefills into. NotFound / Unavailable (not hot) otherwise.
+  Result<Lease> lease_chain(SegmentId id, int32_t extra_capacity);
   // Unpins the lease's segments (the tower is destroyed). Safe on an empty lease.
   void release(Lease& lease);
 
-  // Turns the lease's tail (whose tokens the caller passes) into a resident segment under the lease's
-  // last segment, so later requests with this prefix find it; the lease keeps working on it.
+  // Turns the lease's tail (whose tokens the caller passes) into a segment under the lease's last
+  // segment, so later requests with this prefix find it; the lease keeps working on it.
   Result<SegmentId> seal(Lease& lease, std::vector<int32_t> tail_tokens, const SegmentOptions& options = {});
+  // Completes a build: the cold segment `id` gets its KV (computed under its parent chain); it is
+  // hot now and its file is queued for writing.
+  Status install(SegmentId id, std::shared_ptr<const Segment> segment);
 
-  // Removes a segment nobody leases and nothing depends on. The error says why it refused.
+  // Removes a segment nobody leases and nothing depends on, and its file. The error says why not.
   Status remove(SegmentId id);
-  // Brings resident bytes within the budget, choosing unpinned, unleased segments by the policy: with a
-  // warm tier they are written to disk and dropped from RAM (any depth: they stay in the trie); without
-  // one, leaves are evicted. Returns how many segments left RAM.
+  // Brings resident bytes (hot KV + lease tails) within the budget, choosing unpinned, unleased
+  // segments by the policy: durable ones are unmapped (warm); without a store, leaves are evicted.
+  // Cheap when within budget. Returns how many segments left memory.
   size_t enforce_budget();
 
   // Cold tier. Segments nobody leased for `idle_for` (unpinned, not cold yet), least recent first.
   std::vector<SegmentId> idle(std::chrono::steady_clock::duration idle_for) const;
-  // Drops a segment's KV (RAM and warm file) and keeps `coded` (its tokens arithmetic-coded by the
-  // caller; may be empty). Refused while it is leased or pinned. The next lease through it thaws it.
+  // Drops a segment's KV (RAM and file) and keeps `coded` (its tokens arithmetic-coded by the
+  // caller; may be empty). Refused while it is leased or pinned. A thaw brings it back.
   Status freeze(SegmentId id, std::vector<uint8_t> coded);
-  // Brings a segment (and its parents) back to RAM: pages in warm ones, thaws cold ones by prefill.
-  // Runs the model: scheduler thread only.
+  // Brings a segment (and its parents) back to memory: pages in warm ones, thaws cold ones by
+  // prefill. Runs the model.
   Status thaw(SegmentId id);
   // The coded form given to freeze (empty when none or not cold).
   std::vector<uint8_t> coded(SegmentId id) const;
@@ -156,40 +218,48 @@ class SegmentPool {
   // The full token sequence (parent chain + own tokens) a segment stands for.
   Result<std::vector<int32_t>> sequence(SegmentId id) const;
   PoolStats stats() const;
+  // Waits until every segment file queued so far is written (tests, shutdown, benchmarks).
+  void flush_writes();
+  // The store file of a segment id (whether or not it exists).
+  std::filesystem::path file_path(SegmentId id) const;
 
   PoolOptions options() const;
   void set_eviction(EvictionPolicy policy);
   void set_ram_budget(size_t bytes);
+  // Debug builds check the pool's invariants after every change; tests call it too.
+  Status check_invariants() const;
 
  private:
   struct Entry;
-  Result<SegmentId> add_locked(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options,
-                               std::unique_lock<std::mutex>& lock);
-  // The segments from the top down to id, paged in when warm and thawed when cold.
-  Result<SegmentId> add_cold_locked(SegmentId id, SegmentId parent, std::span<const int32_t> sequence, size_t length,
-                                    const SegmentOptions& options);
-  Result<std::vector<std::shared_ptr<const Segment>>> chain_locked(SegmentId id, std::unique_lock<std::mutex>& lock);
-  Status page_in_locked(std::span<const SegmentId> ids);
-  // Thaws the cold ones among ids (root first, each id's parent before it) by prefill. Unlocks while
-  // the model runs; the ids are pinned meanwhile. Stops at the first failure.
-  Status thaw_locked(std::span<const SegmentId> ids, std::unique_lock<std::mutex>& lock);
-  Status page_out_locked(SegmentId id, Entry& e);
-  static void drop_file(Entry& e);
-  // options.id when free (restoring), else the next unused id.
+  Result<SegmentId> add_cold_locked(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options);
+  // Prefills the cold segment `id` under its (hot) parent chain and installs it (a thaw when it had
+  // been computed before). Unlocks while the model runs; the chain is pinned meanwhile.
+  Status prefill_under_chain(SegmentId id, bool thawing, std::unique_lock<Mutex>& lock);
+  // Pages in and computes every segment of the chain root .. id; `fresh` is being added (not a thaw).
+  Status compute_chain(SegmentId id, SegmentId fresh);
+  std::vector<SegmentId> chain_ids_locked(SegmentId id) const;  // root first
+  void install_locked(Entry& e, std::shared_ptr<const Segment> seg);
+  void on_written(SegmentId id, const std::filesystem::path& path, const Status& status);
+  void drop_kv_locked(Entry& e);  // to warm (when durable) or cold
+  void delete_file_locked(Entry& e);
   Result<SegmentId> allocate_id_locked(const SegmentOptions& options);
-  static std::unique_ptr<Entry> make_entry(std::shared_ptr<const Segment> seg, const SegmentOptions& options);
+  size_t resident_locked() const;
   SegmentInfo info_locked(const Entry& e) const;
   size_t depth_locked(SegmentId id) const;
+  uint64_t context_xxh3_locked(SegmentId parent) const;
+  void assert_invariants_locked() const;
 
   const Model& model_;
   Forward& forward_;
   PoolOptions options_;
-  mutable std::mutex mu_;
+  FileSystem& fs_;
+  mutable Mutex mu_;
   CacheTrie trie_;
   std::map<SegmentId, std::unique_ptr<Entry>> entries_;
   SegmentId next_id_ = 1;
+  size_t tail_bytes_ = 0;  // of leases not yet released
   PoolStats counters_;
-  std::unique_ptr<FileReader> reader_;
+  std::unique_ptr<SegmentWriter> writer_;  // last member: its thread calls back into the pool
 };
 
 }  // namespace towers

@@ -211,11 +211,12 @@ TEST_CASE("a leased or parent segment is never removed; eviction follows the pol
     CHECK(!pool.remove(leaves[1]).ok());
 
     const size_t leaf_bytes = pool.info(leaves[0])->kv_bytes;
-    pool.set_ram_budget(pool.stats().kv_bytes - leaf_bytes);  // room for one leaf fewer
+    // The budget counts the held lease's tail too: room for one leaf fewer than what is resident.
+    pool.set_ram_budget(pool.stats().resident_bytes - leaf_bytes);
     CHECK(pool.enforce_budget() == 1);
     const SegmentId expect_gone = policy == EvictionPolicy::Lru ? leaves[0] : leaves[3];
     CHECK(!pool.info(expect_gone).has_value());
-    pool.set_ram_budget(pool.stats().kv_bytes - leaf_bytes);
+    pool.set_ram_budget(pool.stats().resident_bytes - leaf_bytes);
     CHECK(pool.enforce_budget() == 1);
     const SegmentId second = policy == EvictionPolicy::Lru ? leaves[3] : leaves[2];
     CHECK(!pool.info(second).has_value());
@@ -261,12 +262,12 @@ TEST_CASE("sealing a session's tail lets the next request with that prefix reuse
   pool.release(*again);
 }
 
-TEST_CASE("over budget, segments go warm (to disk) and come back on the next lease, exactly") {
+TEST_CASE("over budget, segments go warm (unmapped, on disk) and come back by page_in, exactly") {
   Fixture f;
   PoolOptions o = exact_f32();
-  o.warm_dir = test::temp_dir() / "warm-pool";
-  std::filesystem::remove_all(o.warm_dir);
-  std::filesystem::create_directories(o.warm_dir);
+  o.store_dir = test::temp_dir() / "warm-pool";
+  std::filesystem::remove_all(o.store_dir);
+  std::filesystem::create_directories(o.store_dir);
   o.model_fingerprint = 99;
   SegmentPool pool(*f.model, f.fwd, o);
   auto sys = random_tokens(f.rng, 24, f.vocab()), bot = random_tokens(f.rng, 12, f.vocab()),
@@ -274,8 +275,11 @@ TEST_CASE("over budget, segments go warm (to disk) and come back on the next lea
   auto base = pool.add(kNoSegment, sys).value();
   auto b = pool.add(base, bot).value();
   auto all = concat({sys, bot, user});
+  pool.flush_writes();
+  CHECK(pool.info(b)->durable);
 
   auto logits_of = [&](SegmentPool& p) {
+    (void)p.page_in(p.plan(all).path);
     auto l = p.assemble(all, 0);
     REQUIRE(l.ok());
     CHECK(l->cached_tokens == 36);
@@ -291,21 +295,33 @@ TEST_CASE("over budget, segments go warm (to disk) and come back on the next lea
   CHECK(st.warm_segments == 2);
   CHECK(st.hot_bytes == 0);
   CHECK(pool.info(base)->tier == Tier::Warm);
-  CHECK(std::distance(std::filesystem::directory_iterator(o.warm_dir), {}) == 2);
+  CHECK(std::distance(std::filesystem::directory_iterator(o.store_dir), {}) == 2);
+  auto plan = pool.plan(all);
+  CHECK(plan.path == std::vector<SegmentId>{base, b});
+  CHECK(!plan.all_hot());
+  auto unpaged = pool.assemble(all, 0);  // never waits for the disk: warm segments end the prefix
+  REQUIRE(unpaged.ok());
+  CHECK(unpaged->cached_tokens == 0);
+  pool.release(*unpaged);
 
   CHECK(logits_of(pool) == hot);  // paged in: the same bytes, the same logits
   st = pool.stats();
   CHECK(st.page_ins == 2);
   CHECK(st.hot_segments == 2);
 
-  // A damaged warm file is never served: the lease stops before it and the caller prefills more.
+  // A damaged warm file is never served: page_in drops the segment to cold, the lease stops before
+  // it and the caller prefills more.
   CHECK(pool.enforce_budget() == 2);
-  for (auto& entry : std::filesystem::directory_iterator(o.warm_dir)) {
-    if (entry.path().filename().string().find(std::to_string(b)) == std::string::npos) continue;
-    std::fstream file(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
-    file.seekp(200);
+  {
+    const auto victim = pool.file_path(b);
+    const auto size = std::filesystem::file_size(victim);
+    std::fstream file(victim, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(size - 10));  // inside V: only the payload checksum sees it
     file.put('\x7f');
   }
+  CHECK(pool.page_in(pool.plan(all).path).is_corruption());
+  CHECK(pool.info(b)->tier == Tier::Cold);
+  CHECK(!std::filesystem::exists(pool.file_path(b)));
   auto l = pool.assemble(all, 0);
   REQUIRE(l.ok());
   CHECK(l->cached_tokens == 24);
@@ -316,7 +332,7 @@ TEST_CASE("over budget, segments go warm (to disk) and come back on the next lea
   CHECK(max_abs_diff(tail, hot) < 1e-4);
   pool.release(*l);
   CHECK(pool.remove(b).ok());
-  CHECK(std::distance(std::filesystem::directory_iterator(o.warm_dir), {}) == 1);
+  CHECK(std::distance(std::filesystem::directory_iterator(o.store_dir), {}) == 1);
 }
 
 TEST_CASE("idle segments freeze to cold (no KV anywhere) and thaw by prefill to the same bytes") {
@@ -327,7 +343,7 @@ TEST_CASE("idle segments freeze to cold (no KV anywhere) and thaw by prefill to 
        user = random_tokens(f.rng, 4, f.vocab());
   auto base = pool.add(kNoSegment, sys).value();
   auto b = pool.add(base, bot).value();
-  const auto base_k = pool.get(base)->k_bytes(), bot_v = pool.get(b)->v_bytes();
+  const auto base_k = test::to_vec(pool.get(base)->k_bytes()), bot_v = test::to_vec(pool.get(b)->v_bytes());
   auto all = concat({sys, bot, user});
   auto l = pool.assemble(all, 0);
   std::vector<float> hot;
@@ -349,14 +365,15 @@ TEST_CASE("idle segments freeze to cold (no KV anywhere) and thaw by prefill to 
   CHECK(st.kv_bytes == 0);
   CHECK(st.cold_bytes == 3);
 
-  auto again = pool.assemble(all, 0);  // thaws base, then bot under it
+  REQUIRE(pool.thaw(b).ok());  // thaws base, then bot under it
+  auto again = pool.assemble(all, 0);
   REQUIRE(again.ok());
   CHECK(again->cached_tokens == 30);
   std::vector<float> thawed;
   REQUIRE(f.fwd.eval(*again->tower, user, Logits::All, thawed).ok());
   CHECK(thawed == hot);
-  CHECK(pool.get(base)->k_bytes() == base_k);
-  CHECK(pool.get(b)->v_bytes() == bot_v);
+  CHECK(test::to_vec(pool.get(base)->k_bytes()) == base_k);
+  CHECK(test::to_vec(pool.get(b)->v_bytes()) == bot_v);
   CHECK(pool.stats().thaws == 2);
   CHECK(pool.stats().thaw_tokens == 30);
   CHECK(pool.coded(b).empty());
@@ -376,7 +393,7 @@ TEST_CASE("a segment added cold (a cold tier restored from disk) runs no model u
   auto sys = random_tokens(f.rng, 20, f.vocab()), bot = random_tokens(f.rng, 10, f.vocab()),
        user = random_tokens(f.rng, 4, f.vocab());
   auto hb = hot_pool.add(hot_pool.add(kNoSegment, sys).value(), bot).value();
-  const auto want_v = hot_pool.get(hb)->v_bytes();
+  const auto want_v = test::to_vec(hot_pool.get(hb)->v_bytes());
 
   SegmentPool pool(*f.model, f.fwd, o);
   SegmentOptions cold;
@@ -392,11 +409,16 @@ TEST_CASE("a segment added cold (a cold tier restored from disk) runs no model u
   CHECK(pool.stats().cold_segments == 2);
   CHECK(pool.stats().thaws == 0);
 
+  auto cold_lease = pool.assemble(concat({sys, bot, user}), 0);  // cold segments end the prefix
+  CHECK(cold_lease->cached_tokens == 0);
+  pool.release(*cold_lease);
+  CHECK(pool.stats().thaws == 0);
+  REQUIRE(pool.thaw(b.value()).ok());
   auto l = pool.assemble(concat({sys, bot, user}), 0);
   REQUIRE(l.ok());
   CHECK(l->cached_tokens == 30);
   CHECK(pool.stats().thaws == 2);
-  CHECK(pool.get(b.value())->v_bytes() == want_v);
+  CHECK(test::to_vec(pool.get(b.value())->v_bytes()) == want_v);
   CHECK(pool.info(b.value())->kv_bytes == hot_pool.info(hb)->kv_bytes);
   pool.release(*l);
 }

@@ -2,7 +2,9 @@
 #pragma once
 #include <cstdlib>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 #include <hwy/targets.h>
@@ -23,6 +25,12 @@ inline std::filesystem::path shared_file(const std::string& rel) {
     return {};
   }
   return p;
+}
+
+// A copy of a span's elements (segment bytes are views; tests keep what they compare).
+template <class T>
+std::vector<std::remove_const_t<T>> to_vec(std::span<T> s) {
+  return {s.begin(), s.end()};
 }
 
 inline std::filesystem::path temp_dir() {

@@ -1,0 +1,54 @@
+// The segment writer: one background thread that writes segment files, so the model thread never
+// waits on the disk. Files are written in batches: every file of a batch is written to its .tmp and
+// synced, then all are renamed and one fsync of the directory makes the whole batch durable (group
+// commit). `done` runs on the writer thread once per job, in submission order, after its file is
+// durable or failed.
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/segment.h"
+#include "mmapstore/posix_file.h"
+
+namespace towers {
+
+class SegmentWriter {
+ public:
+  struct Job {
+    std::shared_ptr<const Segment> segment;
+    std::filesystem::path path;
+    uint64_t context_xxh3 = 0;  // of the parent chain's tokens (mmapstore/segment_format.h)
+  };
+  using Done = std::function<void(const Job& job, const Status& status)>;
+
+  SegmentWriter(FileSystem& fs, uint64_t model_fingerprint, Done done);
+  ~SegmentWriter();  // writes what is queued, then stops
+  SegmentWriter(const SegmentWriter&) = delete;
+  SegmentWriter& operator=(const SegmentWriter&) = delete;
+
+  void submit(Job job);
+  // Waits until every job submitted before the call is done (tests, shutdown, benchmarks).
+  void flush();
+  size_t pending() const;  // submitted, not done yet
+
+ private:
+  void loop();
+  void write_batch(std::deque<Job>& batch);
+
+  FileSystem& fs_;
+  const uint64_t fingerprint_;
+  Done done_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_, idle_;
+  std::deque<Job> queue_;
+  size_t in_flight_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace towers

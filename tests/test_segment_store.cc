@@ -1,0 +1,198 @@
+// The persistent store: every segment gets a file written off the caller's thread, is served from
+// the mapping once the file is durable, and comes back in another pool (a restart) by adopt() —
+// header checks only — with its payload verified on first page-in, without running the model.
+#include <fstream>
+#include <random>
+
+#include "mmapstore/segment_file.h"
+#include "mmapstore/segment_pool.h"
+#include "model_fixtures.h"
+#include "test_support.h"
+
+using namespace towers;
+
+namespace {
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
+  std::uniform_int_distribution<int32_t> d(3, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& t : v) t = d(rng);
+  return v;
+}
+
+std::vector<int32_t> concat(std::initializer_list<std::span<const int32_t>> parts) {
+  std::vector<int32_t> out;
+  for (auto p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+struct Store {
+  std::unique_ptr<Model> model = test::synth_tiny("store", "f16");
+  ThreadPool threads{1};
+  Forward fwd{*model, threads, Kernels::Reference};
+  std::mt19937 rng{7};
+  PoolOptions options;
+  explicit Store(const std::string& name) {
+    options.store_dir = test::temp_dir() / name;
+    std::filesystem::remove_all(options.store_dir);
+    std::filesystem::create_directories(options.store_dir);
+    options.model_fingerprint = 1234;
+  }
+  int vocab() const { return model->config().n_vocab; }
+  // Logits of `user` after the longest cached prefix of all (paged in first).
+  std::vector<float> logits(SegmentPool& pool, std::span<const int32_t> all, size_t expect_cached) {
+    (void)pool.page_in(pool.plan(all).path);
+    auto l = pool.assemble(all, 0);
+    REQUIRE(l.ok());
+    CHECK(l->cached_tokens == expect_cached);
+    std::vector<float> out;
+    REQUIRE(fwd.eval(*l->tower, all.subspan(l->cached_tokens), Logits::All, out).ok());
+    pool.release(*l);
+    return out;
+  }
+};
+
+size_t files_in(const std::filesystem::path& dir) {
+  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(dir), {}));
+}
+
+}  // namespace
+
+TEST_CASE("segments move from RAM to their mapped file once it is durable, with the same logits") {
+  Store s("store-swap");
+  SegmentPool pool(*s.model, s.fwd, s.options);
+  auto sys = random_tokens(s.rng, 20, s.vocab()), bot = random_tokens(s.rng, 8, s.vocab()),
+       user = random_tokens(s.rng, 4, s.vocab());
+  auto base = pool.add(kNoSegment, sys).value();
+  auto b = pool.add(base, bot).value();
+  auto all = concat({sys, bot, user});
+  auto l = s.logits(pool, all, 28);  // served from RAM, or from the mapping if the writer was quick
+  pool.flush_writes();
+  CHECK(pool.info(base)->durable);
+  CHECK(pool.info(b)->durable);
+  auto st = pool.stats();
+  CHECK(st.files_written == 2);
+  CHECK(st.owned_bytes == 0);  // both now read their mappings
+  CHECK(st.disk_bytes == std::filesystem::file_size(pool.file_path(base)) + std::filesystem::file_size(pool.file_path(b)));
+  CHECK(st.hot_bytes == st.disk_bytes);
+  CHECK(s.logits(pool, all, 28) == l);
+  CHECK(files_in(s.options.store_dir) == 2);
+}
+
+TEST_CASE("a restart adopts the files (no model run), verifies them on first use and serves the same logits") {
+  Store s("store-adopt");
+  auto sys = random_tokens(s.rng, 16, s.vocab()), bot = random_tokens(s.rng, 8, s.vocab()),
+       turn = random_tokens(s.rng, 6, s.vocab()), user = random_tokens(s.rng, 3, s.vocab());
+  SegmentId base, b, t;
+  std::vector<float> before;
+  {
+    SegmentPool pool(*s.model, s.fwd, s.options);
+    base = pool.add(kNoSegment, sys).value();
+    b = pool.add(base, bot).value();
+    // A session turn: prefilled into a lease's tail, then sealed (transcript format).
+    auto lease = pool.assemble(concat({sys, bot, turn}), 0);
+    REQUIRE(lease.ok());
+    std::vector<float> ignore;
+    REQUIRE(s.fwd.eval(*lease->tower, turn, Logits::Last, ignore).ok());
+    t = pool.seal(*lease, turn).value();
+    pool.release(*lease);
+    before = s.logits(pool, concat({sys, bot, turn, user}), 30);
+    pool.flush_writes();
+  }  // the pool goes; its files stay
+  CHECK(files_in(s.options.store_dir) == 3);
+
+  ThreadPool threads(1);
+  Forward counting(*s.model, threads, Kernels::Reference);
+  SegmentPool pool(*s.model, counting, s.options);
+  auto spec = [&](SegmentId id, SegmentId parent, const std::vector<int32_t>& toks) {
+    AdoptSpec a;
+    a.id = id;
+    a.parent = parent;
+    a.tokens = toks;
+    return a;
+  };
+  REQUIRE(pool.adopt(spec(base, kNoSegment, sys)).ok());
+  REQUIRE(pool.adopt(spec(b, base, bot)).ok());
+  REQUIRE(pool.adopt(spec(t, b, turn)).ok());
+  CHECK(pool.adopt(spec(t, b, turn)).ok());  // twice (sessions sharing a segment): the same one
+  CHECK(pool.info(t)->tier == Tier::Warm);
+  CHECK(pool.stats().hot_bytes == 0);
+  CHECK(pool.stats().thaws == 0);
+  CHECK(s.logits(pool, concat({sys, bot, turn, user}), 30) == before);
+  CHECK(pool.stats().page_ins == 3);
+  CHECK(pool.stats().thaws == 0);  // no prefill of any segment
+  // New segments get fresh ids beyond the adopted ones.
+  auto more = pool.add(t, random_tokens(s.rng, 2, s.vocab()));
+  REQUIRE(more.ok());
+  CHECK(more.value() > std::max({base, b, t}));
+}
+
+TEST_CASE("adopt refuses a file that disagrees with the record log, and garbage is collected") {
+  Store s("store-refuse");
+  auto sys = random_tokens(s.rng, 12, s.vocab()), bot = random_tokens(s.rng, 5, s.vocab());
+  SegmentId base, b;
+  {
+    SegmentPool pool(*s.model, s.fwd, s.options);
+    base = pool.add(kNoSegment, sys).value();
+    b = pool.add(base, bot).value();
+    pool.flush_writes();
+  }
+  std::ofstream(s.options.store_dir / "seg-999.tws") << "left by a crash";
+  std::ofstream(s.options.store_dir / "seg-5.tws.tmp") << "half written";
+  SegmentPool pool(*s.model, s.fwd, s.options);
+  AdoptSpec top;
+  top.id = base;
+  top.tokens = sys;
+  AdoptSpec wrong = top;
+  wrong.tokens[3] ^= 1;
+  auto st = pool.adopt(wrong);
+  CHECK(st.is_corruption());
+  CHECK(st.message().find("other tokens") != std::string::npos);
+  AdoptSpec child;
+  child.id = b;
+  child.parent = base;
+  child.tokens = bot;
+  CHECK(pool.adopt(child).is_not_found());  // its parent is not adopted (yet)
+  REQUIRE(pool.adopt(top).ok());
+  AdoptSpec missing = child;
+  missing.id = 77;
+  CHECK(pool.adopt(missing).is_not_found());
+  REQUIRE(pool.adopt(child).ok());
+  CHECK(pool.collect_garbage() == 2);
+  CHECK(files_in(s.options.store_dir) == 2);
+  CHECK(pool.check_invariants().ok());
+}
+
+TEST_CASE("the RAM budget counts mapped segments and lease tails, and holds under a larger working set") {
+  Store s("store-budget");
+  SegmentPool pool(*s.model, s.fwd, s.options);
+  auto sys = random_tokens(s.rng, 8, s.vocab());
+  auto base = pool.add(kNoSegment, sys).value();
+  std::vector<std::vector<int32_t>> bots;
+  for (int i = 0; i < 12; ++i) {
+    bots.push_back(random_tokens(s.rng, 10, s.vocab()));
+    REQUIRE(pool.add(base, bots.back()).ok());
+  }
+  pool.flush_writes();
+  const size_t one = pool.info(base)->kv_bytes;
+  pool.set_ram_budget(4 * one);  // the working set is about 12 bot segments: three times the budget
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& bt : bots) {
+      auto all = concat({sys, bt, random_tokens(s.rng, 2, s.vocab())});
+      (void)pool.page_in(pool.plan(all).path);
+      auto l = pool.assemble(all, 0);
+      REQUIRE(l.ok());
+      CHECK(l->cached_tokens == 18);
+      pool.release(*l);
+      pool.enforce_budget();
+      auto st = pool.stats();
+      CHECK(st.resident_bytes <= 4 * one + one);  // within the budget plus what is leased
+      CHECK(st.tail_bytes == 0);
+    }
+  }
+  auto st = pool.stats();
+  CHECK(st.page_outs > 0);
+  CHECK(st.page_ins > 0);
+  CHECK(st.warm_segments > 0);
+  CHECK(pool.check_invariants().ok());
+}
