@@ -6,6 +6,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "daemon/api_views.h"
 #include "daemon/catalog.h"
 #include "daemon/config.h"
 #include "engine/codec.h"
@@ -79,13 +80,13 @@ int with_offline_state(const OfflineOptions& o, Work work) {
   po.model_fingerprint = fingerprint;
   SegmentPool pool(m, forward, po);  // runs no model here: the catalog only reads its definitions
   PromptBuilder prompts(m.tokenizer(), family.value());
-  std::vector<StateStore::Replayed> records;
+  std::vector<Record> records;
   std::vector<std::string> problems;
   auto store = StateStore::open(cfg.state_dir, records, problems);
   if (!store.ok()) return fail(store.error());
   Catalog catalog(m, pool, prompts, *store.value(), cfg, fingerprint);
   for (const auto& r : records) {
-    if (std::string p = catalog.apply(r); !p.empty()) problems.push_back(std::move(p));
+    if (Status st = catalog.apply(r); !st.ok()) problems.push_back(st.message());
   }
   if (!catalog.model_changed()) {
     for (const auto& p : problems) std::fprintf(stderr, "towerctl: warning: %s\n", p.c_str());
@@ -113,11 +114,10 @@ int compress_offline(const ColdOpts& o) {
         ++failed;
         continue;
       }
-      const json s = catalog.segment_json(name);
-      const double tokens = s.value("tokens", 0.0);
-      std::printf("%s: %s tokens -> %s coded (%.2f bits/token); restarts cold\n", name.c_str(),
-                  std::to_string(s.value("tokens", 0)).c_str(), format_bytes(bytes.value()).c_str(),
-                  tokens > 0 ? 8.0 * double(bytes.value()) / tokens : 0.0);
+      auto s = catalog.segment(name);
+      const size_t tokens = s.ok() ? s->tokens : 0;
+      std::printf("%s: %zu tokens -> %s coded (%.2f bits/token); restarts cold\n", name.c_str(), tokens,
+                  format_bytes(bytes.value()).c_str(), tokens > 0 ? 8.0 * double(bytes.value()) / double(tokens) : 0.0);
     }
     if (names.empty()) std::printf("no segment is idle that long (or all are cold already)\n");
     return failed ? 1 : 0;
@@ -127,7 +127,9 @@ int compress_offline(const ColdOpts& o) {
 int thaw_offline(const ColdOpts& o) {
   return with_offline_state(o.offline, [&](daemon::Catalog& catalog, const Codec&, Forward&, CodecOptions) {
     if (Status st = catalog.set_hot(o.segment); !st.ok()) return fail(st.message());
-    print_segment(catalog.segment_json(o.segment));
+    auto s = catalog.segment(o.segment);
+    if (!s.ok()) return fail(s.error());
+    print_segment(daemon::segment_json(s.value()));
     return 0;
   });
 }

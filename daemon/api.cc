@@ -3,9 +3,9 @@
 //   GET /v1/pool            segments by tier and depth, bytes, hits, sessions warm/cold, latency
 //   GET/PUT /v1/policy      {"eviction":"lru"|"lindy","ram_budget":"2G"|bytes} (runtime; SIGHUP rereads the file)
 //   GET /metrics            Prometheus text format
+#include <algorithm>
 #include <sstream>
 
-#include "daemon/http_error.h"
 #include "daemon/log.h"
 #include "daemon/service.h"
 
@@ -19,20 +19,58 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 void send_json(HttpResponder& out, int status, const json& j) { out.send(status, "application/json", dump(j) + "\n"); }
 
-json parse_body(const HttpRequest& req) {
-  if (req.body.empty()) throw bad_request("the request body is empty; a JSON object is expected");
-  json j;
+ApiStatus reply(HttpResponder& out, const json& j) {
+  send_json(out, 200, j);
+  return {};
+}
+
+void send_error(HttpResponder& out, const ApiStatus& e) {
+  if (out.responded()) return;
+  const ErrorReply r = error_reply(e);
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (r.retry_after > 0) headers.push_back({"Retry-After", std::to_string(r.retry_after)});
+  out.send(r.http_status, "application/json", dump(r.body) + "\n", headers);
+}
+
+ApiStatus wrong_method(const char* allowed) {
+  return ApiStatus(Status::InvalidArgument(std::string("use ") + allowed), "", "method_not_allowed");
+}
+
+ApiStatus parse_body(const HttpRequest& req, json* body) {
+  if (req.body.empty()) return Status::InvalidArgument("the request body is empty; a JSON object is expected");
   try {
-    j = json::parse(req.body);
+    *body = json::parse(req.body);
   } catch (const json::parse_error& e) {
     std::string what = e.what();
     if (what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos) {
-      throw bad_request("the body is not valid UTF-8 JSON: " + what);
+      return Status::InvalidArgument("the body is not valid UTF-8 JSON: " + what);
     }
-    throw bad_request("malformed JSON: " + what);
+    return Status::InvalidArgument("malformed JSON: " + what);
   }
-  if (!j.is_object()) throw bad_request("the body must be a JSON object");
-  return j;
+  if (!body->is_object()) return Status::InvalidArgument("the body must be a JSON object");
+  return {};
+}
+
+ApiStatus string_field(const json& body, const char* key, bool required, std::string* out) {
+  out->clear();
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) {
+    return required ? invalid_field(key, std::string("\"") + key + "\" is required") : ApiStatus();
+  }
+  if (!it->is_string()) return invalid_field(key, std::string("\"") + key + "\" must be a string");
+  *out = it->get<std::string>();
+  return {};
+}
+
+ApiStatus known_fields(const json& body, std::initializer_list<std::string_view> known) {
+  for (const auto& [k, v] : body.items()) {
+    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
+    std::string list;
+    for (std::string_view f : known) list += (list.empty() ? "" : ", ") + std::string(f);
+    return ApiStatus(Status::InvalidArgument("unknown field \"" + k + "\" (this endpoint takes " + list + ")"), k,
+                     "unknown_parameter");
+  }
+  return {};
 }
 
 namespace {
@@ -131,23 +169,22 @@ std::string metrics_text(Service& svc) {
   return o.str();
 }
 
-void handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out) {
+ApiStatus handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out) {
   if (req.method == "PUT" || req.method == "POST") {
-    json b = parse_body(req);
+    json b;
+    if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+    if (ApiStatus e = known_fields(b, {"eviction", "ram_budget"}); !e.ok()) return e;
     std::optional<EvictionPolicy> ev;
     std::optional<uint64_t> budget;
-    for (auto& [k, v] : b.items()) {
-      if (k != "eviction" && k != "ram_budget") throw bad_request("unknown policy field \"" + k + "\" (eviction, ram_budget)");
-    }
     if (b.contains("eviction")) {
       if (!b["eviction"].is_string() || !(ev = parse_eviction_policy(b["eviction"].get<std::string>()))) {
-        throw bad_request("\"eviction\" must be \"lru\" or \"lindy\"");
+        return invalid_field("eviction", "\"eviction\" must be \"lru\" or \"lindy\"");
       }
     }
     if (b.contains("ram_budget")) {
       if (b["ram_budget"].is_number_unsigned()) budget = b["ram_budget"].get<uint64_t>();
       else if (b["ram_budget"].is_string()) budget = parse_size(b["ram_budget"].get<std::string>());
-      if (!budget) throw bad_request("\"ram_budget\" must be a byte count or a size such as \"2G\" (0 = unlimited)");
+      if (!budget) return invalid_field("ram_budget", "\"ram_budget\" must be a byte count or a size such as \"2G\" (0 = unlimited)");
     }
     if (ev) svc.pool.set_eviction(*ev);
     if (budget) svc.pool.set_ram_budget(*budget);
@@ -156,17 +193,17 @@ void handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out) {
     log_info("policy set: eviction " + std::string(to_string(po.eviction)) + ", ram budget " +
              (po.ram_budget_bytes ? format_size(po.ram_budget_bytes) : std::string("unlimited")));
   } else if (req.method != "GET") {
-    throw HttpError(405, "invalid_request_error", "use GET or PUT");
+    return wrong_method("GET or PUT");
   }
   PoolOptions po = svc.pool.options();
-  send_json(out, 200, {{"eviction", std::string(to_string(po.eviction))}, {"ram_budget", po.ram_budget_bytes},
+  return reply(out, {{"eviction", std::string(to_string(po.eviction))}, {"ram_budget", po.ram_budget_bytes},
                        {"ram_budget_text", po.ram_budget_bytes ? format_size(po.ram_budget_bytes) : "unlimited"},
                        {"pin_fan_out", po.pin_fan_out}});
 }
 
 }  // namespace
 
-void handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
+ApiStatus handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
   if (req.path == "/healthz") {
     handled = true;
     const char* status = svc.stopping ? "stopping" : svc.ready ? "ok" : "starting";
@@ -174,12 +211,13 @@ void handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool
               {"active", svc.scheduler.active()}, {"sessions", svc.catalog.session_count()},
               {"segments", svc.catalog.segment_count()},
               {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - svc.started).count()}};
-    return send_json(out, svc.ready && !svc.stopping ? 200 : 503, j);
+    send_json(out, svc.ready && !svc.stopping ? 200 : 503, j);
+    return {};
   }
   if (req.path == "/v1/pool") {
     handled = true;
-    if (req.method != "GET") throw HttpError(405, "invalid_request_error", "use GET");
-    return send_json(out, 200, pool_json(svc));
+    if (req.method != "GET") return wrong_method("GET");
+    return reply(out, pool_json(svc));
   }
   if (req.path == "/v1/policy") {
     handled = true;
@@ -187,8 +225,9 @@ void handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool
   }
   if (req.path == "/metrics") {
     handled = true;
-    return out.send(200, "text/plain; version=0.0.4", metrics_text(svc));
+    out.send(200, "text/plain; version=0.0.4", metrics_text(svc));
   }
+  return {};
 }
 
 }  // namespace api
@@ -205,26 +244,24 @@ void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out) {
       route = std::string(prefix) + "{id}" + (slash == std::string::npos ? "" : rest.substr(slash));
     }
   }
-  try {
-    bool handled = false;
-    if (!svc.ready && req.path != "/healthz") {
-      HttpError e(503, "overloaded_error", "the daemon is starting (restoring its state); retry shortly");
-      e.retry_after = 1;
-      throw e;
-    }
-    api::handle_admin(svc, req, out, handled);
-    if (!handled) api::handle_openai(svc, req, out, handled);
-    if (!handled) api::handle_towers(svc, req, out, handled);
-    if (!handled) throw not_found("no such endpoint: " + req.method + " " + req.path);
-    if (!out.responded()) throw HttpError(500, "server_error", "no response");
-  } catch (const HttpError& e) {
-    status = e.status;
-    json j = {{"error", {{"message", e.what()}, {"type", e.type}, {"code", e.status}}}};
-    std::vector<std::pair<std::string, std::string>> headers;
-    if (e.retry_after > 0) headers.push_back({"Retry-After", std::to_string(e.retry_after)});
-    if (!out.responded()) out.send(e.status, "application/json", api::dump(j) + "\n", headers);
-    if (e.status >= 500) log_warn(req.method + " " + req.path + ": " + std::to_string(e.status) + " " + e.what());
-    else log_debug(req.method + " " + req.path + ": " + std::to_string(e.status) + " " + e.what());
+  ApiStatus st;
+  bool handled = false;
+  if (!svc.ready && req.path != "/healthz") {
+    st = Status::Unavailable("the daemon is starting (restoring its state); retry shortly");
+  }
+  if (st.ok()) st = api::handle_admin(svc, req, out, handled);
+  if (st.ok() && !handled) st = api::handle_openai(svc, req, out, handled);
+  if (st.ok() && !handled) st = api::handle_towers(svc, req, out, handled);
+  if (st.ok() && !handled) {
+    st = ApiStatus(Status::NotFound("no such endpoint: " + req.method + " " + req.path), "", "endpoint_not_found");
+  }
+  if (st.ok() && !out.responded()) st = Status::Error("the handler sent no response");
+  if (!st.ok()) {
+    status = error_reply(st).http_status;
+    api::send_error(out, st);
+    const std::string line = req.method + " " + req.path + ": " + std::to_string(status) + " " + st.status.message();
+    if (status >= 500) log_warn(line);
+    else log_debug(line);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (route != "/healthz" && route != "/metrics") svc.metrics.request_done(req.method + " " + route, status, secs);

@@ -1,16 +1,25 @@
-// OpenAI-compatible endpoints: POST /v1/chat/completions, GET /v1/models; and the generation runner
-// shared with session messages (daemon/api_towers.cc).
+// OpenAI-compatible endpoints: POST /v1/chat/completions, GET /v1/models[/{id}]; the generation
+// runner shared with session messages (daemon/api_towers.cc); and the table of the generation fields
+// towerd honours, knowingly ignores, or refuses.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <random>
 
-#include "daemon/http_error.h"
 #include "daemon/random_id.h"
 #include "daemon/log.h"
 #include "daemon/service.h"
 
-namespace towers::daemon::api {
+namespace towers::daemon {
+
+bool Service::serves(const std::string& name) const {
+  if (name.empty() || name == model_id) return true;
+  if (name == std::filesystem::path(config.model_path).filename().string()) return true;
+  return std::find(config.aliases.begin(), config.aliases.end(), name) != config.aliases.end();
+}
+
+namespace api {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -26,44 +35,122 @@ std::string openai_finish(const std::string& r) {
   return "length";
 }
 
-std::string content_text(const json& m, size_t i) {
+// What towerd does with a generation field. Refused fields are accepted only with their neutral
+// value (the one that asks for nothing), or null.
+enum class Support {
+  Honoured,     // implemented (parse_gen_params reads it)
+  Metadata,     // accepted and ignored: it cannot change the reply (e.g. "user")
+  NotYet,       // being implemented (issue 14); drop the row's neutral check when it lands
+  Unsupported,  // towerd will not do it (audio, web search, ...)
+};
+struct FieldRule {
+  std::string_view name;
+  Support support;
+  bool (*neutral)(const json&) = nullptr;  // NotYet/Unsupported: the accepted values
+  std::string_view accepted = "";          // ... as the error message names them
+};
+
+bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0; }
+bool is_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
+bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool is_boolean(const json& v) { return v.is_boolean(); }
+bool is_empty(const json& v) { return (v.is_array() || v.is_object()) && v.empty(); }
+bool no_tool_choice(const json& v) { return v == "none" || v == "auto"; }
+bool text_format(const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; }
+bool text_only(const json& v) { return v == json::array({"text"}); }
+bool usage_only(const json& v) {  // the final chunk carries usage anyway
+  return v.is_object() && std::all_of(v.items().begin(), v.items().end(), [](const auto& kv) {
+           return kv.key() == "include_usage" && kv.value().is_boolean();
+         });
+}
+bool default_tier(const json& v) { return v == "auto" || v == "default"; }
+bool never(const json&) { return false; }
+
+constexpr FieldRule kGenerationFields[] = {
+    {"temperature", Support::Honoured},
+    {"top_p", Support::Honoured},
+    {"top_k", Support::Honoured},
+    {"min_p", Support::Honoured},
+    {"repeat_penalty", Support::Honoured},
+    {"seed", Support::Honoured},
+    {"max_tokens", Support::Honoured},
+    {"max_completion_tokens", Support::Honoured},
+    {"stop", Support::Honoured},
+    {"stream", Support::Honoured},
+    {"user", Support::Metadata},
+    {"safety_identifier", Support::Metadata},
+    {"prompt_cache_key", Support::Metadata},
+    {"metadata", Support::Metadata},
+    {"n", Support::NotYet, is_one, "1"},
+    {"tools", Support::NotYet, is_empty, "[]"},
+    {"tool_choice", Support::NotYet, no_tool_choice, "\"none\", \"auto\""},
+    {"parallel_tool_calls", Support::NotYet, is_boolean, "true, false (no tools)"},
+    {"response_format", Support::NotYet, text_format, "{\"type\":\"text\"}"},
+    {"logprobs", Support::NotYet, is_false, "false"},
+    {"top_logprobs", Support::NotYet, is_zero, "0"},
+    {"presence_penalty", Support::NotYet, is_zero, "0"},
+    {"frequency_penalty", Support::NotYet, is_zero, "0"},
+    {"logit_bias", Support::NotYet, is_empty, "{}"},
+    {"stream_options", Support::NotYet, usage_only, "{\"include_usage\": bool}"},
+    {"audio", Support::Unsupported, never, "null"},
+    {"modalities", Support::Unsupported, text_only, "[\"text\"]"},
+    {"prediction", Support::Unsupported, never, "null"},
+    {"web_search_options", Support::Unsupported, never, "null"},
+    {"functions", Support::Unsupported, is_empty, "[]"},
+    {"function_call", Support::Unsupported, no_tool_choice, "\"none\", \"auto\""},
+    {"reasoning_effort", Support::Unsupported, never, "null"},
+    {"verbosity", Support::Unsupported, never, "null"},
+    {"store", Support::Unsupported, is_false, "false"},
+    {"service_tier", Support::Unsupported, default_tier, "\"auto\", \"default\""},
+};
+
+ApiStatus content_text(const json& m, size_t i, std::string* out) {
   const std::string where = "messages[" + std::to_string(i) + "].content";
-  if (!m.contains("content") || m["content"].is_null()) {
-    throw bad_request(where + " is missing");
-  }
+  if (!m.contains("content") || m["content"].is_null()) return invalid_field(where, where + " is missing");
   const json& c = m["content"];
-  if (c.is_string()) return c.get<std::string>();
-  if (c.is_array()) {
-    std::string out;
-    for (const auto& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
-        throw bad_request(where + ": only text parts ({\"type\":\"text\",\"text\":...}) are supported");
-      }
-      out += part["text"].get<std::string>();
-    }
-    return out;
+  if (c.is_string()) {
+    *out = c.get<std::string>();
+    return {};
   }
-  throw bad_request(where + " must be a string or an array of text parts");
+  if (!c.is_array()) return invalid_field(where, where + " must be a string or an array of text parts");
+  out->clear();
+  for (const auto& part : c) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      return ApiStatus(Status::Unimplemented(where + ": only text parts ({\"type\":\"text\",\"text\":...}) are supported"),
+                       where);
+    }
+    *out += part["text"].get<std::string>();
+  }
+  return {};
 }
 
-std::vector<ChatMessage> parse_messages(const json& body) {
-  if (!body.contains("messages")) throw bad_request("\"messages\" is required");
+ApiStatus parse_messages(const json& body, std::vector<ChatMessage>* out) {
+  if (!body.contains("messages")) return invalid_field("messages", "\"messages\" is required");
   const json& ms = body["messages"];
-  if (!ms.is_array() || ms.empty()) throw bad_request("\"messages\" must be a non-empty array");
-  std::vector<ChatMessage> out;
+  if (!ms.is_array() || ms.empty()) return invalid_field("messages", "\"messages\" must be a non-empty array");
   for (size_t i = 0; i < ms.size(); ++i) {
     const json& m = ms[i];
-    if (!m.is_object()) throw bad_request("messages[" + std::to_string(i) + "] must be an object");
-    if (!m.contains("role") || !m["role"].is_string()) throw bad_request("messages[" + std::to_string(i) + "].role must be a string");
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return invalid_field(at, at + " must be an object");
+    for (const auto& [k, v] : m.items()) {
+      if (k != "role" && k != "content" && !v.is_null() && !is_empty(v)) {
+        return ApiStatus(Status::Unimplemented(at + "." + k + " is not supported (a message has a role and a content)"),
+                         at + "." + k);
+      }
+    }
+    if (!m.contains("role") || !m["role"].is_string()) return invalid_field(at + ".role", at + ".role must be a string");
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant") {
-      throw bad_request("messages[" + std::to_string(i) + "].role \"" + role + "\" is not supported (system, user, assistant)");
+      return ApiStatus(Status::Unimplemented(at + ".role \"" + role + "\" is not supported (system, user, assistant)"),
+                       at + ".role");
     }
-    if (role == "system" && i != 0) throw bad_request("only the first message may be a system message");
-    out.push_back({role, content_text(m, i)});
+    if (role == "system" && i != 0) return invalid_field(at + ".role", "only the first message may be a system message");
+    std::string content;
+    if (ApiStatus e = content_text(m, i, &content); !e.ok()) return e;
+    out->push_back({role, std::move(content)});
   }
-  return out;
+  return {};
 }
 
 // The wait between the scheduler (producer) and the connection thread (writer).
@@ -71,81 +158,114 @@ struct Channel {
   std::mutex mu;
   std::condition_variable cv;
   std::string text;  // not yet written
+  bool admitted = false;  // the model runs: a stream starts now, so later errors are SSE error events
   bool done = false;
   GenOutcome outcome;
 };
 
 }  // namespace
 
-GenParams parse_gen_params(const Service& svc, const json& b) {
-  GenParams p;
-  auto number = [&](const char* k, double lo, double hi) -> std::optional<double> {
-    if (!b.contains(k) || b[k].is_null()) return std::nullopt;
-    if (!b[k].is_number()) throw bad_request(std::string("\"") + k + "\" must be a number");
+ApiStatus check_generation_fields(const json& body, std::initializer_list<std::string_view> own) {
+  for (const auto& [k, v] : body.items()) {
+    if (std::find(own.begin(), own.end(), k) != own.end()) continue;
+    const FieldRule* rule = nullptr;
+    for (const auto& r : kGenerationFields) {
+      if (r.name == k) rule = &r;
+    }
+    if (!rule) {
+      return ApiStatus(Status::InvalidArgument("unknown field \"" + k + "\""), k, "unknown_parameter");
+    }
+    if (rule->support == Support::Honoured || rule->support == Support::Metadata || v.is_null() || rule->neutral(v)) {
+      continue;
+    }
+    const char* what = rule->support == Support::NotYet ? " is not supported yet" : " is not supported by towerd";
+    return ApiStatus(Status::Unimplemented("\"" + k + "\"" + what + " (accepted: " + std::string(rule->accepted) + ")"), k);
+  }
+  return {};
+}
+
+ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params) {
+  GenParams& p = *params;
+  auto number = [&](const char* k, double lo, double hi, float* out) -> ApiStatus {
+    if (!b.contains(k) || b[k].is_null()) return {};
+    if (!b[k].is_number()) return invalid_field(k, std::string("\"") + k + "\" must be a number");
     double v = b[k].get<double>();
     if (!(v >= lo && v <= hi)) {
-      throw bad_request(std::string("\"") + k + "\" must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+      return invalid_field(k, std::string("\"") + k + "\" must be between " + std::to_string(lo) + " and " + std::to_string(hi));
     }
-    return v;
+    *out = static_cast<float>(v);
+    return {};
   };
-  if (auto v = number("temperature", 0, 2)) p.sampling.temperature = static_cast<float>(*v);
-  if (auto v = number("top_p", 0, 1)) p.sampling.top_p = static_cast<float>(*v);
-  if (auto v = number("min_p", 0, 1)) p.sampling.min_p = static_cast<float>(*v);
-  if (auto v = number("repeat_penalty", 0, 10)) p.sampling.repeat_penalty = static_cast<float>(*v);
+  for (ApiStatus e : {number("temperature", 0, 2, &p.sampling.temperature), number("top_p", 0, 1, &p.sampling.top_p),
+                      number("min_p", 0, 1, &p.sampling.min_p),
+                      number("repeat_penalty", 0, 10, &p.sampling.repeat_penalty)}) {
+    if (!e.ok()) return e;
+  }
   if (b.contains("top_k") && !b["top_k"].is_null()) {
-    if (!b["top_k"].is_number_integer()) throw bad_request("\"top_k\" must be an integer");
+    if (!b["top_k"].is_number_integer()) return invalid_field("top_k", "\"top_k\" must be an integer");
     p.sampling.top_k = b["top_k"].get<int>();
   }
   if (b.contains("seed") && !b["seed"].is_null()) {
-    if (!b["seed"].is_number_integer()) throw bad_request("\"seed\" must be an integer");
+    if (!b["seed"].is_number_integer()) return invalid_field("seed", "\"seed\" must be an integer");
     p.sampling.seed = b["seed"].is_number_unsigned() ? b["seed"].get<uint64_t>() : static_cast<uint64_t>(b["seed"].get<int64_t>());
-  }
-  if (b.contains("n") && !b["n"].is_null() && (!b["n"].is_number_integer() || b["n"].get<int64_t>() != 1)) {
-    throw bad_request("\"n\" must be 1 (one choice per request)");
   }
   p.max_tokens = svc.config.default_max_tokens;
   for (const char* k : {"max_tokens", "max_completion_tokens"}) {
     if (b.contains(k) && !b[k].is_null()) {
-      if (!b[k].is_number_integer() || b[k].get<int64_t>() < 1) throw bad_request(std::string("\"") + k + "\" must be a positive integer");
+      if (!b[k].is_number_integer() || b[k].get<int64_t>() < 1) {
+        return invalid_field(k, std::string("\"") + k + "\" must be a positive integer");
+      }
       if (b[k].get<int64_t>() > svc.config.max_tokens) {
-        throw bad_request(std::string("\"") + k + "\" of " + std::to_string(b[k].get<int64_t>()) +
-                          " exceeds this server's limit of " + std::to_string(svc.config.max_tokens) + " (limits.max_tokens)");
+        return invalid_field(k, std::string("\"") + k + "\" of " + std::to_string(b[k].get<int64_t>()) +
+                                    " exceeds this server's limit of " + std::to_string(svc.config.max_tokens) +
+                                    " (limits.max_tokens)");
       }
       p.max_tokens = b[k].get<int>();
     }
   }
   if (b.contains("stop") && !b["stop"].is_null()) {
     const json& s = b["stop"];
-    if (s.is_string()) p.stop.push_back(s.get<std::string>());
-    else if (s.is_array() && s.size() <= 16) {
-      for (const auto& e : s) {
-        if (!e.is_string()) throw bad_request("\"stop\" must be a string or an array of strings");
-        p.stop.push_back(e.get<std::string>());
-      }
+    if (s.is_string()) {
+      p.stop.push_back(s.get<std::string>());
+    } else if (s.is_array() && s.size() <= 16 && std::all_of(s.begin(), s.end(), [](const json& e) { return e.is_string(); })) {
+      for (const auto& e : s) p.stop.push_back(e.get<std::string>());
     } else {
-      throw bad_request("\"stop\" must be a string or an array of at most 16 strings");
+      return invalid_field("stop", "\"stop\" must be a string or an array of at most 16 strings");
     }
   }
   if (b.contains("stream") && !b["stream"].is_null()) {
-    if (!b["stream"].is_boolean()) throw bad_request("\"stream\" must be true or false");
+    if (!b["stream"].is_boolean()) return invalid_field("stream", "\"stream\" must be true or false");
     p.stream = b["stream"].get<bool>();
   }
   for (const auto& s : svc.prompts.stop_strings()) p.stop.push_back(s);
-  return p;
+  return {};
 }
 
-void run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
+GenerationSpec session_turn_spec(Service& svc, Catalog::Turn turn) {
+  auto t = std::make_shared<Catalog::Turn>(std::move(turn));
+  GenerationSpec spec;
+  spec.prompt_tokens = t->prompt_estimate;
+  spec.prepare = [&svc, t] { return svc.catalog.prepare_turn(*t); };
+  spec.on_finish = [&svc, t](GenOutcome& o, Lease* l, const std::string& text) { svc.catalog.finish_turn(*t, o, l, text); };
+  spec.on_rejected = [&svc, t] { svc.catalog.abort_turn(t->session); };
+  spec.extra = {{"session", t->session}};
+  spec.not_found_code = "session_not_found";
+  return spec;
+}
+
+ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
   const int n_ctx = svc.model.config().n_ctx_train;
   const int prompt_limit = svc.config.max_prompt_tokens > 0 ? std::min(svc.config.max_prompt_tokens, n_ctx) : n_ctx;
-  auto reject = [&](HttpError e) {
+  auto reject = [&](ApiStatus e) {
     if (spec.on_rejected) spec.on_rejected();
-    throw e;
+    return e;
   };
   if (spec.prompt_tokens >= static_cast<size_t>(prompt_limit)) {
-    HttpError e(400, "invalid_request_error",
-                "the prompt is " + std::to_string(spec.prompt_tokens) + " tokens; this server accepts prompts of at most " +
-                    std::to_string(prompt_limit - 1) + " tokens (model context " + std::to_string(n_ctx) + ")");
-    reject(e);
+    return reject(ApiStatus(Status::ResourceExhausted("the prompt is " + std::to_string(spec.prompt_tokens) +
+                                                      " tokens; this server accepts prompts of at most " +
+                                                      std::to_string(prompt_limit - 1) + " tokens (model context " +
+                                                      std::to_string(n_ctx) + ")"),
+                            "messages", "context_length_exceeded"));
   }
   auto job = std::make_shared<GenJob>();
   job->sampling = spec.params.sampling;
@@ -154,10 +274,11 @@ void run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
   job->deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(svc.config.request_timeout_s * 1000));
   auto ch = std::make_shared<Channel>();
   auto full_text = std::make_shared<std::string>();
-  auto prepare = spec.prepare;
-  job->prepare = [prepare](int& http_status) {
-    http_status = 500;
-    return prepare();
+  job->prepare = spec.prepare;
+  job->on_admitted = [ch] {
+    std::lock_guard lock(ch->mu);
+    ch->admitted = true;
+    ch->cv.notify_all();
   };
   job->on_text = [ch, full_text](std::string_view t) {
     full_text->append(t);
@@ -175,23 +296,10 @@ void run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
     ch->outcome.tail.clear();
     ch->cv.notify_all();
   };
-  switch (svc.scheduler.submit(job)) {
-    case Scheduler::Submit::Ok: break;
-    case Scheduler::Submit::QueueFull: {
-      svc.metrics.rejected("queue_full");
-      HttpError e(429, "rate_limit_error", "the request queue is full (limits.queue_length); retry shortly");
-      e.retry_after = 1;
-      reject(e);
-      break;
-    }
-    case Scheduler::Submit::ShuttingDown: {
-      svc.metrics.rejected("shutting_down");
-      HttpError e(503, "overloaded_error", "the daemon is shutting down");
-      e.retry_after = 5;
-      reject(e);
-    }
+  if (Status st = svc.scheduler.submit(job); !st.ok()) {
+    svc.metrics.rejected(st.code() == Status::Code::kResourceExhausted ? "queue_full" : "shutting_down");
+    return reject(st);
   }
-
   const std::string id = completion_id();
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   auto chunk = [&](const json& delta, const json& finish) {
@@ -206,22 +314,24 @@ void run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
   GenOutcome outcome;
   for (;;) {
     std::string piece;
-    bool done = false;
+    bool done = false, admitted = false;
     {
       std::unique_lock lock(ch->mu);
-      ch->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return ch->done || !ch->text.empty(); });
+      ch->cv.wait_for(lock, std::chrono::milliseconds(100),
+                      [&] { return ch->done || !ch->text.empty() || (ch->admitted && !started); });
       piece.swap(ch->text);
       done = ch->done;
+      admitted = ch->admitted;
       if (done) outcome = ch->outcome;
     }
-    if (done && !outcome.error.ok() && !started) break;  // an error before any output: a plain error reply
-    if (streaming && !started) {
+    if (streaming && !started && admitted) {
       started = true;
       if (!out.start_stream(200, "text/event-stream") ||
           !out.write_chunk("data: " + dump(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)) + "\n\n")) {
         job->cancelled = true;
       }
     }
+    if (done && !outcome.error.ok() && !started) break;  // failed before the model ran: a plain error reply
     if (!piece.empty()) {
       collected += piece;
       if (streaming && !job->cancelled &&
@@ -236,17 +346,13 @@ void run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
     }
   }
   if (!outcome.error.ok()) {
-    if (!started) {
-      HttpError e(outcome.http_status >= 400 ? outcome.http_status : 500,
-                  outcome.http_status == 503 ? "overloaded_error" : outcome.http_status < 500 ? "invalid_request_error" : "server_error",
-                  outcome.error.message());
-      throw e;
-    }
-    json err = {{"error", {{"message", outcome.error.message()}, {"type", "server_error"}}}};
-    out.write_chunk("data: " + dump(err) + "\n\n");
+    ApiStatus e = not_found_as(outcome.error, spec.not_found_code);
+    if (!started) return e;
+    log_warn("a streamed reply failed after it started: " + outcome.error.message());
+    out.write_chunk(sse_error_event(e));
     out.write_chunk("data: [DONE]\n\n");
     out.end_stream();
-    return;
+    return {};
   }
   if (outcome.finish_reason == "timeout") log_warn("a generation reached limits.request_timeout_seconds");
   const size_t prompt_tokens = spec.prompt_tokens;
@@ -263,7 +369,7 @@ void run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
     out.write_chunk("data: " + dump(last) + "\n\n");
     out.write_chunk("data: [DONE]\n\n");
     out.end_stream();
-    return;
+    return {};
   }
   json r = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", svc.model_id},
             {"choices", json::array({{{"index", 0},
@@ -272,52 +378,70 @@ void run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
                                       {"finish_reason", openai_finish(outcome.finish_reason)}}})},
             {"usage", usage}, {"towers", timings}};
   for (auto& [k, v] : spec.extra.items()) r[k] = v;
-  send_json(out, 200, r);
+  return reply(out, r);
 }
 
-void handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
-  if (req.path == "/v1/models") {
+namespace {
+
+json model_json(const Service& svc) {
+  return {{"id", svc.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "towerd"},
+          {"context_length", svc.model.config().n_ctx_train}, {"aliases", svc.config.aliases}};
+}
+
+ApiStatus model_not_found(const std::string& name, const char* param) {
+  return ApiStatus(Status::NotFound("the model \"" + name + "\" is not served here (towerd serves one model; see GET /v1/models)"),
+                   param, "model_not_found");
+}
+
+}  // namespace
+
+ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
+  if (req.path == "/v1/models" || req.path.rfind("/v1/models/", 0) == 0) {
     handled = true;
-    if (req.method != "GET") throw HttpError(405, "invalid_request_error", "use GET");
-    json m = {{"id", svc.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "towerd"},
-              {"context_length", svc.model.config().n_ctx_train}};
-    send_json(out, 200, {{"object", "list"}, {"data", json::array({m})}});
-    return;
+    if (req.method != "GET") return wrong_method("GET");
+    if (req.path == "/v1/models") return reply(out, {{"object", "list"}, {"data", json::array({model_json(svc)})}});
+    const std::string name = req.path.substr(std::string("/v1/models/").size());
+    if (name.empty() || !svc.serves(name)) return model_not_found(name, "");
+    return reply(out, model_json(svc));
   }
-  if (req.path != "/v1/chat/completions") return;
+  if (req.path != "/v1/chat/completions") return {};
   handled = true;
-  if (req.method != "POST") throw HttpError(405, "invalid_request_error", "use POST");
-  json body = parse_body(req);
-  GenParams params = parse_gen_params(svc, body);
-  std::vector<ChatMessage> messages = parse_messages(body);
-  std::string session, bot;
-  if (body.contains("session") && !body["session"].is_null()) {
-    if (!body["session"].is_string()) throw bad_request("\"session\" must be a string");
-    session = body["session"].get<std::string>();
+  if (req.method != "POST") return wrong_method("POST");
+  json body;
+  if (ApiStatus e = parse_body(req, &body); !e.ok()) return e;
+  if (ApiStatus e = check_generation_fields(body, {"model", "messages", "session", "bot"}); !e.ok()) return e;
+  std::string model, session, bot;
+  for (ApiStatus e : {string_field(body, "model", false, &model), string_field(body, "session", false, &session),
+                      string_field(body, "bot", false, &bot)}) {
+    if (!e.ok()) return e;
   }
-  if (body.contains("bot") && !body["bot"].is_null()) {
-    if (!body["bot"].is_string()) throw bad_request("\"bot\" must be a string");
-    bot = body["bot"].get<std::string>();
-  }
+  if (!svc.serves(model)) return model_not_found(model, "model");
+  GenParams params;
+  if (ApiStatus e = parse_gen_params(svc, body, &params); !e.ok()) return e;
+  std::vector<ChatMessage> messages;
+  if (ApiStatus e = parse_messages(body, &messages); !e.ok()) return e;
   GenerationSpec spec;
-  spec.params = params;
   if (!session.empty()) {
     // The session holds the history: only the last message, a user message, is new.
-    if (messages.back().role != "user") throw bad_request("with \"session\", the last message must be the user's new message");
-    auto turn = std::make_shared<Catalog::Turn>(svc.catalog.begin_turn(session, messages.back().content));
-    spec.prompt_tokens = turn->prompt_estimate;
-    spec.prepare = [&svc, turn] { return svc.catalog.prepare_turn(*turn); };
-    spec.on_finish = [&svc, turn](GenOutcome& o, Lease* l, const std::string& text) { svc.catalog.finish_turn(*turn, o, l, text); };
-    spec.on_rejected = [&svc, turn] { svc.catalog.abort_turn(turn->session); };
-    spec.extra = {{"session", session}};
+    if (messages.back().role != "user") {
+      return invalid_field("messages", "with \"session\", the last message must be the user's new message");
+    }
+    auto turn = svc.catalog.begin_turn(session, messages.back().content);
+    if (!turn.ok()) return not_found_as(turn.status(), "session_not_found", "session");
+    spec = session_turn_spec(svc, std::move(turn.value()));
   } else {
-    auto st = std::make_shared<Catalog::Stateless>(svc.catalog.begin_stateless(bot, std::move(messages)));
+    auto begun = svc.catalog.begin_stateless(bot, std::move(messages));
+    if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");
+    auto st = std::make_shared<Catalog::Stateless>(std::move(begun.value()));
     spec.prompt_tokens = st->prompt_estimate;
     spec.prepare = [&svc, st] { return svc.catalog.prepare_stateless(*st); };
     spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&) { svc.catalog.finish_stateless(o, l); };
+    spec.not_found_code = "segment_not_found";
     if (!bot.empty()) spec.extra = {{"bot", bot}};
   }
-  run_generation(svc, out, std::move(spec));
+  spec.params = params;
+  return run_generation(svc, out, std::move(spec));
 }
 
-}  // namespace towers::daemon::api
+}  // namespace api
+}  // namespace towers::daemon

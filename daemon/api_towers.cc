@@ -14,7 +14,7 @@
 //   GET    /v1/sessions/{id}/transcript
 //   DELETE /v1/sessions/{id}
 //   POST   /v1/sessions/{id}/messages   {"content": "...", "stream": bool, sampling fields as OpenAI}
-#include "daemon/http_error.h"
+#include "daemon/api_views.h"
 #include "daemon/service.h"
 
 namespace towers::daemon::api {
@@ -22,14 +22,6 @@ namespace towers::daemon::api {
 using json = nlohmann::json;
 
 namespace {
-std::string str_field(const json& b, const char* k, bool required) {
-  if (!b.contains(k) || b[k].is_null()) {
-    if (required) throw bad_request(std::string("\"") + k + "\" is required");
-    return "";
-  }
-  if (!b[k].is_string()) throw bad_request(std::string("\"") + k + "\" must be a string");
-  return b[k].get<std::string>();
-}
 
 // Splits "/v1/sessions/abc/messages" after the prefix into {"abc", "messages"}.
 std::vector<std::string> rest_of(const std::string& path, const std::string& prefix) {
@@ -45,135 +37,187 @@ std::vector<std::string> rest_of(const std::string& path, const std::string& pre
   return parts;
 }
 
-json run_on_scheduler(Service& svc, const std::function<json()>& fn) {
-  json result;
-  std::optional<HttpError> err;
-  Status st = svc.scheduler.run([&] {
-    try {
-      result = fn();
-    } catch (const HttpError& e) {
-      err = e;
-    }
-    return Status::Ok();
-  });
-  if (!st.ok()) throw HttpError(503, "overloaded_error", st.message());
-  if (err) throw *err;
-  return result;
+ApiStatus no_resource(const std::string& path) {
+  return ApiStatus(Status::NotFound("no such resource: " + path), "", "endpoint_not_found");
 }
+
+ApiStatus segment_error(Status st) { return not_found_as(std::move(st), "segment_not_found"); }
+ApiStatus session_error(Status st) { return not_found_as(std::move(st), "session_not_found"); }
+
+// PUT /v1/segments/{name} (name from the path) or POST /v1/segments (name in the body).
+ApiStatus put_segment(Service& svc, const HttpRequest& req, HttpResponder& out, std::string name) {
+  json b;
+  if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+  const bool name_in_body = name.empty();
+  if (ApiStatus e = name_in_body ? known_fields(b, {"name", "level", "parent", "text"})
+                                 : known_fields(b, {"level", "parent", "text"});
+      !e.ok()) {
+    return e;
+  }
+  std::string level_name, parent, text;
+  for (ApiStatus e : {name_in_body ? string_field(b, "name", true, &name) : ApiStatus(),
+                      string_field(b, "level", true, &level_name), string_field(b, "parent", false, &parent),
+                      string_field(b, "text", true, &text)}) {
+    if (!e.ok()) return e;
+  }
+  auto level = parse_level(level_name);
+  if (!level) return invalid_field("level", "level must be \"platform\", \"community\" or \"bot\", got \"" + level_name + "\"");
+  Result<SegmentView> put = Status::Error("not run");
+  if (Status st = svc.scheduler.run([&] {
+        put = svc.catalog.put_segment(name, *level, parent, text);
+        return Status::Ok();
+      });
+      !st.ok()) {
+    return st;
+  }
+  if (!put.ok()) return not_found_as(put.status(), "segment_not_found", "parent");
+  return reply(out, segment_json(put.value()));
+}
+
+// POST /v1/segments/{name}/compress|thaw
+ApiStatus move_tier(Service& svc, const std::string& name, const std::string& verb, HttpResponder& out) {
+  auto seg = svc.catalog.segment(name);
+  if (!seg.ok()) return segment_error(seg.status());
+  if (!seg->pool) return Status::Conflict("segment \"" + name + "\" has no KV in the pool yet");
+  const SegmentId id = seg->pool->id;
+  Status st;
+  if (verb == "compress") {
+    if (!svc.compressor) return Status::Conflict("the cold tier is disabled ([cold] enabled)");
+    st = svc.compressor->compress(id);
+    if (st.ok()) svc.catalog.record_cold_tiers();  // it restarts cold too
+  } else {
+    st = svc.scheduler.run([&] { return svc.pool.thaw(id); });
+    if (st.ok()) st = svc.catalog.set_hot(name);
+  }
+  if (!st.ok()) return segment_error(st.prefixed(verb + " " + name + ": "));
+  seg = svc.catalog.segment(name);
+  if (!seg.ok()) return segment_error(seg.status());
+  return reply(out, segment_json(seg.value()));
+}
+
+ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& out) {
+  auto parts = rest_of(req.path, "/v1/segments");
+  if (parts.empty()) {
+    if (req.method == "GET") return reply(out, segments_json(svc.catalog.segments()));
+    if (req.method != "POST") return wrong_method("GET or POST");
+    return put_segment(svc, req, out, "");
+  }
+  const std::string name = parts[0];
+  if (parts.size() == 2 && (parts[1] == "compress" || parts[1] == "thaw")) {
+    if (req.method != "POST") return wrong_method("POST");
+    return move_tier(svc, name, parts[1], out);
+  }
+  if (parts.size() != 1) return no_resource(req.path);
+  if (req.method == "GET") {
+    auto seg = svc.catalog.segment(name);
+    return seg.ok() ? reply(out, segment_json(seg.value())) : segment_error(seg.status());
+  }
+  if (req.method == "PUT") return put_segment(svc, req, out, name);
+  if (req.method == "DELETE") {
+    // On the scheduler thread: the segment's KV may be in use by the step being prepared.
+    Status removed;
+    Status ran = svc.scheduler.run([&] {
+      removed = svc.catalog.remove_segment(name);
+      return Status::Ok();
+    });
+    if (!ran.ok()) return ran;
+    return removed.ok() ? reply(out, {{"deleted", name}}) : segment_error(removed);
+  }
+  return wrong_method("GET, PUT or DELETE");
+}
+
+ApiStatus handle_compress(Service& svc, const HttpRequest& req, HttpResponder& out) {
+  if (req.method != "POST") return wrong_method("POST");
+  if (!svc.compressor) return Status::Conflict("the cold tier is disabled ([cold] enabled)");
+  json b;
+  if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+  if (ApiStatus e = known_fields(b, {"idle_seconds"}); !e.ok()) return e;
+  if (!b.contains("idle_seconds") || !b["idle_seconds"].is_number() || b["idle_seconds"].get<double>() < 0) {
+    return invalid_field("idle_seconds", "\"idle_seconds\" must be a number >= 0");
+  }
+  const auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(b["idle_seconds"].get<double>()));
+  const size_t n = svc.compressor->compress_idle(idle);
+  const std::vector<std::string> recorded = svc.catalog.record_cold_tiers();
+  auto cs = svc.compressor->stats();
+  return reply(out, {{"compressed", n}, {"total_compressed", cs.compressed}, {"tokens", cs.tokens},
+                     {"coded_bytes", cs.coded_bytes}, {"last_error", cs.last_error}, {"cold_at_rest", recorded}});
+}
+
+ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& out) {
+  auto parts = rest_of(req.path, "/v1/sessions");
+  if (parts.empty()) {
+    if (req.method == "GET") return reply(out, sessions_json(svc.catalog.sessions()));
+    if (req.method != "POST") return wrong_method("GET or POST");
+    json b;
+    if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+    if (ApiStatus e = known_fields(b, {"bot", "id"}); !e.ok()) return e;
+    std::string bot, id;
+    for (ApiStatus e : {string_field(b, "bot", true, &bot), string_field(b, "id", false, &id)}) {
+      if (!e.ok()) return e;
+    }
+    auto created = svc.catalog.create_session(bot, id);
+    if (created.ok()) return reply(out, session_json(created.value()));
+    if (created.status().code() == Status::Code::kResourceExhausted) {
+      return ApiStatus(created.status(), "", "session_limit_reached");
+    }
+    return not_found_as(created.status(), "segment_not_found", "bot");
+  }
+  const std::string id = parts[0];
+  if (parts.size() == 1) {
+    if (req.method == "GET") {
+      const bool transcript = req.query.find("transcript=1") != std::string::npos ||
+                              req.query.find("transcript=true") != std::string::npos;
+      auto s = svc.catalog.session(id, transcript);
+      return s.ok() ? reply(out, session_json(s.value())) : session_error(s.status());
+    }
+    if (req.method == "DELETE") {
+      Status st = svc.catalog.delete_session(id);
+      return st.ok() ? reply(out, {{"deleted", id}}) : session_error(st);
+    }
+    return wrong_method("GET or DELETE");
+  }
+  if (parts.size() == 2 && parts[1] == "transcript") {
+    if (req.method != "GET") return wrong_method("GET");
+    auto s = svc.catalog.session(id, true);
+    if (!s.ok()) return session_error(s.status());
+    return reply(out, {{"id", id}, {"bot", s->bot}, {"messages", session_json(s.value())["transcript"]}});
+  }
+  if (parts.size() == 2 && parts[1] == "messages") {
+    if (req.method != "POST") return wrong_method("POST");
+    json b;
+    if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+    if (ApiStatus e = check_generation_fields(b, {"content"}); !e.ok()) return e;
+    std::string content;
+    if (ApiStatus e = string_field(b, "content", true, &content); !e.ok()) return e;
+    GenParams params;
+    if (ApiStatus e = parse_gen_params(svc, b, &params); !e.ok()) return e;
+    auto turn = svc.catalog.begin_turn(id, content);
+    if (!turn.ok()) return session_error(turn.status());
+    GenerationSpec spec = session_turn_spec(svc, std::move(turn.value()));
+    spec.params = params;
+    return run_generation(svc, out, std::move(spec));
+  }
+  return no_resource(req.path);
+}
+
 }  // namespace
 
-void handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
+ApiStatus handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
   const std::string& p = req.path;
   if (p == "/v1/segments" || p.rfind("/v1/segments/", 0) == 0) {
     handled = true;
-    auto parts = rest_of(p, "/v1/segments");
-    if (parts.empty()) {
-      if (req.method == "GET") return send_json(out, 200, svc.catalog.list_segments());
-      if (req.method != "POST") throw HttpError(405, "invalid_request_error", "use GET or POST");
-      json b = parse_body(req);
-      const std::string name = str_field(b, "name", true), level = str_field(b, "level", true),
-                        parent = str_field(b, "parent", false), text = str_field(b, "text", true);
-      return send_json(out, 200, run_on_scheduler(svc, [&] { return svc.catalog.put_segment(name, level, parent, text); }));
-    }
-    if (parts.size() == 2 && (parts[1] == "compress" || parts[1] == "thaw")) {
-      if (req.method != "POST") throw HttpError(405, "invalid_request_error", "use POST");
-      const std::string name = parts[0];
-      json seg = svc.catalog.segment_json(name);  // 404 for an unknown name
-      if (!seg.contains("pool") || seg["pool"].is_null()) {
-        throw HttpError(409, "invalid_request_error", "segment \"" + name + "\" has no KV in the pool yet");
-      }
-      const SegmentId id = seg["pool"]["id"].get<SegmentId>();
-      Status st;
-      if (parts[1] == "compress") {
-        if (!svc.compressor) throw HttpError(409, "invalid_request_error", "the cold tier is disabled ([cold] enabled)");
-        st = svc.compressor->compress(id);
-        if (st.ok()) svc.catalog.record_cold_tiers();  // it restarts cold too
-      } else {
-        st = svc.scheduler.run([&] { return svc.pool.thaw(id); });
-        if (st.ok()) st = svc.catalog.set_hot(name);
-      }
-      if (!st.ok()) throw HttpError(409, "invalid_request_error", parts[1] + " " + name + ": " + st.message());
-      return send_json(out, 200, svc.catalog.segment_json(name));
-    }
-    if (parts.size() != 1) throw not_found("no such resource: " + p);
-    const std::string name = parts[0];
-    if (req.method == "GET") return send_json(out, 200, svc.catalog.segment_json(name));
-    if (req.method == "PUT") {
-      json b = parse_body(req);
-      const std::string level = str_field(b, "level", true), parent = str_field(b, "parent", false),
-                        text = str_field(b, "text", true);
-      return send_json(out, 200, run_on_scheduler(svc, [&] { return svc.catalog.put_segment(name, level, parent, text); }));
-    }
-    if (req.method == "DELETE") {
-      run_on_scheduler(svc, [&] {
-        svc.catalog.remove_segment(name);
-        return json();
-      });
-      return send_json(out, 200, {{"deleted", name}});
-    }
-    throw HttpError(405, "invalid_request_error", "use GET, PUT or DELETE");
+    return handle_segments(svc, req, out);
   }
   if (p == "/v1/compress") {
     handled = true;
-    if (req.method != "POST") throw HttpError(405, "invalid_request_error", "use POST");
-    if (!svc.compressor) throw HttpError(409, "invalid_request_error", "the cold tier is disabled ([cold] enabled)");
-    json b = parse_body(req);
-    if (!b.contains("idle_seconds") || !b["idle_seconds"].is_number() || b["idle_seconds"].get<double>() < 0) {
-      throw bad_request("\"idle_seconds\" must be a number >= 0");
-    }
-    const auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(b["idle_seconds"].get<double>()));
-    const size_t n = svc.compressor->compress_idle(idle);
-    const std::vector<std::string> recorded = svc.catalog.record_cold_tiers();
-    auto cs = svc.compressor->stats();
-    return send_json(out, 200, {{"compressed", n}, {"total_compressed", cs.compressed}, {"tokens", cs.tokens},
-                                {"coded_bytes", cs.coded_bytes}, {"last_error", cs.last_error},
-                                {"cold_at_rest", recorded}});
+    return handle_compress(svc, req, out);
   }
   if (p == "/v1/sessions" || p.rfind("/v1/sessions/", 0) == 0) {
     handled = true;
-    auto parts = rest_of(p, "/v1/sessions");
-    if (parts.empty()) {
-      if (req.method == "GET") return send_json(out, 200, svc.catalog.list_sessions());
-      if (req.method != "POST") throw HttpError(405, "invalid_request_error", "use GET or POST");
-      json b = parse_body(req);
-      return send_json(out, 200, svc.catalog.create_session(str_field(b, "bot", true), str_field(b, "id", false)));
-    }
-    const std::string id = parts[0];
-    if (parts.size() == 1) {
-      if (req.method == "GET") {
-        const bool transcript = req.query.find("transcript=1") != std::string::npos ||
-                                req.query.find("transcript=true") != std::string::npos;
-        return send_json(out, 200, svc.catalog.session_json(id, transcript));
-      }
-      if (req.method == "DELETE") {
-        svc.catalog.delete_session(id);
-        return send_json(out, 200, {{"deleted", id}});
-      }
-      throw HttpError(405, "invalid_request_error", "use GET or DELETE");
-    }
-    if (parts.size() == 2 && parts[1] == "transcript") {
-      if (req.method != "GET") throw HttpError(405, "invalid_request_error", "use GET");
-      json j = svc.catalog.session_json(id, true);
-      return send_json(out, 200, {{"id", id}, {"bot", j["bot"]}, {"messages", j["transcript"]}});
-    }
-    if (parts.size() == 2 && parts[1] == "messages") {
-      if (req.method != "POST") throw HttpError(405, "invalid_request_error", "use POST");
-      json b = parse_body(req);
-      const std::string content = str_field(b, "content", true);
-      GenParams params = parse_gen_params(svc, b);
-      auto turn = std::make_shared<Catalog::Turn>(svc.catalog.begin_turn(id, content));
-      GenerationSpec spec;
-      spec.params = params;
-      spec.prompt_tokens = turn->prompt_estimate;
-      spec.prepare = [&svc, turn] { return svc.catalog.prepare_turn(*turn); };
-      spec.on_finish = [&svc, turn](GenOutcome& o, Lease* l, const std::string& text) { svc.catalog.finish_turn(*turn, o, l, text); };
-      spec.on_rejected = [&svc, turn] { svc.catalog.abort_turn(turn->session); };
-      spec.extra = {{"session", id}};
-      return run_generation(svc, out, std::move(spec));
-    }
-    throw not_found("no such resource: " + p);
+    return handle_sessions(svc, req, out);
   }
+  return {};
 }
 
 }  // namespace towers::daemon::api

@@ -4,14 +4,10 @@
 #include <ctime>
 #include <random>
 
-#include "daemon/base64.h"
-#include "daemon/http_error.h"
 #include "daemon/log.h"
 #include "daemon/random_id.h"
 
 namespace towers::daemon {
-
-using json = nlohmann::json;
 
 namespace {
 int64_t now_s() { return static_cast<int64_t>(std::time(nullptr)); }
@@ -26,19 +22,10 @@ bool valid_name(const std::string& s) {
 
 std::string random_id() { return random_hex_id("s-"); }
 
-int level_rank(const std::string& level) { return level == "platform" ? 0 : level == "community" ? 1 : 2; }
-
-std::vector<int32_t> ints(const json& j) {
-  std::vector<int32_t> v;
-  if (!j.is_array()) return v;
-  for (const auto& e : j) v.push_back(e.is_number_integer() ? e.get<int32_t>() : -1);
-  return v;
-}
-std::vector<size_t> sizes(const json& j) {
-  std::vector<size_t> v;
-  if (!j.is_array()) return v;
-  for (const auto& e : j) v.push_back(e.is_number_unsigned() ? e.get<size_t>() : 0);
-  return v;
+Status no_segment(const std::string& name) { return Status::NotFound("segment \"" + name + "\" does not exist"); }
+Status no_session(const std::string& id) { return Status::NotFound("session \"" + id + "\" does not exist"); }
+Status not_recorded(const std::string& what, const Status& st) {
+  return Status::IOError("cannot record " + what + " in the state log: " + st.message());
 }
 }  // namespace
 
@@ -65,7 +52,7 @@ std::vector<SegmentDef*> Catalog::chain_locked(const std::string& name) {
 }
 
 Status Catalog::tokenize_def_locked(SegmentDef& d) {
-  auto t = prompts_.level(d.text, d.parent.empty(), d.level == "bot");
+  auto t = prompts_.level(d.text, d.parent.empty(), d.level == Level::Bot);
   if (!t.ok()) return t.status();
   d.tokens = std::move(t.value());
   return Status::Ok();
@@ -73,7 +60,7 @@ Status Catalog::tokenize_def_locked(SegmentDef& d) {
 
 Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std::vector<int32_t>* base) {
   auto chain = chain_locked(name);
-  if (chain.empty()) return Status::Error("unknown segment \"" + name + "\"");
+  if (chain.empty()) return no_segment(name);
   SegmentId parent = kNoSegment;
   std::vector<int32_t> context;
   for (SegmentDef* d : chain) {
@@ -82,7 +69,7 @@ Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std:
     }
     if (d->pool_id == kNoSegment || !pool_.info(d->pool_id)) {
       SegmentOptions o;
-      o.label = d->level + ":" + d->name;
+      o.label = std::string(to_string(d->level)) + ":" + d->name;
       o.pinned = std::find(config_.pin_levels.begin(), config_.pin_levels.end(), d->level) != config_.pin_levels.end();
       if (!d->coded.empty()) {
         if (std::string why = cold_mismatch_locked(*d, context); why.empty()) {
@@ -93,7 +80,7 @@ Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std:
         }
       }
       auto added = pool_.add(parent, d->tokens, o);
-      if (!added.ok()) return Status::Error("segment \"" + d->name + "\": " + added.error());
+      if (!added.ok()) return added.status().prefixed("segment \"" + d->name + "\": ");
       d->pool_id = added.value();
     }
     parent = d->pool_id;
@@ -104,85 +91,64 @@ Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std:
   return Status::Ok();
 }
 
-std::string Catalog::apply(const StateStore::Replayed& r) {
+record::Header Catalog::header() const { return {model_.config().name, fingerprint_}; }
+
+Status Catalog::apply(const Record& r) {
   std::lock_guard lock(mu_);
-  const json& b = r.body;
-  auto str = [&](const char* k) { return b.contains(k) && b[k].is_string() ? b[k].get<std::string>() : std::string(); };
-  try {
-    switch (r.type) {
-      case RecordType::Header: {
-        const uint64_t fp = b.value("fingerprint", uint64_t{0});
-        if (fp != fingerprint_) {
-          model_changed_ = true;
-          return "the state was written with another model (" + str("model") +
-                 "); transcripts will be re-tokenized from their text";
-        }
-        return "";
-      }
-      case RecordType::SegmentPut: {
-        SegmentDef d;
-        d.name = str("name"), d.level = str("level"), d.parent = str("parent"), d.text = str("text");
-        d.updated = b.value("updated", int64_t{0});
-        if (!valid_name(d.name)) return "segment record without a valid name; skipped";
-        defs_[d.name] = std::move(d);
-        return "";
-      }
-      case RecordType::SegmentDelete:
-        defs_.erase(str("name"));
-        return "";
-      case RecordType::SegmentTier: {
-        SegmentDef* d = find_def(str("name"));
-        if (!d) return "tier of unknown segment \"" + str("name") + "\"; skipped";
-        d->coded.clear();
-        if (b.contains("coded")) {
-          auto bytes = base64_decode(str("coded"));
-          if (!bytes || bytes->empty()) return "segment \"" + d->name + "\": cold copy is not base64; it restarts hot";
-          d->coded = std::move(*bytes);
-        }
-        return "";
-      }
-      case RecordType::SessionCreate: {
-        Session s;
-        s.id = str("id"), s.bot = str("bot");
-        s.created = s.updated = b.value("created", int64_t{0});
-        if (s.id.empty()) return "session record without an id; skipped";
-        sessions_[s.id] = std::move(s);
-        return "";
-      }
-      case RecordType::SessionSnapshot: {
-        Session s;
-        s.id = str("id"), s.bot = str("bot");
-        s.created = b.value("created", int64_t{0});
-        s.updated = b.value("updated", int64_t{0});
-        for (const auto& m : b.value("messages", json::array())) s.messages.push_back({m.value("role", ""), m.value("content", "")});
-        s.transcript = ints(b.value("transcript", json::array()));
-        s.seals = sizes(b.value("seals", json::array()));
-        if (s.id.empty()) return "session snapshot without an id; skipped";
-        sessions_[s.id] = std::move(s);
-        return "";
-      }
-      case RecordType::SessionTurn: {
-        auto it = sessions_.find(str("id"));
-        if (it == sessions_.end()) return "turn of unknown session \"" + str("id") + "\"; skipped";
-        Session& s = it->second;
-        s.messages.push_back({"user", str("user")});
-        s.messages.push_back({"assistant", str("assistant")});
-        auto delta = ints(b.value("delta", json::array()));
-        auto gen = ints(b.value("generated", json::array()));
-        s.transcript.insert(s.transcript.end(), delta.begin(), delta.end());
-        s.transcript.insert(s.transcript.end(), gen.begin(), gen.end());
-        s.seals = sizes(b.value("seals", json::array()));
-        s.updated = b.value("at", int64_t{0});
-        return "";
-      }
-      case RecordType::SessionDelete:
-        sessions_.erase(str("id"));
-        return "";
+  struct Apply {
+    Catalog& c;
+    Status operator()(const record::Header& h) {
+      if (h.fingerprint != c.fingerprint_) c.model_changed_ = true;
+      return Status::Ok();
     }
-  } catch (const std::exception& e) {
-    return std::string("malformed ") + record_type_name(r.type) + " record: " + e.what() + "; skipped";
-  }
-  return "";
+    Status operator()(const record::SegmentPut& p) {
+      if (!valid_name(p.name)) return Status::Corruption("segment record without a valid name; skipped");
+      c.defs_[p.name] = SegmentDef{p.name, p.level, p.parent, p.text, {}, kNoSegment, p.updated, {}};
+      return Status::Ok();
+    }
+    Status operator()(const record::SegmentDelete& d) {
+      c.defs_.erase(d.name);
+      return Status::Ok();
+    }
+    Status operator()(const record::SegmentTier& t) {
+      SegmentDef* d = c.find_def(t.name);
+      if (!d) return Status::Corruption("tier of unknown segment \"" + t.name + "\"; skipped");
+      d->coded = t.coded;
+      return Status::Ok();
+    }
+    Status operator()(const record::SessionCreate& r) {
+      if (r.id.empty()) return Status::Corruption("session record without an id; skipped");
+      Session s;
+      s.id = r.id, s.bot = r.bot, s.created = s.updated = r.created;
+      c.sessions_[s.id] = std::move(s);
+      return Status::Ok();
+    }
+    Status operator()(const record::SessionSnapshot& r) {
+      if (r.id.empty()) return Status::Corruption("session snapshot without an id; skipped");
+      Session s;
+      s.id = r.id, s.bot = r.bot, s.created = r.created, s.updated = r.updated;
+      s.messages = r.messages, s.transcript = r.transcript, s.seals = r.seals;
+      c.sessions_[s.id] = std::move(s);
+      return Status::Ok();
+    }
+    Status operator()(const record::SessionTurn& t) {
+      auto it = c.sessions_.find(t.id);
+      if (it == c.sessions_.end()) return Status::Corruption("turn of unknown session \"" + t.id + "\"; skipped");
+      Session& s = it->second;
+      s.messages.push_back({"user", t.user});
+      s.messages.push_back({"assistant", t.assistant});
+      s.transcript.insert(s.transcript.end(), t.delta.begin(), t.delta.end());
+      s.transcript.insert(s.transcript.end(), t.generated.begin(), t.generated.end());
+      s.seals = t.seals;
+      s.updated = t.at;
+      return Status::Ok();
+    }
+    Status operator()(const record::SessionDelete& d) {
+      c.sessions_.erase(d.id);
+      return Status::Ok();
+    }
+  };
+  return std::visit(Apply{*this}, r);
 }
 
 Status Catalog::restore_segments() {
@@ -224,7 +190,7 @@ Status Catalog::restore_segments() {
   std::vector<std::string> order;
   for (const auto& [name, d] : defs_) order.push_back(name);
   std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
-    return level_rank(defs_.at(a).level) < level_rank(defs_.at(b).level);
+    return defs_.at(a).level < defs_.at(b).level;
   });
   for (const auto& name : order) {
     Status st = ensure_chain_locked(name, nullptr, nullptr);
@@ -238,7 +204,7 @@ Status Catalog::restore_segments() {
   for (const auto& [name, d] : defs_) cold += !d.coded.empty();
   if (cold) log_info(std::to_string(cold) + " segment(s) restarted cold (not prefilled; each thaws on first use)");
   if (model_changed_) {
-    std::vector<std::pair<RecordType, json>> live = live_records_locked();
+    std::vector<Record> live = live_records_locked();
     if (Status st = store_.compact(live); !st.ok()) log_error("cannot rewrite the state log: " + st.message());
     model_changed_ = false;
   }
@@ -265,26 +231,24 @@ size_t Catalog::warm_sessions() const {
   return n;
 }
 
-json Catalog::def_json_locked(const SegmentDef& d) const {
-  json j = {{"name", d.name}, {"level", d.level}, {"parent", d.parent}, {"text", d.text},
-            {"tokens", d.tokens.size()}, {"updated", d.updated}, {"at_rest", d.coded.empty() ? "hot" : "cold"},
-            {"coded_bytes", d.coded.size()}};
-  json children = json::array();
+SegmentView Catalog::view_locked(const SegmentDef& d) const {
+  SegmentView v{d.name, d.level, d.parent, d.text, d.tokens.size(), d.updated, d.coded.size(), {}, 0, std::nullopt};
   for (const auto& [n, c] : defs_) {
-    if (c.parent == d.name) children.push_back(n);
+    if (c.parent == d.name) v.children.push_back(n);
   }
-  j["children"] = children;
-  size_t sessions = 0;
-  for (const auto& [id, s] : sessions_) sessions += s.bot == d.name;
-  j["sessions"] = sessions;
-  if (auto info = pool_.info(d.pool_id)) {
-    j["pool"] = {{"id", info->id}, {"depth", info->depth}, {"format", simd::kv_quant_name(info->format)},
-                 {"kv_bytes", info->kv_bytes}, {"tier", std::string(to_string(info->tier))},
-                 {"pinned", info->pinned}, {"hits", info->hits}, {"refcount", info->refcount}};
-  } else {
-    j["pool"] = nullptr;
+  for (const auto& [id, s] : sessions_) v.sessions += s.bot == d.name;
+  if (d.pool_id != kNoSegment) v.pool = pool_.info(d.pool_id);
+  return v;
+}
+
+SessionView Catalog::view_locked(const Session& s, bool with_transcript) const {
+  SessionView v{s.id, s.bot, s.created, s.updated, s.messages.size(), s.transcript.size(), s.busy, false, std::nullopt};
+  if (s.tail_segment) {
+    auto info = pool_.info(s.tail_segment);
+    v.warm = info && info->tier == Tier::Hot;
   }
-  return j;
+  if (with_transcript) v.transcript = s.messages;
+  return v;
 }
 
 void Catalog::forget_pool_subtree_locked(const std::string& name) {
@@ -311,45 +275,50 @@ void Catalog::forget_pool_subtree_locked(const std::string& name) {
   for (auto it = old.rbegin(); it != old.rend(); ++it) (void)pool_.remove(*it);
 }
 
-json Catalog::put_segment(const std::string& name, const std::string& level, const std::string& parent,
-                          const std::string& text) {
-  if (!valid_name(name)) throw bad_request("segment name must be 1-64 characters of letters, digits, '-', '_', '.'");
-  if (level != "platform" && level != "community" && level != "bot") {
-    throw bad_request("level must be \"platform\", \"community\" or \"bot\", got \"" + level + "\"");
+Result<SegmentView> Catalog::put_segment(const std::string& name, Level level, const std::string& parent,
+                                         const std::string& text) {
+  if (!valid_name(name)) {
+    return Status::InvalidArgument("segment name must be 1-64 characters of letters, digits, '-', '_', '.'");
   }
   if (text.size() > static_cast<size_t>(config_.max_segment_chars)) {
-    throw HttpError(413, "invalid_request_error", "segment text of " + std::to_string(text.size()) +
-                                                      " bytes exceeds limits.max_segment_chars (" +
-                                                      std::to_string(config_.max_segment_chars) + ")");
+    return Status::InvalidArgument("segment text of " + std::to_string(text.size()) +
+                                   " bytes exceeds limits.max_segment_chars (" +
+                                   std::to_string(config_.max_segment_chars) + ")");
   }
-  if (!is_valid_utf8(text)) throw bad_request("segment text is not valid UTF-8");
+  if (!is_valid_utf8(text)) return Status::InvalidArgument("segment text is not valid UTF-8");
   std::lock_guard lock(mu_);
-  if (level == "platform" && !parent.empty()) throw bad_request("a platform segment has no parent");
-  if (level != "platform") {
+  if (level == Level::Platform && !parent.empty()) return Status::InvalidArgument("a platform segment has no parent");
+  if (level != Level::Platform) {
     const SegmentDef* p = find_def(parent);
-    if (parent.empty()) throw bad_request("a " + level + " segment needs a parent");
-    if (!p) throw not_found("parent segment \"" + parent + "\" does not exist");
-    if (level == "community" && p->level != "platform") throw bad_request("a community's parent must be a platform");
-    if (level == "bot" && p->level == "bot") throw bad_request("a bot's parent must be a community or a platform");
+    if (parent.empty()) return Status::InvalidArgument("a " + std::string(to_string(level)) + " segment needs a parent");
+    if (!p) return Status::NotFound("parent segment \"" + parent + "\" does not exist");
+    if (level == Level::Community && p->level != Level::Platform) {
+      return Status::InvalidArgument("a community's parent must be a platform");
+    }
+    if (level == Level::Bot && p->level == Level::Bot) {
+      return Status::InvalidArgument("a bot's parent must be a community or a platform");
+    }
   }
   SegmentDef* existing = find_def(name);
   if (existing) {
     bool has_children = false;
     for (const auto& [n, d] : defs_) has_children |= d.parent == name;
-    if (existing->level != level && has_children) throw conflict("segment \"" + name + "\" has children; its level cannot change");
+    if (existing->level != level && has_children) {
+      return Status::Conflict("segment \"" + name + "\" has children; its level cannot change");
+    }
     for (const auto& [id, s] : sessions_) {
-      if (s.bot == name && level != "bot") throw conflict("segment \"" + name + "\" has sessions; it must stay a bot");
-      if (s.bot == name && s.busy) throw conflict("a session of \"" + name + "\" is generating; try again");
+      if (s.bot == name && level != Level::Bot) return Status::Conflict("segment \"" + name + "\" has sessions; it must stay a bot");
+      if (s.bot == name && s.busy) return Status::Conflict("a session of \"" + name + "\" is generating; try again");
     }
     if (existing->text == text && existing->parent == parent && existing->level == level) {
       SegmentId id;
-      if (Status st = ensure_chain_locked(name, &id, nullptr); !st.ok()) throw bad_request(st.message());
-      return def_json_locked(*existing);
+      if (Status st = ensure_chain_locked(name, &id, nullptr); !st.ok()) return st;
+      return view_locked(*existing);
     }
   }
   SegmentDef d;
   d.name = name, d.level = level, d.parent = parent, d.text = text, d.updated = now_s();
-  if (Status st = tokenize_def_locked(d); !st.ok()) throw bad_request(st.message());
+  if (Status st = tokenize_def_locked(d); !st.ok()) return st;
   SegmentDef backup;
   if (existing) {
     backup = *existing;
@@ -357,86 +326,82 @@ json Catalog::put_segment(const std::string& name, const std::string& level, con
   }
   defs_[name] = d;
   SegmentId id;
-  if (Status st = ensure_chain_locked(name, &id, nullptr); !st.ok()) {
+  Status st = ensure_chain_locked(name, &id, nullptr);
+  if (st.ok()) {
+    st = store_.append(record::SegmentPut{name, level, parent, text, d.updated});
+    if (!st.ok()) st = not_recorded("the segment", st);
+  }
+  if (!st.ok()) {
     if (existing) defs_[name] = backup;
     else defs_.erase(name);
-    throw bad_request(st.message());
+    return st;
   }
-  if (Status st = store_.append(RecordType::SegmentPut, {{"name", name}, {"level", level}, {"parent", parent},
-                                                         {"text", text}, {"updated", d.updated}});
-      !st.ok()) {
-    throw HttpError(500, "server_error", "cannot record the segment: " + st.message());
-  }
-  log_info(std::string(existing ? "updated " : "defined ") + level + " segment \"" + name + "\" (" +
-           std::to_string(defs_[name].tokens.size()) + " tokens)");
-  return def_json_locked(defs_[name]);
+  log_info(std::string(existing ? "updated " : "defined ") + std::string(to_string(level)) + " segment \"" + name +
+           "\" (" + std::to_string(defs_[name].tokens.size()) + " tokens)");
+  return view_locked(defs_[name]);
 }
 
-void Catalog::remove_segment(const std::string& name) {
+Status Catalog::remove_segment(const std::string& name) {
   std::lock_guard lock(mu_);
   SegmentDef* d = find_def(name);
-  if (!d) throw not_found("segment \"" + name + "\" does not exist");
+  if (!d) return no_segment(name);
   for (const auto& [n, c] : defs_) {
-    if (c.parent == name) throw conflict("segment \"" + name + "\" has child segment \"" + n + "\"; remove it first");
+    if (c.parent == name) return Status::Conflict("segment \"" + name + "\" has child segment \"" + n + "\"; remove it first");
   }
   for (const auto& [id, s] : sessions_) {
-    if (s.bot == name) throw conflict("segment \"" + name + "\" has session \"" + id + "\"; remove its sessions first");
+    if (s.bot == name) return Status::Conflict("segment \"" + name + "\" has session \"" + id + "\"; remove its sessions first");
   }
-  if (Status st = store_.append(RecordType::SegmentDelete, {{"name", name}}); !st.ok()) {
-    throw HttpError(500, "server_error", "cannot record the removal: " + st.message());
-  }
+  if (Status st = store_.append(record::SegmentDelete{name}); !st.ok()) return not_recorded("the removal", st);
   if (d->pool_id) (void)pool_.remove(d->pool_id);
   defs_.erase(name);
   log_info("removed segment \"" + name + "\"");
+  return Status::Ok();
 }
 
-json Catalog::segment_json(const std::string& name) const {
+Result<SegmentView> Catalog::segment(const std::string& name) const {
   std::lock_guard lock(mu_);
   const SegmentDef* d = find_def(name);
-  if (!d) throw not_found("segment \"" + name + "\" does not exist");
-  return def_json_locked(*d);
+  if (!d) return no_segment(name);
+  return view_locked(*d);
 }
 
-json Catalog::list_segments() const {
+std::vector<SegmentView> Catalog::segments() const {
   std::lock_guard lock(mu_);
-  json out = json::array();
-  for (const char* level : {"platform", "community", "bot"}) {
+  std::vector<SegmentView> out;
+  for (Level level : kLevels) {
     for (const auto& [n, d] : defs_) {
-      if (d.level == level) out.push_back(def_json_locked(d));
+      if (d.level == level) out.push_back(view_locked(d));
     }
   }
-  return {{"object", "list"}, {"data", out}};
+  return out;
 }
 
-json Catalog::create_session(const std::string& bot, const std::string& id_in) {
+Result<SessionView> Catalog::create_session(const std::string& bot, const std::string& id_in) {
   std::lock_guard lock(mu_);
   const SegmentDef* b = find_def(bot);
-  if (!b) throw not_found("bot \"" + bot + "\" does not exist");
-  if (b->level != "bot") throw bad_request("segment \"" + bot + "\" is a " + b->level + ", not a bot");
+  if (!b) return Status::NotFound("bot \"" + bot + "\" does not exist");
+  if (b->level != Level::Bot) {
+    return Status::InvalidArgument("segment \"" + bot + "\" is a " + std::string(to_string(b->level)) + ", not a bot");
+  }
   if (static_cast<int>(sessions_.size()) >= config_.max_sessions) {
-    throw HttpError(507, "capacity_error", "the session limit (limits.max_sessions = " +
-                                               std::to_string(config_.max_sessions) + ") is reached");
+    return Status::ResourceExhausted("the session limit (limits.max_sessions = " + std::to_string(config_.max_sessions) +
+                                     ") is reached");
   }
   std::string id = id_in.empty() ? random_id() : id_in;
-  if (!valid_name(id)) throw bad_request("session id must be 1-64 characters of letters, digits, '-', '_', '.'");
-  if (sessions_.count(id)) throw conflict("session \"" + id + "\" exists already");
+  if (!valid_name(id)) return Status::InvalidArgument("session id must be 1-64 characters of letters, digits, '-', '_', '.'");
+  if (sessions_.count(id)) return Status::Conflict("session \"" + id + "\" exists already");
   Session s;
   s.id = id, s.bot = bot, s.created = s.updated = now_s();
-  if (Status st = store_.append(RecordType::SessionCreate, {{"id", id}, {"bot", bot}, {"created", s.created}}); !st.ok()) {
-    throw HttpError(500, "server_error", "cannot record the session: " + st.message());
-  }
-  sessions_[id] = s;
-  return {{"id", id}, {"bot", bot}, {"created", s.created}, {"messages", 0}};
+  if (Status st = store_.append(record::SessionCreate{id, bot, s.created}); !st.ok()) return not_recorded("the session", st);
+  return view_locked(sessions_[id] = s, false);
 }
 
-void Catalog::delete_session(const std::string& id) {
+Status Catalog::delete_session(const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) throw not_found("session \"" + id + "\" does not exist");
-  if (it->second.busy) throw conflict("session \"" + id + "\" is generating a reply; try again when it is done");
-  if (Status st = store_.append(RecordType::SessionDelete, {{"id", id}}); !st.ok()) {
-    throw HttpError(500, "server_error", "cannot record the removal: " + st.message());
-  }
+  if (it == sessions_.end()) return no_session(id);
+  if (it->second.busy) return Status::Conflict("session \"" + id + "\" is generating a reply; try again when it is done");
+  if (Status st = store_.append(record::SessionDelete{id}); !st.ok()) return not_recorded("the removal", st);
   // Its transcript segments go when nothing else uses them (another session may share a prefix).
   std::vector<SegmentId> path;
   for (SegmentId at = it->second.tail_segment; at != kNoSegment;) {
@@ -449,51 +414,35 @@ void Catalog::delete_session(const std::string& id) {
     if (!pool_.remove(s).ok()) break;
   }
   sessions_.erase(it);
+  return Status::Ok();
 }
 
-json Catalog::session_json(const std::string& id, bool with_transcript) const {
+Result<SessionView> Catalog::session(const std::string& id, bool with_transcript) const {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) throw not_found("session \"" + id + "\" does not exist");
-  const Session& s = it->second;
-  json j = {{"id", s.id}, {"bot", s.bot}, {"created", s.created}, {"updated", s.updated},
-            {"messages", s.messages.size()}, {"transcript_tokens", s.transcript.size()}, {"busy", s.busy}};
-  bool warm = false;
-  if (s.tail_segment) {
-    auto info = pool_.info(s.tail_segment);
-    warm = info && info->tier == Tier::Hot;
-  }
-  j["warm"] = warm;
-  if (with_transcript) {
-    json msgs = json::array();
-    for (const auto& m : s.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
-    j["transcript"] = msgs;
-  }
-  return j;
+  if (it == sessions_.end()) return no_session(id);
+  return view_locked(it->second, with_transcript);
 }
 
-json Catalog::list_sessions() const {
+std::vector<SessionView> Catalog::sessions() const {
   std::lock_guard lock(mu_);
-  json out = json::array();
-  for (const auto& [id, s] : sessions_) {
-    out.push_back({{"id", s.id}, {"bot", s.bot}, {"messages", s.messages.size()},
-                   {"transcript_tokens", s.transcript.size()}, {"updated", s.updated}});
-  }
-  return {{"object", "list"}, {"data", out}};
+  std::vector<SessionView> out;
+  for (const auto& [id, s] : sessions_) out.push_back(view_locked(s, false));
+  return out;
 }
 
-Catalog::Turn Catalog::begin_turn(const std::string& session, const std::string& user) {
+Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const std::string& user) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session);
-  if (it == sessions_.end()) throw not_found("session \"" + session + "\" does not exist");
+  if (it == sessions_.end()) return no_session(session);
   Session& s = it->second;
-  if (s.busy) throw conflict("session \"" + session + "\" is already generating a reply");
-  if (!find_def(s.bot)) throw not_found("the session's bot \"" + s.bot + "\" no longer exists");
+  if (s.busy) return Status::Conflict("session \"" + session + "\" is already generating a reply");
+  if (!find_def(s.bot)) return Status::Conflict("the session's bot \"" + s.bot + "\" no longer exists");
   Turn t;
   t.session = session;
   t.user = user;
   auto delta = prompts_.last_turn(true, s.messages.size() / 2 + 1, user);
-  if (!delta.ok()) throw bad_request(delta.error());
+  if (!delta.ok()) return delta.status();
   t.delta = std::move(delta.value());
   size_t base = 0;
   for (SegmentDef* d : chain_locked(s.bot)) base += d->tokens.size();
@@ -518,7 +467,7 @@ Status Catalog::ensure_session_locked(Session& s, SegmentId base_id, size_t base
     o.format = config_.depth.transcript;
     o.label = "session:" + s.id;
     auto id = pool_.add(parent, std::span<const int32_t>(s.transcript).subspan(at, end - at), o);
-    if (!id.ok()) return Status::Error("cannot restore session \"" + s.id + "\": " + id.error());
+    if (!id.ok()) return id.status().prefixed("cannot restore session \"" + s.id + "\": ");
     parent = id.value();
     at = end;
   }
@@ -530,7 +479,7 @@ Status Catalog::ensure_session_locked(Session& s, SegmentId base_id, size_t base
 Result<std::vector<int32_t>> Catalog::prepare_turn(const Turn& t) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(t.session);
-  if (it == sessions_.end()) return Status::Error("session \"" + t.session + "\" was removed");
+  if (it == sessions_.end()) return Status::NotFound("session \"" + t.session + "\" was removed");
   Session& s = it->second;
   SegmentId base_id;
   std::vector<int32_t> prompt;
@@ -572,12 +521,9 @@ void Catalog::finish_turn(const Turn& t, GenOutcome& out, Lease* lease, const st
     }
   }
   const int64_t at = now_s();
-  json rec = {{"id", s.id}, {"user", t.user}, {"assistant", reply_text}, {"delta", t.delta},
-              {"generated", out.tokens}, {"seals", seals}, {"at", at}};
-  if (Status st = store_.append(RecordType::SessionTurn, rec); !st.ok()) {
+  if (Status st = store_.append(record::SessionTurn{s.id, t.user, reply_text, t.delta, out.tokens, seals, at}); !st.ok()) {
     log_error("session \"" + s.id + "\": cannot record the turn: " + st.message());
-    out.error = Status::Error("the reply could not be stored: " + st.message());
-    out.http_status = 500;
+    out.error = not_recorded("the reply", st);
     s.tail_segment = kNoSegment;
     return;
   }
@@ -589,31 +535,35 @@ void Catalog::finish_turn(const Turn& t, GenOutcome& out, Lease* lease, const st
   s.updated = at;
 }
 
-Catalog::Stateless Catalog::begin_stateless(const std::string& bot, std::vector<ChatMessage> messages) {
+Result<Catalog::Stateless> Catalog::begin_stateless(const std::string& bot, std::vector<ChatMessage> messages) {
   Stateless s;
   s.bot = bot;
   std::lock_guard lock(mu_);
   if (!bot.empty()) {
     const SegmentDef* b = find_def(bot);
-    if (!b) throw not_found("bot \"" + bot + "\" does not exist");
-    if (b->level != "bot") throw bad_request("segment \"" + bot + "\" is a " + b->level + ", not a bot");
+    if (!b) return Status::NotFound("bot \"" + bot + "\" does not exist");
+    if (b->level != Level::Bot) {
+      return Status::InvalidArgument("segment \"" + bot + "\" is a " + std::string(to_string(b->level)) + ", not a bot");
+    }
   }
   size_t i = 0;
   if (!messages.empty() && messages[0].role == "system") {
-    if (!bot.empty()) throw bad_request("the bot's segments are the system prompt: remove the system message or the bot");
+    if (!bot.empty()) {
+      return Status::InvalidArgument("the bot's segments are the system prompt: remove the system message or the bot");
+    }
     s.system = messages[0].content;
     i = 1;
   }
   s.turns.assign(messages.begin() + static_cast<std::ptrdiff_t>(i), messages.end());
   auto rest = prompts_.turns(!bot.empty() || s.system.has_value(), s.turns);
-  if (!rest.ok()) throw bad_request(rest.error());
+  if (!rest.ok()) return rest.status();
   s.rest = std::move(rest.value());
   size_t base = 0;
   if (!bot.empty()) {
     for (SegmentDef* d : chain_locked(bot)) base += d->tokens.size();
   } else {
     auto block = prompts_.system_block(s.system ? &*s.system : nullptr);
-    if (!block.ok()) throw bad_request(block.error());
+    if (!block.ok()) return block.status();
     s.base = std::move(block.value());
     base = s.base.size();
   }
@@ -662,24 +612,18 @@ void Catalog::finish_stateless(GenOutcome& out, Lease* lease) {
   }
 }
 
-std::vector<std::pair<RecordType, json>> Catalog::live_records_locked() const {
-  std::vector<std::pair<RecordType, json>> live;
-  live.push_back({RecordType::Header, {{"model", model_.config().name}, {"fingerprint", fingerprint_}}});
-  for (const char* level : {"platform", "community", "bot"}) {
+std::vector<Record> Catalog::live_records_locked() const {
+  std::vector<Record> live;
+  live.push_back(header());
+  for (Level level : kLevels) {
     for (const auto& [n, d] : defs_) {
-      if (d.level == level) {
-        live.push_back({RecordType::SegmentPut, {{"name", d.name}, {"level", d.level}, {"parent", d.parent},
-                                                 {"text", d.text}, {"updated", d.updated}}});
-        if (!d.coded.empty()) live.push_back({RecordType::SegmentTier, {{"name", d.name}, {"coded", base64_encode(d.coded)}}});
-      }
+      if (d.level != level) continue;
+      live.push_back(record::SegmentPut{d.name, d.level, d.parent, d.text, d.updated});
+      if (!d.coded.empty()) live.push_back(record::SegmentTier{d.name, d.coded, d.updated});
     }
   }
   for (const auto& [id, s] : sessions_) {
-    json msgs = json::array();
-    for (const auto& m : s.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
-    live.push_back({RecordType::SessionSnapshot, {{"id", s.id}, {"bot", s.bot}, {"created", s.created},
-                                                  {"updated", s.updated}, {"messages", msgs},
-                                                  {"transcript", s.transcript}, {"seals", s.seals}}});
+    live.push_back(record::SessionSnapshot{s.id, s.bot, s.created, s.updated, s.messages, s.transcript, s.seals});
   }
   return live;
 }
@@ -720,9 +664,7 @@ std::string Catalog::cold_mismatch_locked(const SegmentDef& d, std::span<const i
 }
 
 Status Catalog::record_tier_locked(SegmentDef& d, std::vector<uint8_t> coded) {
-  json body = {{"name", d.name}, {"at", now_s()}};
-  if (!coded.empty()) body["coded"] = base64_encode(coded);
-  if (Status st = store_.append(RecordType::SegmentTier, body); !st.ok()) return st;
+  if (Status st = store_.append(record::SegmentTier{d.name, coded, now_s()}); !st.ok()) return not_recorded("the tier", st);
   d.coded = std::move(coded);
   return Status::Ok();
 }
@@ -748,7 +690,7 @@ std::vector<std::string> Catalog::record_cold_tiers() {
 Status Catalog::set_hot(const std::string& name) {
   std::lock_guard lock(mu_);
   SegmentDef* d = find_def(name);
-  if (!d) return Status::Error("segment \"" + name + "\" does not exist");
+  if (!d) return no_segment(name);
   return d->coded.empty() ? Status::Ok() : record_tier_locked(*d, {});
 }
 
@@ -756,11 +698,11 @@ Result<size_t> Catalog::encode_cold(const std::string& name, const Codec& codec,
                                     const CodecOptions& options) {
   std::lock_guard lock(mu_);
   auto chain = chain_locked(name);
-  if (chain.empty()) return Status::Error("segment \"" + name + "\" does not exist");
+  if (chain.empty()) return no_segment(name);
   std::vector<int32_t> context;
   for (SegmentDef* d : chain) {
     if (d->tokens.empty()) {
-      if (Status st = tokenize_def_locked(*d); !st.ok()) return Status::Error("segment \"" + d->name + "\": " + st.message());
+      if (Status st = tokenize_def_locked(*d); !st.ok()) return st.prefixed("segment \"" + d->name + "\": ");
     }
     if (d != chain.back()) context.insert(context.end(), d->tokens.begin(), d->tokens.end());
   }
@@ -787,7 +729,7 @@ std::vector<std::string> Catalog::idle_segments(int64_t idle_seconds, int64_t no
   for (const auto& [name, d] : defs_) touch(d.parent, d.updated);
   for (const auto& [id, s] : sessions_) touch(s.bot, s.updated);
   std::vector<std::string> out;
-  for (const char* level : {"bot", "community", "platform"}) {
+  for (Level level : {Level::Bot, Level::Community, Level::Platform}) {
     for (const auto& [name, d] : defs_) {
       if (d.level == level && d.coded.empty() && now - last.at(name) >= idle_seconds) out.push_back(name);
     }

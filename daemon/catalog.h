@@ -10,19 +10,24 @@
 // daemon would have given without the restart. Rebuilding is lazy: on the session's next message.
 // (Warm-tier segment files that survive a restart, to skip that prefill, are a later step.)
 //
+// Errors are Status codes, never HTTP: NotFound (no such segment or session), InvalidArgument (a bad
+// name, level, parent or text), Conflict (busy, has children or sessions, exists already),
+// ResourceExhausted (limits.max_sessions), IOError (the state log could not be written). The HTTP edge
+// (daemon/api_error.h) maps them; daemon/api_views.h turns the views below into the API's JSON.
+//
 // Thread-safety: one mutex. Methods marked "scheduler thread" run the model through the pool and are
 // called from Scheduler tasks or job hooks only.
 #pragma once
 #include <deque>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/config.h"
 #include "daemon/prompt.h"
+#include "daemon/records.h"
 #include "daemon/scheduler.h"
 #include "daemon/state_store.h"
 #include "engine/codec.h"
@@ -31,7 +36,9 @@
 namespace towers::daemon {
 
 struct SegmentDef {
-  std::string name, level, parent, text;
+  std::string name;
+  Level level = Level::Bot;
+  std::string parent, text;
   std::vector<int32_t> tokens;   // this level's tokens (computed from the text)
   SegmentId pool_id = kNoSegment;
   int64_t updated = 0;           // unix seconds
@@ -51,13 +58,37 @@ struct Session {
   bool busy = false;
 };
 
+// What the API shows of a hierarchy segment.
+struct SegmentView {
+  std::string name;
+  Level level = Level::Bot;
+  std::string parent, text;
+  size_t tokens = 0;
+  int64_t updated = 0;
+  size_t coded_bytes = 0;              // > 0: it restarts cold (its coded tokens are in the state log)
+  std::vector<std::string> children;
+  size_t sessions = 0;
+  std::optional<SegmentInfo> pool;     // its KV in the pool, if any
+};
+
+// What the API shows of a session.
+struct SessionView {
+  std::string id, bot;
+  int64_t created = 0, updated = 0;
+  size_t messages = 0, transcript_tokens = 0;
+  bool busy = false, warm = false;     // warm: its transcript segments are in RAM
+  std::optional<std::vector<ChatMessage>> transcript;  // when asked for
+};
+
 class Catalog {
  public:
   Catalog(const Model& model, SegmentPool& pool, const PromptBuilder& prompts, StateStore& store, const Config& config,
           uint64_t fingerprint);
 
-  // Startup: applies one replayed record (no model runs); returns a problem line or "".
-  std::string apply(const StateStore::Replayed& r);
+  // Startup: applies one replayed record (no model runs). An error means it was skipped (says why).
+  Status apply(const Record& r);
+  // The header of this model's log (written when a log is created or compacted).
+  record::Header header() const;
   // Startup, scheduler thread: tokenizes and prefills every defined segment (progress: done, total).
   Status restore_segments();
   size_t segment_count() const;
@@ -65,17 +96,17 @@ class Catalog {
   size_t warm_sessions() const;  // sessions whose transcript segments are resident
 
   // Hierarchy segments. put/remove: scheduler thread. They write their record before returning.
-  nlohmann::json put_segment(const std::string& name, const std::string& level, const std::string& parent,
-                             const std::string& text);
-  void remove_segment(const std::string& name);
-  nlohmann::json segment_json(const std::string& name) const;
-  nlohmann::json list_segments() const;
+  Result<SegmentView> put_segment(const std::string& name, Level level, const std::string& parent,
+                                  const std::string& text);
+  Status remove_segment(const std::string& name);
+  Result<SegmentView> segment(const std::string& name) const;
+  std::vector<SegmentView> segments() const;  // platform, community, bot order
 
-  // Sessions.
-  nlohmann::json create_session(const std::string& bot, const std::string& id);
-  void delete_session(const std::string& id);
-  nlohmann::json session_json(const std::string& id, bool with_transcript) const;
-  nlohmann::json list_sessions() const;
+  // Sessions. id "" = a random one.
+  Result<SessionView> create_session(const std::string& bot, const std::string& id);
+  Status delete_session(const std::string& id);
+  Result<SessionView> session(const std::string& id, bool with_transcript) const;
+  std::vector<SessionView> sessions() const;
 
   // A session turn: begin (any thread; marks it busy and returns the new user turn's tokens), prepare
   // (scheduler thread, at admission: the whole prompt), finish (scheduler thread, on_finish: seals,
@@ -86,7 +117,7 @@ class Catalog {
     std::vector<int32_t> delta;
     size_t prompt_estimate = 0;  // base + transcript + delta tokens
   };
-  Turn begin_turn(const std::string& session, const std::string& user);
+  Result<Turn> begin_turn(const std::string& session, const std::string& user);
   Result<std::vector<int32_t>> prepare_turn(const Turn& t);
   void finish_turn(const Turn& t, GenOutcome& out, Lease* lease, const std::string& reply_text);
   void abort_turn(const std::string& session);  // the job never reached the scheduler
@@ -101,7 +132,7 @@ class Catalog {
     std::vector<int32_t> rest;         // tokens after the base
     size_t prompt_estimate = 0;
   };
-  Stateless begin_stateless(const std::string& bot, std::vector<ChatMessage> messages);
+  Result<Stateless> begin_stateless(const std::string& bot, std::vector<ChatMessage> messages);
   Result<std::vector<int32_t>> prepare_stateless(const Stateless& s);
   void finish_stateless(GenOutcome& out, Lease* lease);
 
@@ -128,9 +159,10 @@ class Catalog {
   Status ensure_chain_locked(const std::string& name, SegmentId* id, std::vector<int32_t>* base);
   Status ensure_session_locked(Session& s, SegmentId base_id, size_t base_len);
   void forget_pool_subtree_locked(const std::string& name);
-  nlohmann::json def_json_locked(const SegmentDef& d) const;
+  SegmentView view_locked(const SegmentDef& d) const;
+  SessionView view_locked(const Session& s, bool with_transcript) const;
   size_t live_estimate_locked() const;
-  std::vector<std::pair<RecordType, nlohmann::json>> live_records_locked() const;
+  std::vector<Record> live_records_locked() const;
   Status record_tier_locked(SegmentDef& d, std::vector<uint8_t> coded);
   std::string cold_mismatch_locked(const SegmentDef& d, std::span<const int32_t> context) const;
 

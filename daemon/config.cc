@@ -188,10 +188,22 @@ Result<Config> load_config(const std::filesystem::path& path) {
   bool ok = check_keys(c, root, "", {"model", "server", "state", "pool", "cold", "policy", "limits"});
   if (ok) {
     if (const toml::table* t = section(root, "model")) {
-      ok = check_keys(c, *t, "model", {"path", "threads", "chat_template"}) &&
+      ok = check_keys(c, *t, "model", {"path", "threads", "chat_template", "aliases"}) &&
            get_string(c, *t, "model", "path", cfg.model_path) &&
            get_int_as(c, *t, "model", "threads", 0, 1024, cfg.threads) &&
            get_string(c, *t, "model", "chat_template", cfg.chat_template);
+      if (ok) {
+        if (const toml::node* n = t->get("aliases")) {
+          if (!n->is_array()) ok = c.fail("model.aliases", "expected an array of model names");
+          for (const auto& e : ok ? *n->as_array() : toml::array{}) {
+            if (!e.is_string() || e.as_string()->get().empty() || e.as_string()->get().size() > 256) {
+              ok = c.fail("model.aliases", "entries must be non-empty strings of at most 256 bytes");
+              break;
+            }
+            cfg.aliases.push_back(**e.as_string());
+          }
+        }
+      }
     }
   }
   if (ok) {
@@ -260,12 +272,12 @@ Result<Config> load_config(const std::filesystem::path& path) {
           cfg.pin_levels.clear();
           if (!n->is_array()) ok = c.fail("pool.pin_levels", "expected an array of level names");
           for (const auto& e : ok ? *n->as_array() : toml::array{}) {
-            std::string lv = e.is_string() ? std::string(**e.as_string()) : "";
-            if (lv != "platform" && lv != "community" && lv != "bot") {
+            auto lv = parse_level(e.is_string() ? std::string(**e.as_string()) : "");
+            if (!lv) {
               ok = c.fail("pool.pin_levels", "entries must be \"platform\", \"community\" or \"bot\"");
               break;
             }
-            cfg.pin_levels.push_back(lv);
+            cfg.pin_levels.push_back(*lv);
           }
         }
       }

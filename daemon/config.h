@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/level.h"
 #include "engine/segment.h"
 #include "engine/status.h"
 #include "mmapstore/segment_pool.h"
@@ -23,6 +24,7 @@ struct Config {
   std::string model_path;
   int threads = 0;                   // 0 = all cores
   std::string chat_template;         // "" = detected from the model
+  std::vector<std::string> aliases;  // other names a request's "model" may give (besides the file's)
   // [server]
   std::string socket_path = "/run/towerd/towerd.sock";
   std::string socket_group;          // "" = the daemon's group
@@ -37,7 +39,7 @@ struct Config {
   // [pool]
   DepthPolicy depth;
   size_t pin_fan_out = 8;
-  std::vector<std::string> pin_levels = {"platform", "community"};
+  std::vector<Level> pin_levels = {Level::Platform, Level::Community};
   // [cold]
   bool cold_enabled = true;          // background compressor: idle segments -> arithmetic-coded tokens
   int cold_idle_seconds = 600;       // unused this long (and not pinned or leased) -> cold

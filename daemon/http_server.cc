@@ -14,6 +14,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "daemon/api_error.h"
 #include "daemon/log.h"
 
 namespace towers::daemon {
@@ -26,9 +27,14 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-std::string error_json(const std::string& message, const std::string& type) {
-  nlohmann::json j = {{"error", {{"message", message}, {"type", type}, {"code", nullptr}}}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+// Errors found before a request reaches the API (daemon/api_error.h maps them like the API's own).
+template <class Responder>
+void send_error(Responder& r, const ApiStatus& e) {
+  const ErrorReply er = error_reply(e);
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (er.retry_after > 0) headers.push_back({"Retry-After", std::to_string(er.retry_after)});
+  r.send(er.http_status, "application/json",
+         er.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", headers);
 }
 
 // A socket whose reads give up after an idle timeout (Beast's sync read has none of its own).
@@ -164,11 +170,11 @@ struct HttpServer::Impl {
       if (ec) {
         Responder<Socket> r(sock, false);
         if (ec == http::error::body_limit) {
-          r.send(413, "application/json",
-                 error_json("request body exceeds limits.max_body_bytes (" + std::to_string(opt.max_body_bytes) +
-                                " bytes)", "invalid_request_error"), {});
+          send_error(r, ApiStatus(Status::ResourceExhausted("request body exceeds limits.max_body_bytes (" +
+                                                            std::to_string(opt.max_body_bytes) + " bytes)"),
+                                  "", "request_too_large"));
         } else {
-          r.send(400, "application/json", error_json("malformed HTTP request: " + ec.message(), "invalid_request_error"), {});
+          send_error(r, Status::InvalidArgument("malformed HTTP request: " + ec.message()));
         }
         break;
       }
@@ -186,9 +192,8 @@ struct HttpServer::Impl {
       const bool keep = msg.keep_alive();
       Responder<Socket> r(sock, keep);
       if (check_creds && !allowed(uid, gid)) {
-        r.send(403, "application/json",
-               error_json("uid " + std::to_string(uid) + " may not use this daemon (server.allowed_uids/allowed_gids)",
-                          "permission_error"), {});
+        send_error(r, Status::PermissionDenied("uid " + std::to_string(uid) +
+                                               " may not use this daemon (server.allowed_uids/allowed_gids)"));
         log_warn("refused a connection from uid " + std::to_string(uid) + " gid " + std::to_string(gid));
         break;
       }
@@ -196,9 +201,9 @@ struct HttpServer::Impl {
         handler(req, r);
       } catch (const std::exception& e) {
         log_error(req.method + " " + req.path + ": internal error: " + e.what());
-        if (!r.responded()) r.send(500, "application/json", error_json(std::string("internal error: ") + e.what(), "server_error"), {});
+        if (!r.responded()) send_error(r, Status::Error(std::string("internal error: ") + e.what()));
       }
-      if (!r.responded()) r.send(500, "application/json", error_json("no response", "server_error"), {});
+      if (!r.responded()) send_error(r, Status::Error("the handler sent no response"));
       if (!keep || r.broken()) break;
     }
     beast::error_code ec;
@@ -227,8 +232,7 @@ struct HttpServer::Impl {
       }
       if (owner->connections_.load() >= opt.max_connections) {
         Responder<Socket> r(sock, false);
-        r.send(503, "application/json", error_json("too many connections (server.max_connections)", "overloaded_error"),
-               {{"Retry-After", "1"}});
+        send_error(r, Status::Unavailable("too many connections (server.max_connections)"));
         continue;
       }
       owner->connections_++;

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   // The state directory's lock comes before anything touches it (a second towerd is refused here).
-  std::vector<StateStore::Replayed> records;
+  std::vector<Record> records;
   std::vector<std::string> problems;
   auto store = StateStore::open(cfg.state_dir, records, problems);
   if (!store.ok()) return die(1, "cannot open the state: " + store.error());
@@ -122,11 +122,13 @@ int main(int argc, char** argv) {
 
   Catalog catalog(m, pool, prompts, *store.value(), cfg, fingerprint);
   for (const auto& r : records) {
-    std::string p = catalog.apply(r);
-    if (!p.empty()) log_warn(p);
+    if (Status st = catalog.apply(r); !st.ok()) log_warn(st.message());
+  }
+  if (catalog.model_changed()) {
+    log_warn("the state was written with another model; transcripts will be re-tokenized from their text");
   }
   if (records.empty()) {
-    (void)store.value()->append(RecordType::Header, {{"model", m.config().name}, {"fingerprint", fingerprint}});
+    if (Status st = store.value()->append(catalog.header()); !st.ok()) return die(1, "cannot write the state log: " + st.message());
   }
   log_info("model " + m.config().name + " (" + m.config().arch_name + ", " + std::to_string(m.config().n_layer) +
            " layers, context " + std::to_string(m.config().n_ctx_train) + ", chat template " +

@@ -51,7 +51,7 @@ void Scheduler::shutdown(std::chrono::milliseconds grace) {
     dropped.swap(queue_);
   }
   cv_.notify_all();
-  for (auto& j : dropped) fail(j, Status::Error("the daemon is shutting down"), 503);
+  for (auto& j : dropped) fail(j, Status::Unavailable("the daemon is shutting down"));
   {
     std::lock_guard lock(mu_);
     exit_ = true;
@@ -60,16 +60,19 @@ void Scheduler::shutdown(std::chrono::milliseconds grace) {
   if (thread_.joinable()) thread_.join();
 }
 
-Scheduler::Submit Scheduler::submit(std::shared_ptr<GenJob> job) {
+Status Scheduler::submit(std::shared_ptr<GenJob> job) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_) return Submit::ShuttingDown;
-    if (static_cast<int>(queue_.size()) >= opt_.queue_length) return Submit::QueueFull;
+    if (stopping_) return Status::Unavailable("the daemon is shutting down");
+    if (static_cast<int>(queue_.size()) >= opt_.queue_length) {
+      return Status::ResourceExhausted("the request queue is full (limits.queue_length = " +
+                                       std::to_string(opt_.queue_length) + "); retry shortly");
+    }
     job->enqueued = Clock::now();
     queue_.push_back(std::move(job));
   }
   cv_.notify_all();
-  return Submit::Ok;
+  return Status::Ok();
 }
 
 Status Scheduler::run(std::function<Status()> fn) {
@@ -77,7 +80,7 @@ Status Scheduler::run(std::function<Status()> fn) {
   auto f = p->get_future();
   {
     std::lock_guard lock(mu_);
-    if (exit_) return Status::Error("the daemon is shutting down");
+    if (exit_) return Status::Unavailable("the daemon is shutting down");
     tasks_.push_back([p, fn = std::move(fn)] { p->set_value(fn()); });
   }
   cv_.notify_all();
@@ -102,10 +105,9 @@ double Scheduler::stalled_seconds() const {
   return std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(heartbeat_ns_.load())).count();
 }
 
-void Scheduler::fail(std::shared_ptr<GenJob> job, Status st, int http_status) {
+void Scheduler::fail(std::shared_ptr<GenJob> job, Status st) {
   GenOutcome out;
   out.error = std::move(st);
-  out.http_status = http_status;
   out.finish_reason = "error";
   if (job->on_finish) job->on_finish(out, nullptr);
 }
@@ -148,15 +150,14 @@ void Scheduler::loop() {
 }
 
 void Scheduler::admit(std::shared_ptr<GenJob> job) {
-  if (job->cancelled) return fail(job, Status::Error("cancelled before it started"), 499);
-  int http_status = 400;
-  auto prompt = job->prepare ? job->prepare(http_status) : Result<std::vector<int32_t>>(Status::Error("no prompt"));
-  if (!prompt.ok()) return fail(job, prompt.status(), http_status);
-  if (prompt->empty()) return fail(job, Status::Error("empty prompt"), 400);
+  if (job->cancelled) return fail(job, Status::Cancelled("cancelled before it started"));
+  auto prompt = job->prepare ? job->prepare() : Result<std::vector<int32_t>>(Status::Error("the job has no prompt"));
+  if (!prompt.ok()) return fail(job, prompt.status());
+  if (prompt->empty()) return fail(job, Status::InvalidArgument("the prompt is empty"));
   // Warm and cold segments on the prompt's path come back first (page-in, thaw by prefill).
   if (PathPlan plan = pool_.plan(prompt.value()); !plan.all_hot()) (void)pool_.thaw(plan.path.back());
   auto lease = pool_.assemble(prompt.value(), std::max(1, job->max_tokens));
-  if (!lease.ok()) return fail(job, lease.status(), 500);
+  if (!lease.ok()) return fail(job, lease.status());
   auto s = std::make_unique<Seq>();
   s->job = std::move(job);
   s->lease = std::move(lease.value());
@@ -165,6 +166,7 @@ void Scheduler::admit(std::shared_ptr<GenJob> job) {
   s->out.queue_s = since(s->job->enqueued);
   s->pos = s->lease.cached_tokens;
   s->started = Clock::now();
+  if (s->job->on_admitted) s->job->on_admitted();
   seqs_.push_back(std::move(s));
 }
 
@@ -226,7 +228,6 @@ void Scheduler::step() {
       log_error("model step failed: " + st.message());
       for (Seq* s : in_batch) {
         s->out.error = st;
-        s->out.http_status = 500;
         finish(*s, "error");
       }
     } else {

@@ -28,8 +28,7 @@
 namespace towers::daemon {
 
 struct GenOutcome {
-  Status error;                     // the generation failed (nothing else is meaningful)
-  int http_status = 500;            // for errors: what to answer
+  Status error;                     // the generation failed (nothing else is meaningful); its code says why
   std::vector<int32_t> prompt;
   std::vector<int32_t> tokens;      // generated (without an end-of-generation token)
   std::vector<int32_t> tail;        // tokens evaluated into the lease's tail (prompt rest + generated)
@@ -40,13 +39,15 @@ struct GenOutcome {
 
 struct GenJob {
   // On the scheduler thread, at admission: the prompt tokens (may run the model, e.g. restore a
-  // session's segments). An error fails the job with its status (400 unless http_status is set).
-  std::function<Result<std::vector<int32_t>>(int& http_status)> prepare;
+  // session's segments). An error fails the job with that status.
+  std::function<Result<std::vector<int32_t>>()> prepare;
   SamplerConfig sampling;
   int max_tokens = 256;
   std::vector<std::string> stop;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::atomic<bool> cancelled{false};
+  // On the scheduler thread, once prepare and the lease succeeded: the model is about to run.
+  std::function<void()> on_admitted;
   // On the scheduler thread: text as it becomes final; then on_finish exactly once. lease is null
   // when the job failed before it had one; it is released after on_finish returns.
   std::function<void(std::string_view)> on_text;
@@ -65,11 +66,11 @@ class Scheduler {
   ~Scheduler();
 
   void start();
-  // Stops admitting: queued jobs fail with 503; running ones get `grace` to finish, then are cancelled.
+  // Stops admitting: queued jobs fail (Unavailable); running ones get `grace` to finish, then are cancelled.
   void shutdown(std::chrono::milliseconds grace);
 
-  enum class Submit { Ok, QueueFull, ShuttingDown };
-  Submit submit(std::shared_ptr<GenJob> job);
+  // ResourceExhausted when the queue is full, Unavailable when shutting down.
+  Status submit(std::shared_ptr<GenJob> job);
   // Runs fn on the scheduler thread between steps and waits for it.
   Status run(std::function<Status()> fn);
   // Posts fn to the scheduler thread without waiting.
@@ -86,7 +87,7 @@ class Scheduler {
   void admit(std::shared_ptr<GenJob> job);
   void step();
   void finish(Seq& s, std::string reason);
-  void fail(std::shared_ptr<GenJob> job, Status st, int http_status);
+  void fail(std::shared_ptr<GenJob> job, Status st);
 
   const Model& model_;
   Forward& forward_;

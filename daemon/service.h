@@ -1,5 +1,6 @@
 // What the HTTP handlers share: the model, the pool, the scheduler, the catalog, metrics, limits.
-// handle_request routes one request (daemon/api*.cc); every error leaves as an OpenAI-style JSON error.
+// handle_request routes one request (daemon/api*.cc). Handlers return an ApiStatus; every error leaves
+// through send_error (daemon/api_error.h says how codes map to HTTP).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "daemon/api_error.h"
 #include "daemon/catalog.h"
 #include "daemon/config.h"
 #include "daemon/http_server.h"
@@ -26,6 +28,9 @@ struct Service {
   Metrics& metrics;
   const PromptBuilder& prompts;
   std::string model_id;  // what /v1/models lists (the file name without .gguf)
+  // Whether a request's "model" names the served model: "" (absent), model_id, the file name, or one
+  // of [model] aliases.
+  bool serves(const std::string& model) const;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
@@ -36,9 +41,17 @@ void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out);
 
 // Pieces shared by the API files.
 namespace api {
-nlohmann::json parse_body(const HttpRequest& req);            // 400 on malformed JSON / not an object
+// The body as a JSON object (InvalidArgument on malformed JSON or another value).
+ApiStatus parse_body(const HttpRequest& req, nlohmann::json* body);
 void send_json(HttpResponder& out, int status, const nlohmann::json& j);
+ApiStatus reply(HttpResponder& out, const nlohmann::json& j);  // 200 with j
+void send_error(HttpResponder& out, const ApiStatus& e);
 std::string dump(const nlohmann::json& j);
+ApiStatus wrong_method(const char* allowed);  // 405: "use GET or PUT"
+// A string field: "" when absent or null (InvalidArgument naming it when required or not a string).
+ApiStatus string_field(const nlohmann::json& body, const char* key, bool required, std::string* out);
+// Refuses a field not in `known` (400 unknown_parameter naming it).
+ApiStatus known_fields(const nlohmann::json& body, std::initializer_list<std::string_view> known);
 
 // Sampling and limits of a generation request (OpenAI field names), validated.
 struct GenParams {
@@ -48,7 +61,12 @@ struct GenParams {
   bool stream = false;
   bool include_usage = true;
 };
-GenParams parse_gen_params(const Service& svc, const nlohmann::json& body);
+ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, GenParams* params);
+// Refuses what a generation request may not hold: a field that is neither one of `own` (the
+// endpoint's, e.g. "messages") nor a generation field towerd honours or knowingly ignores (harmless
+// metadata such as "user"), and a generation field towerd does not support (yet) unless it holds
+// that field's neutral value. The error names the field (param).
+ApiStatus check_generation_fields(const nlohmann::json& body, std::initializer_list<std::string_view> own);
 
 // Runs a generation through the scheduler and answers: a chat.completion object, or SSE
 // chat.completion.chunk events ending in "data: [DONE]". prompt_estimate checks the context up front.
@@ -60,12 +78,16 @@ struct GenerationSpec {
   std::function<void(GenOutcome&, Lease*, const std::string& text)> on_finish;
   std::function<void()> on_rejected;  // the job never ran (queue full, shutting down, bad size)
   nlohmann::json extra;               // extra fields for the response ("session", "bot")
+  std::string not_found_code;         // what a NotFound from prepare is about ("session_not_found", ...)
 };
-void run_generation(Service& svc, HttpResponder& out, GenerationSpec spec);
+ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec);
+// A session turn (Catalog::begin_turn) as a generation: prepare, finish and abort through the catalog.
+GenerationSpec session_turn_spec(Service& svc, Catalog::Turn turn);
 
-void handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);
-void handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);
-void handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);
+// Each sets `handled` when the path is its own.
+ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);
+ApiStatus handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);
+ApiStatus handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);
 }  // namespace api
 
 }  // namespace towers::daemon

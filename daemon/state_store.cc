@@ -9,21 +9,7 @@
 
 namespace towers::daemon {
 
-const char* record_type_name(RecordType t) {
-  switch (t) {
-    case RecordType::Header: return "header";
-    case RecordType::SegmentPut: return "segment_put";
-    case RecordType::SegmentDelete: return "segment_delete";
-    case RecordType::SessionCreate: return "session_create";
-    case RecordType::SessionTurn: return "session_turn";
-    case RecordType::SessionDelete: return "session_delete";
-    case RecordType::SessionSnapshot: return "session_snapshot";
-    case RecordType::SegmentTier: return "segment_tier";
-  }
-  return "?";
-}
-
-Result<std::unique_ptr<StateStore>> StateStore::open(const std::filesystem::path& dir, std::vector<Replayed>& records,
+Result<std::unique_ptr<StateStore>> StateStore::open(const std::filesystem::path& dir, std::vector<Record>& records,
                                                      std::vector<std::string>& problems) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -40,18 +26,13 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::filesystem::path
   }
   store->path_ = dir / "towerd.log";
   auto rep = read_record_log(store->path_, [&](const LogRecord& r) {
-    if (r.type < 1 || r.type > static_cast<uint8_t>(RecordType::SegmentTier)) {
-      problems.push_back(store->path_.string() + ": record at offset " + std::to_string(r.offset) +
-                         " has unknown type " + std::to_string(r.type) + "; skipped");
+    auto rec = parse_record(static_cast<RecordType>(r.type), r.payload);
+    if (!rec.ok()) {
+      problems.push_back(store->path_.string() + ": record at offset " + std::to_string(r.offset) + ": " +
+                         rec.error() + "; skipped");
       return;
     }
-    auto j = nlohmann::json::parse(r.payload, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-      problems.push_back(store->path_.string() + ": record at offset " + std::to_string(r.offset) +
-                         " is not a JSON object; skipped");
-      return;
-    }
-    records.push_back({static_cast<RecordType>(r.type), std::move(j)});
+    records.push_back(std::move(rec.value()));
   });
   if (!rep.ok()) return rep.status();
   for (auto& p : rep->problems) problems.push_back(p);
@@ -66,18 +47,16 @@ StateStore::~StateStore() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-Status StateStore::append(RecordType type, const nlohmann::json& body) {
-  const std::string payload = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+Status StateStore::append(const Record& record) {
+  const std::string payload = record_payload(record);
   std::lock_guard lock(mu_);
-  return writer_->append(static_cast<uint8_t>(type), payload, /*sync=*/true);
+  return writer_->append(static_cast<uint8_t>(type_of(record)), payload, /*sync=*/true);
 }
 
-Status StateStore::compact(const std::vector<std::pair<RecordType, nlohmann::json>>& live) {
+Status StateStore::compact(const std::vector<Record>& live) {
   std::vector<RecordToWrite> recs;
   recs.reserve(live.size());
-  for (const auto& [t, j] : live) {
-    recs.push_back({static_cast<uint8_t>(t), j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
-  }
+  for (const auto& r : live) recs.push_back({static_cast<uint8_t>(type_of(r)), record_payload(r)});
   std::lock_guard lock(mu_);
   if (Status st = rewrite_record_log(path_, recs); !st.ok()) return st;
   auto w = RecordLogWriter::open(path_);

@@ -7,8 +7,6 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 towerd_setup "$1" "$2" "$3"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
-api() { curl -s --unix-socket "$sock" "$@"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 start
 
 # (1) hierarchy: 1 platform, 2 communities, 5 bots.
@@ -66,7 +64,7 @@ expect_error 409 -X DELETE http://localhost/v1/segments/bot0
 expect_error 404 http://localhost/v1/nothing-here
 
 # (3) an OpenAI client body, unchanged, streamed and not.
-openai='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":"Say hi"}],"temperature":0,"max_tokens":12,"top_p":1,"n":1,"presence_penalty":0,"stream":false,"user":"u1"}'
+openai='{"model":"stories260K","messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":"Say hi"}],"temperature":0,"max_tokens":12,"top_p":1,"n":1,"presence_penalty":0,"stream":false,"user":"u1"}'
 api http://localhost/v1/chat/completions -H 'Content-Type: application/json' -d "$openai" | json 'd["choices"][0]["message"]["role"]=="assistant" and d["usage"]["total_tokens"]>0' | grep -q True || fail "OpenAI body"
 api -N http://localhost/v1/chat/completions -d "${openai/\"stream\":false/\"stream\":true}" >"$tmp/sse"
 grep -q '^data: {' "$tmp/sse" && grep -v '^$' "$tmp/sse" | tail -1 | grep -q '^data: \[DONE\]' || fail "SSE: $(cat "$tmp/sse")"

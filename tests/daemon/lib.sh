@@ -4,6 +4,8 @@
 #   start [towerd args...]                starts towerd, waits (bounded) until healthy() passes
 #   stop                                  SIGTERM, and the exit status must be 0
 #   fail MESSAGE                          prints it and the end of towerd's log, exits 1
+#   api CURL_ARGS...                      curl on towerd's socket
+#   json PY_EXPR                          evaluates PY_EXPR on the JSON read from stdin (as d)
 # healthy() asks /healthz with curl; a script may redefine it (check_towerctl.sh uses towerctl).
 towerd_setup() {
   towerd="$1"; shared="${TOWERS_SHARED:-$2}"; local tmp_root="$3"
@@ -15,6 +17,8 @@ towerd_setup() {
 }
 cleanup() { [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
 fail() { echo "FAIL: $*"; echo "--- towerd log:"; tail -20 "$tmp/log" || true; exit 1; }
+api() { curl -s --unix-socket "$sock" "$@"; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 healthy() { curl -sf --unix-socket "$sock" http://localhost/healthz >/dev/null 2>&1; }
 start() {
   "$towerd" --model "$model" --socket "$sock" --state-dir "$state" --threads 2 "$@" 2>>"$tmp/log" & pid=$!

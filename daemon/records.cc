@@ -1,0 +1,191 @@
+#include "daemon/records.h"
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/base64.h"
+
+namespace towers::daemon {
+
+using json = nlohmann::json;
+
+const char* record_type_name(RecordType t) {
+  switch (t) {
+    case RecordType::Header: return "header";
+    case RecordType::SegmentPut: return "segment_put";
+    case RecordType::SegmentDelete: return "segment_delete";
+    case RecordType::SessionCreate: return "session_create";
+    case RecordType::SessionTurn: return "session_turn";
+    case RecordType::SessionDelete: return "session_delete";
+    case RecordType::SessionSnapshot: return "session_snapshot";
+    case RecordType::SegmentTier: return "segment_tier";
+  }
+  return "?";
+}
+
+RecordType type_of(const Record& r) { return static_cast<RecordType>(r.index() + 1); }
+
+namespace {
+
+json messages_json(const std::vector<ChatMessage>& messages) {
+  json out = json::array();
+  for (const auto& m : messages) out.push_back({{"role", m.role}, {"content", m.content}});
+  return out;
+}
+
+json to_json(const record::Header& r) { return {{"model", r.model}, {"fingerprint", r.fingerprint}}; }
+json to_json(const record::SegmentPut& r) {
+  return {{"name", r.name}, {"level", to_string(r.level)}, {"parent", r.parent}, {"text", r.text}, {"updated", r.updated}};
+}
+json to_json(const record::SegmentDelete& r) { return {{"name", r.name}}; }
+json to_json(const record::SegmentTier& r) {
+  json j = {{"name", r.name}, {"at", r.at}};
+  if (!r.coded.empty()) j["coded"] = base64_encode(r.coded);
+  return j;
+}
+json to_json(const record::SessionCreate& r) { return {{"id", r.id}, {"bot", r.bot}, {"created", r.created}}; }
+json to_json(const record::SessionTurn& r) {
+  return {{"id", r.id}, {"user", r.user}, {"assistant", r.assistant}, {"delta", r.delta},
+          {"generated", r.generated}, {"seals", r.seals}, {"at", r.at}};
+}
+json to_json(const record::SessionDelete& r) { return {{"id", r.id}}; }
+json to_json(const record::SessionSnapshot& r) {
+  return {{"id", r.id}, {"bot", r.bot}, {"created", r.created}, {"updated", r.updated},
+          {"messages", messages_json(r.messages)}, {"transcript", r.transcript}, {"seals", r.seals}};
+}
+
+// Reads the fields of one record's JSON object; the first problem is kept and names its field.
+class Reader {
+ public:
+  Reader(const json& j, RecordType type) : j_(j), type_(type) {}
+
+  std::string str(const char* key, bool required = true) {
+    const json* v = field(key, required);
+    if (!v) return {};
+    if (!v->is_string()) return bad(key, "is not a string"), std::string();
+    return v->get<std::string>();
+  }
+  template <class Int>
+  Int integer(const char* key, bool required = true) {
+    const json* v = field(key, required);
+    if (!v) return 0;
+    if (!v->is_number_integer() || (std::is_unsigned_v<Int> && !v->is_number_unsigned())) {
+      return bad(key, "is not an integer in range"), Int{0};
+    }
+    return v->get<Int>();
+  }
+  template <class Int>
+  std::vector<Int> integers(const char* key) {
+    std::vector<Int> out;
+    const json* v = field(key, true);
+    if (!v) return out;
+    if (!v->is_array()) return bad(key, "is not an array"), out;
+    for (const auto& e : *v) {
+      if (!e.is_number_integer() || (std::is_unsigned_v<Int> && !e.is_number_unsigned())) {
+        return bad(key, "holds a value that is not an integer in range"), std::vector<Int>();
+      }
+      out.push_back(e.get<Int>());
+    }
+    return out;
+  }
+  Level level(const char* key) {
+    const std::string s = str(key);
+    auto l = parse_level(s);
+    if (!l && problem_.empty()) bad(key, "is not platform, community or bot");
+    return l.value_or(Level::Bot);
+  }
+  std::vector<uint8_t> base64(const char* key) {
+    const std::string s = str(key, false);
+    if (s.empty()) return {};
+    auto bytes = base64_decode(s);
+    if (!bytes) return bad(key, "is not base64"), std::vector<uint8_t>();
+    return std::move(*bytes);
+  }
+  std::vector<ChatMessage> messages(const char* key) {
+    std::vector<ChatMessage> out;
+    const json* v = field(key, true);
+    if (!v) return out;
+    if (!v->is_array()) return bad(key, "is not an array"), out;
+    for (const auto& m : *v) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+          !m["content"].is_string()) {
+        return bad(key, "holds a message without a string role and content"), std::vector<ChatMessage>();
+      }
+      out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    return out;
+  }
+  Status status() const {
+    return problem_.empty() ? Status::Ok()
+                            : Status::Corruption(std::string(record_type_name(type_)) + " record: " + problem_);
+  }
+
+ private:
+  const json* field(const char* key, bool required) {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) {
+      if (required) bad(key, "is missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+  void bad(const char* key, const char* what) {
+    if (problem_.empty()) problem_ = std::string("\"") + key + "\" " + what;
+  }
+  const json& j_;
+  RecordType type_;
+  std::string problem_;
+};
+
+Record read(Reader& in, RecordType type) {
+  switch (type) {
+    case RecordType::Header: return record::Header{in.str("model", false), in.integer<uint64_t>("fingerprint")};
+    case RecordType::SegmentPut:
+      return record::SegmentPut{in.str("name"), in.level("level"), in.str("parent", false), in.str("text"),
+                                in.integer<int64_t>("updated", false)};
+    case RecordType::SegmentDelete: return record::SegmentDelete{in.str("name")};
+    case RecordType::SegmentTier:
+      return record::SegmentTier{in.str("name"), in.base64("coded"), in.integer<int64_t>("at", false)};
+    case RecordType::SessionCreate:
+      return record::SessionCreate{in.str("id"), in.str("bot"), in.integer<int64_t>("created", false)};
+    case RecordType::SessionTurn:
+      return record::SessionTurn{in.str("id"),
+                                 in.str("user"),
+                                 in.str("assistant"),
+                                 in.integers<int32_t>("delta"),
+                                 in.integers<int32_t>("generated"),
+                                 in.integers<size_t>("seals"),
+                                 in.integer<int64_t>("at", false)};
+    case RecordType::SessionDelete: return record::SessionDelete{in.str("id")};
+    case RecordType::SessionSnapshot:
+      return record::SessionSnapshot{in.str("id"),
+                                     in.str("bot"),
+                                     in.integer<int64_t>("created", false),
+                                     in.integer<int64_t>("updated", false),
+                                     in.messages("messages"),
+                                     in.integers<int32_t>("transcript"),
+                                     in.integers<size_t>("seals")};
+  }
+  return record::Header{};
+}
+
+}  // namespace
+
+std::string record_payload(const Record& r) {
+  const json j = std::visit([](const auto& rec) { return to_json(rec); }, r);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<Record> parse_record(RecordType type, std::string_view payload) {
+  const uint8_t t = static_cast<uint8_t>(type);
+  if (t < 1 || t > kLastRecordType) return Status::Corruption("unknown record type " + std::to_string(t));
+  const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::Corruption(std::string(record_type_name(type)) + " record is not a JSON object");
+  }
+  Reader in(j, type);
+  Record r = read(in, type);
+  if (Status st = in.status(); !st.ok()) return st;
+  return r;
+}
+
+}  // namespace towers::daemon

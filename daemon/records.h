@@ -1,0 +1,93 @@
+// The records of towerd's state log (daemon/state_store.h), as typed structs, and their one encoding:
+// a JSON object per record, the record's kind in the log's type byte. Everything that writes or reads
+// the log (the catalog's changes and compaction, towerd's header, towerctl's offline verbs) goes
+// through record_payload/parse_record, so a field is spelled in one place.
+//
+//   kind              payload
+//   header            {model, fingerprint}                      first record of a new or compacted log
+//   segment_put       {name, level, parent, text, updated}      define or update a hierarchy segment
+//   segment_delete    {name}
+//   segment_tier      {name, coded?, at}   with `coded` (base64 codec container of its tokens) the
+//                                          segment restarts cold, without it hot
+//   session_create    {id, bot, created}
+//   session_turn      {id, user, assistant, delta, generated, seals, at}   one completed reply
+//   session_delete    {id}
+//   session_snapshot  {id, bot, created, updated, messages, transcript, seals}   (compaction)
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "daemon/level.h"
+#include "engine/chat_template.h"
+#include "engine/status.h"
+
+namespace towers::daemon {
+
+enum class RecordType : uint8_t {
+  Header = 1,
+  SegmentPut = 2,
+  SegmentDelete = 3,
+  SessionCreate = 4,
+  SessionTurn = 5,
+  SessionDelete = 6,
+  SessionSnapshot = 7,
+  SegmentTier = 8,
+};
+inline constexpr uint8_t kLastRecordType = static_cast<uint8_t>(RecordType::SegmentTier);
+const char* record_type_name(RecordType t);
+
+namespace record {
+struct Header {
+  std::string model;
+  uint64_t fingerprint = 0;
+};
+struct SegmentPut {
+  std::string name;
+  Level level = Level::Bot;
+  std::string parent, text;
+  int64_t updated = 0;
+};
+struct SegmentDelete {
+  std::string name;
+};
+struct SegmentTier {
+  std::string name;
+  std::vector<uint8_t> coded;  // empty = hot
+  int64_t at = 0;
+};
+struct SessionCreate {
+  std::string id, bot;
+  int64_t created = 0;
+};
+struct SessionTurn {
+  std::string id, user, assistant;
+  std::vector<int32_t> delta, generated;
+  std::vector<size_t> seals;
+  int64_t at = 0;
+};
+struct SessionDelete {
+  std::string id;
+};
+struct SessionSnapshot {
+  std::string id, bot;
+  int64_t created = 0, updated = 0;
+  std::vector<ChatMessage> messages;
+  std::vector<int32_t> transcript;
+  std::vector<size_t> seals;
+};
+}  // namespace record
+
+// One alternative per RecordType, in the same order.
+using Record = std::variant<record::Header, record::SegmentPut, record::SegmentDelete, record::SessionCreate,
+                            record::SessionTurn, record::SessionDelete, record::SessionSnapshot, record::SegmentTier>;
+
+RecordType type_of(const Record& r);
+std::string record_payload(const Record& r);  // the payload
+// Corruption (naming the kind and the field) when the payload is not a well-formed record of `type`.
+Result<Record> parse_record(RecordType type, std::string_view payload);
+
+}  // namespace towers::daemon
