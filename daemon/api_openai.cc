@@ -246,7 +246,9 @@ GenerationSpec session_turn_spec(Service& svc, Catalog::Turn turn) {
   GenerationSpec spec;
   spec.prompt_tokens = t->prompt_estimate;
   spec.prepare = [&svc, t] { return svc.catalog.prepare_turn(*t); };
-  spec.on_finish = [&svc, t](GenOutcome& o, Lease* l, const std::string& text) { svc.catalog.finish_turn(*t, o, l, text); };
+  spec.on_finish = [&svc, t](GenOutcome& o, Lease* l, const std::string& text, Settled settled) {
+    svc.catalog.finish_turn(*t, o, l, text, std::move(settled));
+  };
   spec.on_rejected = [&svc, t] { svc.catalog.abort_turn(t->session); };
   spec.extra = {{"session", t->session}};
   spec.not_found_code = "session_not_found";
@@ -288,13 +290,21 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) 
   };
   auto on_finish = spec.on_finish;
   job->on_finish = [ch, full_text, on_finish](GenOutcome& o, Lease* lease) {
-    if (on_finish) on_finish(o, lease, *full_text);
-    std::lock_guard lock(ch->mu);
-    ch->done = true;
-    ch->outcome = std::move(o);
-    ch->outcome.prompt.clear();
-    ch->outcome.tail.clear();
-    ch->cv.notify_all();
+    {
+      std::lock_guard lock(ch->mu);
+      ch->outcome = o;
+      ch->outcome.prompt.clear();
+      ch->outcome.tail.clear();
+    }
+    // The reply is final once it is settled (for a session turn: its record is durable).
+    auto settled = [ch](const Status& st) {
+      std::lock_guard lock(ch->mu);
+      if (!st.ok() && ch->outcome.error.ok() && ch->outcome.finish_reason != "cancelled") ch->outcome.error = st;
+      ch->done = true;
+      ch->cv.notify_all();
+    };
+    if (on_finish) on_finish(o, lease, *full_text, settled);
+    else settled(Status::Ok());
   };
   if (Status st = svc.scheduler.submit(job); !st.ok()) {
     svc.metrics.rejected(st.code() == Status::Code::kResourceExhausted ? "queue_full" : "shutting_down");
@@ -435,7 +445,10 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
     auto st = std::make_shared<Catalog::Stateless>(std::move(begun.value()));
     spec.prompt_tokens = st->prompt_estimate;
     spec.prepare = [&svc, st] { return svc.catalog.prepare_stateless(*st); };
-    spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&) { svc.catalog.finish_stateless(o, l); };
+    spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&, Settled settled) {
+      svc.catalog.finish_stateless(o, l);
+      settled(Status::Ok());
+    };
     spec.not_found_code = "segment_not_found";
     if (!bot.empty()) spec.extra = {{"bot", bot}};
   }

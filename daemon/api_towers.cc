@@ -15,6 +15,8 @@
 //   DELETE /v1/sessions/{id}
 //   POST   /v1/sessions/{id}/messages   {"content": "...", "stream": bool, sampling fields as OpenAI}
 #include "daemon/api_views.h"
+#include <future>
+
 #include "daemon/service.h"
 
 namespace towers::daemon::api {
@@ -44,6 +46,14 @@ ApiStatus no_resource(const std::string& path) {
 ApiStatus segment_error(Status st) { return not_found_as(std::move(st), "segment_not_found"); }
 ApiStatus session_error(Status st) { return not_found_as(std::move(st), "session_not_found"); }
 
+// Waits until the scheduler has computed segment `id` (and what it needs of its parent chain).
+Status wait_for_build(Service& svc, SegmentId id) {
+  auto result = std::make_shared<std::promise<Status>>();
+  auto done = result->get_future();
+  svc.scheduler.build(id, [result](const Status& st) { result->set_value(st); });
+  return done.get();
+}
+
 // PUT /v1/segments/{name} (name from the path) or POST /v1/segments (name in the body).
 ApiStatus put_segment(Service& svc, const HttpRequest& req, HttpResponder& out, std::string name) {
   json b;
@@ -62,16 +72,16 @@ ApiStatus put_segment(Service& svc, const HttpRequest& req, HttpResponder& out, 
   }
   auto level = parse_level(level_name);
   if (!level) return invalid_field("level", "level must be \"platform\", \"community\" or \"bot\", got \"" + level_name + "\"");
-  Result<SegmentView> put = Status::Error("not run");
-  if (Status st = svc.scheduler.run([&] {
-        put = svc.catalog.put_segment(name, *level, parent, text);
-        return Status::Ok();
-      });
-      !st.ok()) {
-    return st;
-  }
+  auto put = svc.catalog.put_segment(name, *level, parent, text);
   if (!put.ok()) return not_found_as(put.status(), "segment_not_found", "parent");
-  return reply(out, segment_json(put.value()));
+  if (put->build != kNoSegment) {
+    // Its KV is computed as scheduled work, beside the streams that are running.
+    if (Status st = wait_for_build(svc, put->build); !st.ok()) return st.prefixed("segment \"" + name + "\": ");
+    auto seg = svc.catalog.segment(name);
+    if (!seg.ok()) return segment_error(seg.status());
+    return reply(out, segment_json(seg.value()));
+  }
+  return reply(out, segment_json(put->view));
 }
 
 // POST /v1/segments/{name}/compress|thaw
@@ -86,7 +96,9 @@ ApiStatus move_tier(Service& svc, const std::string& name, const std::string& ve
     st = svc.compressor->compress(id);
     if (st.ok()) svc.catalog.record_cold_tiers();  // it restarts cold too
   } else {
-    st = svc.scheduler.run([&] { return svc.pool.thaw(id); });
+    PathPlan chain = svc.pool.plan_chain(id);
+    st = svc.pool.page_in(chain.path);  // warm segments: mapped, populated and verified here
+    if (st.ok() || st.is_corruption()) st = wait_for_build(svc, id);  // cold ones (and bad files): computed
     if (st.ok()) st = svc.catalog.set_hot(name);
   }
   if (!st.ok()) return segment_error(st.prefixed(verb + " " + name + ": "));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <ctime>
 #include <random>
+#include <set>
 
 #include "daemon/log.h"
 #include "daemon/random_id.h"
@@ -58,6 +59,27 @@ Status Catalog::tokenize_def_locked(SegmentDef& d) {
   return Status::Ok();
 }
 
+SegmentOptions Catalog::def_options_locked(const SegmentDef& d) const {
+  SegmentOptions o;
+  o.label = std::string(to_string(d.level)) + ":" + d.name;
+  o.pinned = std::find(config_.pin_levels.begin(), config_.pin_levels.end(), d.level) != config_.pin_levels.end();
+  return o;
+}
+
+SegmentOptions Catalog::transcript_options(const Session& s) const {
+  SegmentOptions o;
+  o.format = config_.depth.transcript;
+  o.label = "session:" + s.id;
+  return o;
+}
+
+void Catalog::record_binding_locked(SegmentDef& d) {
+  if (d.pool_id == d.recorded_id) return;
+  // Not waited for: a binding lost in a crash only costs a rebuild of this segment at the next start.
+  store_.append_async(record::SegmentPut{d.name, d.level, d.parent, d.text, d.updated, d.pool_id}, nullptr);
+  d.recorded_id = d.pool_id;
+}
+
 Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std::vector<int32_t>* base) {
   auto chain = chain_locked(name);
   if (chain.empty()) return no_segment(name);
@@ -68,20 +90,24 @@ Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std:
       if (Status st = tokenize_def_locked(*d); !st.ok()) return st;
     }
     if (d->pool_id == kNoSegment || !pool_.info(d->pool_id)) {
-      SegmentOptions o;
-      o.label = std::string(to_string(d->level)) + ":" + d->name;
-      o.pinned = std::find(config_.pin_levels.begin(), config_.pin_levels.end(), d->level) != config_.pin_levels.end();
+      SegmentOptions o = def_options_locked(*d);
+      o.id = d->pool_id;  // the same id (and file name) across rebuilds when it is free
       if (!d->coded.empty()) {
         if (std::string why = cold_mismatch_locked(*d, context); why.empty()) {
-          o.cold = d->coded;  // no prefill now: it thaws on its first lease
+          o.cold = d->coded;  // its arithmetic-coded tokens at rest
         } else {
           log_warn("segment \"" + d->name + "\" restarts hot: its cold copy " + why);
           d->coded.clear();
         }
       }
-      auto added = pool_.add(parent, d->tokens, o);
+      auto added = pool_.add_cold(parent, d->tokens, o);
+      if (!added.ok() && o.id != kNoSegment) {
+        o.id = kNoSegment;  // its old segment is still in use (a lease): a new id
+        added = pool_.add_cold(parent, d->tokens, o);
+      }
       if (!added.ok()) return added.status().prefixed("segment \"" + d->name + "\": ");
       d->pool_id = added.value();
+      record_binding_locked(*d);
     }
     parent = d->pool_id;
     context.insert(context.end(), d->tokens.begin(), d->tokens.end());
@@ -103,7 +129,10 @@ Status Catalog::apply(const Record& r) {
     }
     Status operator()(const record::SegmentPut& p) {
       if (!valid_name(p.name)) return Status::Corruption("segment record without a valid name; skipped");
-      c.defs_[p.name] = SegmentDef{p.name, p.level, p.parent, p.text, {}, kNoSegment, p.updated, {}};
+      SegmentDef d;
+      d.name = p.name, d.level = p.level, d.parent = p.parent, d.text = p.text, d.updated = p.updated;
+      d.pool_id = d.recorded_id = p.segment;
+      c.defs_[p.name] = std::move(d);
       return Status::Ok();
     }
     Status operator()(const record::SegmentDelete& d) {
@@ -128,6 +157,8 @@ Status Catalog::apply(const Record& r) {
       Session s;
       s.id = r.id, s.bot = r.bot, s.created = r.created, s.updated = r.updated;
       s.messages = r.messages, s.transcript = r.transcript, s.seals = r.seals;
+      s.seal_ids.assign(r.segments.begin(), r.segments.end());
+      s.turns = r.messages.size() / 2;
       c.sessions_[s.id] = std::move(s);
       return Status::Ok();
     }
@@ -135,11 +166,22 @@ Status Catalog::apply(const Record& r) {
       auto it = c.sessions_.find(t.id);
       if (it == c.sessions_.end()) return Status::Corruption("turn of unknown session \"" + t.id + "\"; skipped");
       Session& s = it->second;
+      if (s.cut) return Status::Corruption("session \"" + t.id + "\": turn " + std::to_string(t.n) + " skipped (the session was cut at a damaged record)");
+      if (t.n != 0 && t.n != s.turns + 1) {
+        // A turn is missing (its record was damaged): replaying this one would serve a conversation
+        // that never happened. The session ends after its last whole turn.
+        s.cut = true;
+        return Status::Corruption("session \"" + t.id + "\": turn " + std::to_string(s.turns + 1) +
+                                  " is missing (a damaged record); its history is cut after turn " +
+                                  std::to_string(s.turns) + ", later turns dropped");
+      }
       s.messages.push_back({"user", t.user});
       s.messages.push_back({"assistant", t.assistant});
       s.transcript.insert(s.transcript.end(), t.delta.begin(), t.delta.end());
       s.transcript.insert(s.transcript.end(), t.generated.begin(), t.generated.end());
       s.seals = t.seals;
+      s.seal_ids.assign(t.segments.begin(), t.segments.end());
+      s.turns++;
       s.updated = t.at;
       return Status::Ok();
     }
@@ -151,8 +193,9 @@ Status Catalog::apply(const Record& r) {
   return std::visit(Apply{*this}, r);
 }
 
-Status Catalog::restore_segments() {
+Result<Catalog::Restored> Catalog::restore() {
   std::lock_guard lock(mu_);
+  Restored out;
   // Validate the replayed hierarchy: drop the definitions whose parent is gone.
   for (bool changed = true; changed;) {
     changed = false;
@@ -166,14 +209,15 @@ Status Catalog::restore_segments() {
       }
     }
   }
+  bool rewrite = model_changed_;
   if (model_changed_) {
     for (auto& [id, s] : sessions_) {
       std::vector<ChatMessage> turns = s.messages;
       s.transcript.clear();
       s.seals.clear();
+      s.seal_ids.clear();
       // Re-tokenize each turn from its text.
-      for (size_t i = 0; i + 1 < turns.size() + 1; i += 2) {
-        if (i >= turns.size()) break;
+      for (size_t i = 0; i < turns.size(); i += 2) {
         auto d = prompts_.last_turn(true, i / 2 + 1, turns[i].content);
         if (!d.ok()) break;
         s.transcript.insert(s.transcript.end(), d->begin(), d->end());
@@ -183,32 +227,100 @@ Status Catalog::restore_segments() {
         }
       }
     }
+    for (auto& [name, d] : defs_) d.pool_id = kNoSegment;  // files of another model: none fits
   }
-  size_t done = 0, failed = 0;
-  const size_t total = defs_.size();
-  // Parents first: by level.
-  std::vector<std::string> order;
-  for (const auto& [name, d] : defs_) order.push_back(name);
-  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
-    return defs_.at(a).level < defs_.at(b).level;
-  });
-  for (const auto& name : order) {
-    Status st = ensure_chain_locked(name, nullptr, nullptr);
-    if (!st.ok()) {
-      ++failed;
-      log_error("cannot restore segment \"" + name + "\": " + st.message());
+  SegmentId highest = 0;
+  for (const auto& [id, s] : sessions_) {
+    if (s.cut) ++out.sessions_cut, rewrite = true;
+    for (SegmentId i : s.seal_ids) highest = std::max(highest, i);
+  }
+  for (const auto& [name, d] : defs_) highest = std::max(highest, d.pool_id);
+  pool_.reserve_ids(highest);  // ids allocated from here on never take a recorded one
+  // Hierarchy segments, parents first: adopt each one's file, or put it in the pool cold.
+  std::vector<SegmentDef*> order;
+  for (auto& [name, d] : defs_) order.push_back(&d);
+  std::stable_sort(order.begin(), order.end(), [](const SegmentDef* a, const SegmentDef* b) { return a->level < b->level; });
+  for (SegmentDef* d : order) {
+    if (Status st = tokenize_def_locked(*d); !st.ok()) {
+      log_error("segment \"" + d->name + "\": " + st.message());
+      continue;
     }
-    if (++done % 10 == 0 || done == total) log_info("restored " + std::to_string(done) + "/" + std::to_string(total) + " segments");
+    const SegmentDef* parent = d->parent.empty() ? nullptr : find_def(d->parent);
+    if (parent && !pool_.info(parent->pool_id)) continue;  // its parent failed: so does it
+    const SegmentId parent_id = parent ? parent->pool_id : kNoSegment;
+    if (d->pool_id != kNoSegment && d->coded.empty()) {
+      AdoptSpec spec;
+      spec.id = d->pool_id;
+      spec.parent = parent_id;
+      spec.tokens = d->tokens;
+      spec.options = def_options_locked(*d);
+      Status st = pool_.adopt(spec);
+      if (st.ok()) {
+        ++out.adopted;
+        continue;
+      }
+      log_warn("segment \"" + d->name + "\": its stored KV cannot be used (" + st.message() +
+               "); it is recomputed in the background");
+    }
+    if (Status st = ensure_chain_locked(d->name, nullptr, nullptr); !st.ok()) {
+      log_error("cannot restore segment \"" + d->name + "\": " + st.message());
+      continue;
+    }
+    ++out.cold;
+    if (d->coded.empty()) out.rebuild.push_back(d->pool_id);
   }
-  size_t cold = 0;
-  for (const auto& [name, d] : defs_) cold += !d.coded.empty();
-  if (cold) log_info(std::to_string(cold) + " segment(s) restarted cold (not prefilled; each thaws on first use)");
-  if (model_changed_) {
-    std::vector<Record> live = live_records_locked();
-    if (Status st = store_.compact(live); !st.ok()) log_error("cannot rewrite the state log: " + st.message());
+  // Sessions: each transcript segment from its file, or cold (rebuilt on the session's next message).
+  for (auto& [id, s] : sessions_) {
+    SegmentId parent = kNoSegment;
+    if (!find_def(s.bot) || !ensure_chain_locked(s.bot, &parent, nullptr).ok()) continue;
+    const bool named = s.seal_ids.size() == s.seals.size();
+    size_t at = 0;
+    bool adopting = named;
+    for (size_t i = 0; i < s.seals.size(); ++i) {
+      const size_t end = s.seals[i];
+      if (end <= at || end > s.transcript.size()) break;
+      std::span<const int32_t> toks = std::span<const int32_t>(s.transcript).subspan(at, end - at);
+      if (adopting) {
+        AdoptSpec spec;
+        spec.id = s.seal_ids[i];
+        spec.parent = parent;
+        spec.tokens.assign(toks.begin(), toks.end());
+        spec.options = transcript_options(s);
+        Status st = pool_.adopt(spec);
+        if (st.ok()) {
+          ++out.adopted;
+          parent = spec.id;
+          at = end;
+          continue;
+        }
+        log_warn("session \"" + s.id + "\": transcript segment " + std::to_string(i + 1) + " cannot be used (" +
+                 st.message() + "); it is recomputed on the session's next message");
+        adopting = false;
+      }
+      SegmentOptions o = transcript_options(s);
+      o.id = named ? s.seal_ids[i] : kNoSegment;
+      auto added = pool_.add_cold(parent, toks, o);
+      if (!added.ok()) break;
+      ++out.cold;
+      parent = added.value();
+      if (named) s.seal_ids[i] = parent;
+      at = end;
+    }
+    s.tail_segment = s.seals.empty() ? kNoSegment : parent;
+  }
+  const size_t garbage = pool_.collect_garbage();
+  if (garbage) log_info("removed " + std::to_string(garbage) + " segment file(s) the state log does not name");
+  size_t cold_at_rest = 0;
+  for (const auto& [name, d] : defs_) cold_at_rest += !d.coded.empty();
+  if (cold_at_rest) log_info(std::to_string(cold_at_rest) + " segment(s) restarted cold (each thaws on first use)");
+  if (rewrite) {
+    // The log is rewritten to the state served: another model's transcripts re-tokenized, or
+    // sessions cut at a damaged record (their dropped turns must not come back later).
+    if (Status st = store_.compact(live_records_locked()); !st.ok()) log_error("cannot rewrite the state log: " + st.message());
+    for (auto& [id, s] : sessions_) s.cut = false;
     model_changed_ = false;
   }
-  return failed ? Status::Error(std::to_string(failed) + " segment(s) could not be restored") : Status::Ok();
+  return out;
 }
 
 size_t Catalog::segment_count() const {
@@ -261,22 +373,20 @@ void Catalog::forget_pool_subtree_locked(const std::string& name) {
       if (d.parent == todo[i]) todo.push_back(n);
     }
     if (SegmentDef* d = find_def(todo[i])) {
-      if (d->pool_id) old.push_back(d->pool_id);
-      d->pool_id = kNoSegment;
+      if (d->pool_id) old.push_back(d->pool_id);  // the id is reused by the rebuilt segment when free
       d->tokens.clear();
     }
     for (auto& [id, s] : sessions_) {
-      if (s.bot == todo[i]) {
-        if (s.tail_segment) old.push_back(s.tail_segment);
-        s.tail_segment = kNoSegment;
-      }
+      if (s.bot != todo[i]) continue;
+      for (SegmentId seg : session_segments_locked(s)) old.push_back(seg);  // root first
+      s.tail_segment = kNoSegment;
     }
   }
-  for (auto it = old.rbegin(); it != old.rend(); ++it) (void)pool_.remove(*it);
+  for (auto it = old.rbegin(); it != old.rend(); ++it) (void)pool_.remove(*it);  // leaves first
 }
 
-Result<SegmentView> Catalog::put_segment(const std::string& name, Level level, const std::string& parent,
-                                         const std::string& text) {
+Result<Catalog::Put> Catalog::put_segment(const std::string& name, Level level, const std::string& parent,
+                                          const std::string& text) {
   if (!valid_name(name)) {
     return Status::InvalidArgument("segment name must be 1-64 characters of letters, digits, '-', '_', '.'");
   }
@@ -299,6 +409,12 @@ Result<SegmentView> Catalog::put_segment(const std::string& name, Level level, c
       return Status::InvalidArgument("a bot's parent must be a community or a platform");
     }
   }
+  auto built = [&](SegmentDef& d) {
+    Put put;
+    put.view = view_locked(d);
+    if (put.view.pool && put.view.pool->tier != Tier::Hot) put.build = d.pool_id;
+    return put;
+  };
   SegmentDef* existing = find_def(name);
   if (existing) {
     bool has_children = false;
@@ -311,9 +427,8 @@ Result<SegmentView> Catalog::put_segment(const std::string& name, Level level, c
       if (s.bot == name && s.busy) return Status::Conflict("a session of \"" + name + "\" is generating; try again");
     }
     if (existing->text == text && existing->parent == parent && existing->level == level) {
-      SegmentId id;
-      if (Status st = ensure_chain_locked(name, &id, nullptr); !st.ok()) return st;
-      return view_locked(*existing);
+      if (Status st = ensure_chain_locked(name, nullptr, nullptr); !st.ok()) return st;
+      return built(*existing);
     }
   }
   SegmentDef d;
@@ -323,13 +438,16 @@ Result<SegmentView> Catalog::put_segment(const std::string& name, Level level, c
   if (existing) {
     backup = *existing;
     forget_pool_subtree_locked(name);
+    d.pool_id = existing->pool_id;  // the same id (and file name) when its old segment could go
+    d.recorded_id = existing->recorded_id;
   }
   defs_[name] = d;
-  SegmentId id;
-  Status st = ensure_chain_locked(name, &id, nullptr);
+  SegmentDef& def = defs_[name];
+  Status st = ensure_chain_locked(name, nullptr, nullptr);
   if (st.ok()) {
-    st = store_.append(record::SegmentPut{name, level, parent, text, d.updated});
-    if (!st.ok()) st = not_recorded("the segment", st);
+    st = store_.append(record::SegmentPut{name, level, parent, text, def.updated, def.pool_id});
+    if (st.ok()) def.recorded_id = def.pool_id;
+    else st = not_recorded("the segment", st);
   }
   if (!st.ok()) {
     if (existing) defs_[name] = backup;
@@ -337,8 +455,8 @@ Result<SegmentView> Catalog::put_segment(const std::string& name, Level level, c
     return st;
   }
   log_info(std::string(existing ? "updated " : "defined ") + std::string(to_string(level)) + " segment \"" + name +
-           "\" (" + std::to_string(defs_[name].tokens.size()) + " tokens)");
-  return view_locked(defs_[name]);
+           "\" (" + std::to_string(def.tokens.size()) + " tokens, segment " + std::to_string(def.pool_id) + ")");
+  return built(def);
 }
 
 Status Catalog::remove_segment(const std::string& name) {
@@ -396,22 +514,35 @@ Result<SessionView> Catalog::create_session(const std::string& bot, const std::s
   return view_locked(sessions_[id] = s, false);
 }
 
+std::vector<SegmentId> Catalog::session_segments_locked(const Session& s) const {
+  std::vector<SegmentId> path;
+  for (SegmentId at = s.tail_segment; at != kNoSegment;) {
+    auto info = pool_.info(at);
+    if (!info || info->label.rfind("session:", 0) != 0) break;
+    path.push_back(at);
+    at = info->parent;
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
 Status Catalog::delete_session(const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return no_session(id);
   if (it->second.busy) return Status::Conflict("session \"" + id + "\" is generating a reply; try again when it is done");
   if (Status st = store_.append(record::SessionDelete{id}); !st.ok()) return not_recorded("the removal", st);
-  // Its transcript segments go when nothing else uses them (another session may share a prefix).
-  std::vector<SegmentId> path;
-  for (SegmentId at = it->second.tail_segment; at != kNoSegment;) {
-    auto info = pool_.info(at);
-    if (!info || info->label.rfind("session:", 0) != 0) break;
-    path.push_back(at);
-    at = info->parent;
+  // Its transcript segments go unless another session's record names them (sessions with the same
+  // history share segments) or something below them is still in use.
+  std::set<SegmentId> shared;
+  for (const auto& [other, s] : sessions_) {
+    if (other == id) continue;
+    shared.insert(s.seal_ids.begin(), s.seal_ids.end());
+    for (SegmentId seg : session_segments_locked(s)) shared.insert(seg);
   }
-  for (SegmentId s : path) {
-    if (!pool_.remove(s).ok()) break;
+  auto path = session_segments_locked(it->second);
+  for (auto seg = path.rbegin(); seg != path.rend(); ++seg) {
+    if (shared.count(*seg) || !pool_.remove(*seg).ok()) break;
   }
   sessions_.erase(it);
   return Status::Ok();
@@ -457,22 +588,30 @@ void Catalog::abort_turn(const std::string& session) {
   if (it != sessions_.end()) it->second.busy = false;
 }
 
-Status Catalog::ensure_session_locked(Session& s, SegmentId base_id, size_t base_len) {
+Status Catalog::ensure_session_locked(Session& s, SegmentId base_id) {
   if (s.tail_segment != kNoSegment && pool_.info(s.tail_segment)) return Status::Ok();
+  // Not in the pool (removed when its bot changed, or never restored): the transcript segments go in
+  // cold with their recorded ids and boundaries; the scheduler recomputes them, to the same bytes.
+  const bool named = s.seal_ids.size() == s.seals.size();
   SegmentId parent = base_id;
   size_t at = 0;
-  for (size_t end : s.seals) {
+  for (size_t i = 0; i < s.seals.size(); ++i) {
+    const size_t end = s.seals[i];
     if (end <= at || end > s.transcript.size()) break;
-    SegmentOptions o;
-    o.format = config_.depth.transcript;
-    o.label = "session:" + s.id;
-    auto id = pool_.add(parent, std::span<const int32_t>(s.transcript).subspan(at, end - at), o);
+    SegmentOptions o = transcript_options(s);
+    o.id = named ? s.seal_ids[i] : kNoSegment;
+    auto toks = std::span<const int32_t>(s.transcript).subspan(at, end - at);
+    auto id = pool_.add_cold(parent, toks, o);
+    if (!id.ok() && o.id != kNoSegment) {
+      o.id = kNoSegment;
+      id = pool_.add_cold(parent, toks, o);
+    }
     if (!id.ok()) return id.status().prefixed("cannot restore session \"" + s.id + "\": ");
+    if (named) s.seal_ids[i] = id.value();
     parent = id.value();
     at = end;
   }
   s.tail_segment = parent == base_id ? kNoSegment : parent;
-  (void)base_len;
   return Status::Ok();
 }
 
@@ -484,55 +623,80 @@ Result<std::vector<int32_t>> Catalog::prepare_turn(const Turn& t) {
   SegmentId base_id;
   std::vector<int32_t> prompt;
   if (Status st = ensure_chain_locked(s.bot, &base_id, &prompt); !st.ok()) return st;
-  const size_t base_len = prompt.size();
-  if (Status st = ensure_session_locked(s, base_id, base_len); !st.ok()) return st;
+  if (Status st = ensure_session_locked(s, base_id); !st.ok()) return st;
   prompt.insert(prompt.end(), s.transcript.begin(), s.transcript.end());
   prompt.insert(prompt.end(), t.delta.begin(), t.delta.end());
   return prompt;
 }
 
-void Catalog::finish_turn(const Turn& t, GenOutcome& out, Lease* lease, const std::string& reply_text) {
-  std::lock_guard lock(mu_);
+void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, const std::string& reply_text,
+                          std::function<void(const Status&)> done) {
+  std::unique_lock lock(mu_);
   auto it = sessions_.find(t.session);
-  if (it == sessions_.end()) return;
+  if (it == sessions_.end()) {
+    lock.unlock();
+    if (done) done(Status::NotFound("session \"" + t.session + "\" was removed"));
+    return;
+  }
   Session& s = it->second;
-  s.busy = false;
-  if (!out.error.ok() || out.finish_reason == "cancelled" || !lease) return;
+  if (!out.error.ok() || out.finish_reason == "cancelled" || !lease) {
+    s.busy = false;
+    lock.unlock();
+    if (done) done(out.error.ok() ? Status::Cancelled("the reply was cancelled") : out.error);
+    return;
+  }
   // Seal what was evaluated so the next turn starts from it.
   size_t base_len = 0;
   for (SegmentDef* d : chain_locked(s.bot)) base_len += d->tokens.size();
   std::vector<size_t> seals = s.seals;
+  std::vector<SegmentId> seal_ids = s.seal_ids;
+  SegmentId tail = s.tail_segment;
   if (!out.tail.empty()) {
-    SegmentOptions o;
-    o.label = "session:" + s.id;
-    auto id = pool_.seal(*lease, out.tail, o);
+    auto id = pool_.seal(*lease, out.tail, transcript_options(s));
     if (id.ok()) {
       seals.clear();
+      seal_ids.clear();
       for (SegmentId p : lease->path) {
         auto info = pool_.info(p);
         if (!info) continue;
         const size_t end = static_cast<size_t>(info->begin + info->length);
-        if (end > base_len) seals.push_back(end - base_len);
+        if (end > base_len) seals.push_back(end - base_len), seal_ids.push_back(p);
       }
-      s.tail_segment = id.value();
+      tail = id.value();
     } else {
       log_warn("session \"" + s.id + "\": cannot seal the reply: " + id.error());
-      s.tail_segment = kNoSegment;
+      tail = kNoSegment;
     }
   }
-  const int64_t at = now_s();
-  if (Status st = store_.append(record::SessionTurn{s.id, t.user, reply_text, t.delta, out.tokens, seals, at}); !st.ok()) {
-    log_error("session \"" + s.id + "\": cannot record the turn: " + st.message());
-    out.error = not_recorded("the reply", st);
-    s.tail_segment = kNoSegment;
-    return;
-  }
-  s.messages.push_back({"user", t.user});
-  s.messages.push_back({"assistant", reply_text});
-  s.transcript.insert(s.transcript.end(), t.delta.begin(), t.delta.end());
-  s.transcript.insert(s.transcript.end(), out.tokens.begin(), out.tokens.end());
-  s.seals = std::move(seals);
-  s.updated = at;
+  record::SessionTurn rec{s.id, s.turns + 1, t.user, reply_text, t.delta, out.tokens, seals,
+                          std::vector<uint64_t>(seal_ids.begin(), seal_ids.end()), now_s()};
+  lock.unlock();
+  // The turn joins the session once it is durable (on the log's writer thread); the session stays
+  // busy until then, so no other turn can interleave.
+  store_.append_async(rec, [this, rec, seal_ids, tail, done = std::move(done)](const Status& st) {
+    std::unique_lock lock(mu_);
+    auto it = sessions_.find(rec.id);
+    if (it != sessions_.end()) {
+      Session& s = it->second;
+      s.busy = false;
+      if (st.ok()) {
+        s.messages.push_back({"user", rec.user});
+        s.messages.push_back({"assistant", rec.assistant});
+        s.transcript.insert(s.transcript.end(), rec.delta.begin(), rec.delta.end());
+        s.transcript.insert(s.transcript.end(), rec.generated.begin(), rec.generated.end());
+        s.seals = rec.seals;
+        s.seal_ids = seal_ids;
+        s.tail_segment = tail;
+        s.turns = rec.n;
+        s.updated = rec.at;
+      } else {
+        log_error("session \"" + rec.id + "\": cannot record the turn: " + st.message());
+        s.tail_segment = kNoSegment;  // rebuilt from the recorded transcript on the next turn
+      }
+    }
+    lock.unlock();
+    if (done) done(st.ok() ? st : not_recorded("the reply", st));
+  });
 }
 
 Result<Catalog::Stateless> Catalog::begin_stateless(const std::string& bot, std::vector<ChatMessage> messages) {
@@ -580,11 +744,12 @@ Result<std::vector<int32_t>> Catalog::prepare_stateless(const Stateless& s) {
   } else {
     prompt = s.base;
     if (!prompt.empty()) {
-      // The system block as a segment of its own, so requests sharing it share its KV.
+      // The system block as a segment of its own, so requests sharing it share its KV (the scheduler
+      // computes it when it is new).
       SegmentOptions o;
       o.format = config_.depth.transcript;
       o.label = "prompt";
-      auto id = pool_.add(kNoSegment, prompt, o);
+      auto id = pool_.add_cold(kNoSegment, prompt, o);
       if (!id.ok()) return id.status();
     }
   }
@@ -618,12 +783,13 @@ std::vector<Record> Catalog::live_records_locked() const {
   for (Level level : kLevels) {
     for (const auto& [n, d] : defs_) {
       if (d.level != level) continue;
-      live.push_back(record::SegmentPut{d.name, d.level, d.parent, d.text, d.updated});
+      live.push_back(record::SegmentPut{d.name, d.level, d.parent, d.text, d.updated, d.pool_id});
       if (!d.coded.empty()) live.push_back(record::SegmentTier{d.name, d.coded, d.updated});
     }
   }
   for (const auto& [id, s] : sessions_) {
-    live.push_back(record::SessionSnapshot{s.id, s.bot, s.created, s.updated, s.messages, s.transcript, s.seals});
+    live.push_back(record::SessionSnapshot{s.id, s.bot, s.created, s.updated, s.messages, s.transcript, s.seals,
+                                           std::vector<uint64_t>(s.seal_ids.begin(), s.seal_ids.end())});
   }
   return live;
 }

@@ -5,10 +5,21 @@
 // A session's context is its bot's chain of hierarchy segments followed by its transcript tokens
 // (daemon/prompt.h says how text becomes tokens). After every reply the evaluated part of the
 // transcript is sealed into a pool segment (transcript format) under the previous one; the token
-// offsets where these segments end ("seals") are recorded, so after a restart the same segments are
-// rebuilt by prefill with the same boundaries, i.e. the same bytes, and the next reply is the one the
-// daemon would have given without the restart. Rebuilding is lazy: on the session's next message.
-// (Warm-tier segment files that survive a restart, to skip that prefill, are a later step.)
+// offsets where these segments end ("seals") and the segments' pool ids are recorded.
+//
+// Every pool segment has a file in the store (mmapstore/segment_pool.h), named by its id, and the
+// records name those ids. A restart (restore) adopts the files — header checks only, no model runs —
+// so the socket opens after O(number of files) work; a file that fails a check is logged, its segment
+// added cold and rebuilt (hierarchy segments in the background, transcripts on the session's next
+// message), with the same ids, boundaries and bytes: the next reply is the one the daemon would have
+// given without the restart.
+//
+// No method runs the model. Segments a request needs that are not computed yet are put in the pool
+// cold; the scheduler computes them as scheduled work before the request's tower is assembled.
+//
+// Recovery never invents a conversation: turns are numbered, and a session whose replay misses a turn
+// (a damaged record) is cut after the last turn before the gap (later turns dropped, the log line
+// names the session); the log is then rewritten to the state served.
 //
 // Errors are Status codes, never HTTP: NotFound (no such segment or session), InvalidArgument (a bad
 // name, level, parent or text), Conflict (busy, has children or sessions, exists already),
@@ -19,6 +30,7 @@
 // called from Scheduler tasks or job hooks only.
 #pragma once
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -40,7 +52,8 @@ struct SegmentDef {
   Level level = Level::Bot;
   std::string parent, text;
   std::vector<int32_t> tokens;   // this level's tokens (computed from the text)
-  SegmentId pool_id = kNoSegment;
+  SegmentId pool_id = kNoSegment;   // its pool segment (and store file); kept across text changes
+  SegmentId recorded_id = kNoSegment;  // the id its last segment_put record names
   int64_t updated = 0;           // unix seconds
   // Tier at rest, set by `towerctl compress|thaw` (daemon or offline): non-empty = cold, the codec
   // container of `tokens` under the parent chain. A cold definition is put in the pool without a
@@ -54,7 +67,10 @@ struct Session {
   std::vector<ChatMessage> messages;  // user, assistant, user, assistant, ...
   std::vector<int32_t> transcript;    // tokens after the bot's chain
   std::vector<size_t> seals;          // transcript offsets where its pool segments end, ascending
+  std::vector<SegmentId> seal_ids;    // the pool segment ending at each seal (empty: not recorded)
   SegmentId tail_segment = kNoSegment;  // the pool segment ending at seals.back() (0 = not resident)
+  uint64_t turns = 0;                 // completed turns (numbered 1..turns in the log)
+  bool cut = false;                   // replay found a gap: later turns of it were dropped
   bool busy = false;
 };
 
@@ -89,15 +105,26 @@ class Catalog {
   Status apply(const Record& r);
   // The header of this model's log (written when a log is created or compacted).
   record::Header header() const;
-  // Startup, scheduler thread: tokenizes and prefills every defined segment (progress: done, total).
-  Status restore_segments();
+  // Startup, after apply: puts every segment in the pool from its file (adopt: header checks only)
+  // or, when its file is missing or fails a check (logged), cold. Returns the hierarchy segments to
+  // recompute in the background. Runs no model.
+  struct Restored {
+    size_t adopted = 0, cold = 0, sessions_cut = 0;
+    std::vector<SegmentId> rebuild;  // hierarchy segments whose file was unusable
+  };
+  Result<Restored> restore();
   size_t segment_count() const;
   size_t session_count() const;
   size_t warm_sessions() const;  // sessions whose transcript segments are resident
 
-  // Hierarchy segments. put/remove: scheduler thread. They write their record before returning.
-  Result<SegmentView> put_segment(const std::string& name, Level level, const std::string& parent,
-                                  const std::string& text);
+  // Hierarchy segments. They write their record before returning. put_segment puts the segment
+  // (and any missing parent) in the pool cold; `build` is what the scheduler must compute before
+  // the segment is ready (kNoSegment: nothing, it is there already).
+  struct Put {
+    SegmentView view;
+    SegmentId build = kNoSegment;
+  };
+  Result<Put> put_segment(const std::string& name, Level level, const std::string& parent, const std::string& text);
   Status remove_segment(const std::string& name);
   Result<SegmentView> segment(const std::string& name) const;
   std::vector<SegmentView> segments() const;  // platform, community, bot order
@@ -109,8 +136,10 @@ class Catalog {
   std::vector<SessionView> sessions() const;
 
   // A session turn: begin (any thread; marks it busy and returns the new user turn's tokens), prepare
-  // (scheduler thread, at admission: the whole prompt), finish (scheduler thread, on_finish: seals,
-  // records the turn unless it failed or was cancelled, clears busy).
+  // (scheduler thread, at admission: the whole prompt; missing segments go in the pool cold), finish
+  // (scheduler thread, on_finish: seals and queues the turn's record unless the turn failed or was
+  // cancelled). `done` runs once the turn is settled — recorded durably (ok) or not (the error) — on
+  // whichever thread that happens; only then is the turn part of the session and busy cleared.
   struct Turn {
     std::string session;
     std::string user;
@@ -119,7 +148,8 @@ class Catalog {
   };
   Result<Turn> begin_turn(const std::string& session, const std::string& user);
   Result<std::vector<int32_t>> prepare_turn(const Turn& t);
-  void finish_turn(const Turn& t, GenOutcome& out, Lease* lease, const std::string& reply_text);
+  void finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, const std::string& reply_text,
+                   std::function<void(const Status&)> done);
   void abort_turn(const std::string& session);  // the job never reached the scheduler
 
   // Session-less requests. base: the bot's chain, or the system block (cached as a segment). prepare
@@ -157,7 +187,11 @@ class Catalog {
   std::vector<SegmentDef*> chain_locked(const std::string& name);  // root first
   Status tokenize_def_locked(SegmentDef& d);
   Status ensure_chain_locked(const std::string& name, SegmentId* id, std::vector<int32_t>* base);
-  Status ensure_session_locked(Session& s, SegmentId base_id, size_t base_len);
+  Status ensure_session_locked(Session& s, SegmentId base_id);
+  SegmentOptions def_options_locked(const SegmentDef& d) const;
+  SegmentOptions transcript_options(const Session& s) const;
+  void record_binding_locked(SegmentDef& d);  // a segment_put naming d's current pool id
+  std::vector<SegmentId> session_segments_locked(const Session& s) const;
   void forget_pool_subtree_locked(const std::string& name);
   SegmentView view_locked(const SegmentDef& d) const;
   SessionView view_locked(const Session& s, bool with_transcript) const;

@@ -115,7 +115,6 @@ int main(int argc, char** argv) {
     if (ec) return die(1, "cannot create " + po.store_dir.string() + ": " + ec.message());
   }
   SegmentPool pool(m, forward, po);
-  pool.collect_garbage();  // segments are recomputed at start: files of a previous run are not used yet
   Metrics metrics;
   Scheduler scheduler(m, forward, pool, metrics, {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length});
   PromptBuilder prompts(m.tokenizer(), family);
@@ -135,14 +134,19 @@ int main(int argc, char** argv) {
            std::string(chat_family_name(family)) + ", " + std::to_string(threads_pool.size()) + " threads); state: " +
            std::to_string(records.size()) + " records from " + store.value()->path().string());
 
-  scheduler.start();
+  // Restore: every segment from its file (header checks only) or cold; no model runs before the
+  // socket opens. What must be recomputed is built in the background once it is open.
   const auto t_restore = std::chrono::steady_clock::now();
-  Status restored = scheduler.run([&] { return catalog.restore_segments(); });
-  if (!restored.ok()) log_error(restored.message());
+  auto restored = catalog.restore();
+  if (!restored.ok()) return die(1, "cannot restore the state: " + restored.error());
   log_info("restored " + std::to_string(catalog.segment_count()) + " segments and " +
            std::to_string(catalog.session_count()) + " sessions in " +
-           std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_restore).count()) + " s");
+           std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_restore).count()) +
+           " s: " + std::to_string(restored->adopted) + " segment files adopted, " + std::to_string(restored->cold) +
+           " segments to recompute" +
+           (restored->sessions_cut ? ", " + std::to_string(restored->sessions_cut) + " session(s) cut at damaged records" : ""));
   catalog.maybe_compact();
+  scheduler.start();
 
   // The cold tier: a SCHED_IDLE thread codes idle segments' tokens and drops their KV.
   Codec codec(m, fingerprint);
@@ -179,6 +183,15 @@ int main(int argc, char** argv) {
   svc.ready = true;
   log_info("listening on " + cfg.socket_path + (cfg.tcp_listen.empty() ? "" : " and " + cfg.tcp_listen));
   sd_notify_message("READY=1\nSTATUS=serving " + model_id);
+  if (!restored->rebuild.empty()) {
+    auto left = std::make_shared<std::atomic<size_t>>(restored->rebuild.size());
+    log_info("recomputing " + std::to_string(restored->rebuild.size()) + " segment(s) in the background");
+    for (SegmentId id : restored->rebuild) {
+      scheduler.build(id, [left](const Status& st) {
+        if (--*left == 0 && st.ok()) log_info("background recompute done");
+      });
+    }
+  }
 
   const auto watchdog = watchdog_interval();
   const auto tick = watchdog.count() > 0 ? std::chrono::duration_cast<std::chrono::milliseconds>(watchdog / 3)

@@ -34,7 +34,9 @@ json messages_json(const std::vector<ChatMessage>& messages) {
 
 json to_json(const record::Header& r) { return {{"model", r.model}, {"fingerprint", r.fingerprint}}; }
 json to_json(const record::SegmentPut& r) {
-  return {{"name", r.name}, {"level", to_string(r.level)}, {"parent", r.parent}, {"text", r.text}, {"updated", r.updated}};
+  json j = {{"name", r.name}, {"level", to_string(r.level)}, {"parent", r.parent}, {"text", r.text}, {"updated", r.updated}};
+  if (r.segment) j["segment"] = r.segment;
+  return j;
 }
 json to_json(const record::SegmentDelete& r) { return {{"name", r.name}}; }
 json to_json(const record::SegmentTier& r) {
@@ -44,13 +46,18 @@ json to_json(const record::SegmentTier& r) {
 }
 json to_json(const record::SessionCreate& r) { return {{"id", r.id}, {"bot", r.bot}, {"created", r.created}}; }
 json to_json(const record::SessionTurn& r) {
-  return {{"id", r.id}, {"user", r.user}, {"assistant", r.assistant}, {"delta", r.delta},
-          {"generated", r.generated}, {"seals", r.seals}, {"at", r.at}};
+  json j = {{"id", r.id}, {"user", r.user}, {"assistant", r.assistant}, {"delta", r.delta},
+            {"generated", r.generated}, {"seals", r.seals}, {"at", r.at}};
+  if (r.n) j["n"] = r.n;
+  if (!r.segments.empty()) j["segments"] = r.segments;
+  return j;
 }
 json to_json(const record::SessionDelete& r) { return {{"id", r.id}}; }
 json to_json(const record::SessionSnapshot& r) {
-  return {{"id", r.id}, {"bot", r.bot}, {"created", r.created}, {"updated", r.updated},
-          {"messages", messages_json(r.messages)}, {"transcript", r.transcript}, {"seals", r.seals}};
+  json j = {{"id", r.id}, {"bot", r.bot}, {"created", r.created}, {"updated", r.updated},
+            {"messages", messages_json(r.messages)}, {"transcript", r.transcript}, {"seals", r.seals}};
+  if (!r.segments.empty()) j["segments"] = r.segments;
+  return j;
 }
 
 // Reads the fields of one record's JSON object; the first problem is kept and names its field.
@@ -74,9 +81,9 @@ class Reader {
     return v->get<Int>();
   }
   template <class Int>
-  std::vector<Int> integers(const char* key) {
+  std::vector<Int> integers(const char* key, bool required = true) {
     std::vector<Int> out;
-    const json* v = field(key, true);
+    const json* v = field(key, required);
     if (!v) return out;
     if (!v->is_array()) return bad(key, "is not an array"), out;
     for (const auto& e : *v) {
@@ -140,8 +147,9 @@ Record read(Reader& in, RecordType type) {
   switch (type) {
     case RecordType::Header: return record::Header{in.str("model", false), in.integer<uint64_t>("fingerprint")};
     case RecordType::SegmentPut:
-      return record::SegmentPut{in.str("name"), in.level("level"), in.str("parent", false), in.str("text"),
-                                in.integer<int64_t>("updated", false)};
+      return record::SegmentPut{in.str("name"),         in.level("level"),
+                                in.str("parent", false), in.str("text"),
+                                in.integer<int64_t>("updated", false), in.integer<uint64_t>("segment", false)};
     case RecordType::SegmentDelete: return record::SegmentDelete{in.str("name")};
     case RecordType::SegmentTier:
       return record::SegmentTier{in.str("name"), in.base64("coded"), in.integer<int64_t>("at", false)};
@@ -149,11 +157,13 @@ Record read(Reader& in, RecordType type) {
       return record::SessionCreate{in.str("id"), in.str("bot"), in.integer<int64_t>("created", false)};
     case RecordType::SessionTurn:
       return record::SessionTurn{in.str("id"),
+                                 in.integer<uint64_t>("n", false),
                                  in.str("user"),
                                  in.str("assistant"),
                                  in.integers<int32_t>("delta"),
                                  in.integers<int32_t>("generated"),
                                  in.integers<size_t>("seals"),
+                                 in.integers<uint64_t>("segments", false),
                                  in.integer<int64_t>("at", false)};
     case RecordType::SessionDelete: return record::SessionDelete{in.str("id")};
     case RecordType::SessionSnapshot:
@@ -163,7 +173,8 @@ Record read(Reader& in, RecordType type) {
                                      in.integer<int64_t>("updated", false),
                                      in.messages("messages"),
                                      in.integers<int32_t>("transcript"),
-                                     in.integers<size_t>("seals")};
+                                     in.integers<size_t>("seals"),
+                                     in.integers<uint64_t>("segments", false)};
   }
   return record::Header{};
 }

@@ -5,14 +5,19 @@
 //
 //   kind              payload
 //   header            {model, fingerprint}                      first record of a new or compacted log
-//   segment_put       {name, level, parent, text, updated}      define or update a hierarchy segment
+//   segment_put       {name, level, parent, text, updated, segment?}   define or update a hierarchy
+//                                          segment; `segment`: its pool id, whose KV is the store file
+//                                          segments/seg-<id>.tws (mmapstore/segment_format.h)
 //   segment_delete    {name}
 //   segment_tier      {name, coded?, at}   with `coded` (base64 codec container of its tokens) the
 //                                          segment restarts cold, without it hot
 //   session_create    {id, bot, created}
-//   session_turn      {id, user, assistant, delta, generated, seals, at}   one completed reply
+//   session_turn      {id, n?, user, assistant, delta, generated, seals, segments?, at}   one completed
+//                                          reply: n is the session's turn number (1, 2, ...) so that
+//                                          replay sees a missing turn; segments[i] is the pool id (and
+//                                          file) of the transcript segment ending at seals[i]
 //   session_delete    {id}
-//   session_snapshot  {id, bot, created, updated, messages, transcript, seals}   (compaction)
+//   session_snapshot  {id, bot, created, updated, messages, transcript, seals, segments?}   (compaction)
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -50,6 +55,7 @@ struct SegmentPut {
   Level level = Level::Bot;
   std::string parent, text;
   int64_t updated = 0;
+  uint64_t segment = 0;  // pool id of its KV (0: none recorded, a log from before the store)
 };
 struct SegmentDelete {
   std::string name;
@@ -64,9 +70,12 @@ struct SessionCreate {
   int64_t created = 0;
 };
 struct SessionTurn {
-  std::string id, user, assistant;
+  std::string id;
+  uint64_t n = 0;  // turn number within the session (1, 2, ...); 0: unnumbered (an older log)
+  std::string user, assistant;
   std::vector<int32_t> delta, generated;
   std::vector<size_t> seals;
+  std::vector<uint64_t> segments;  // pool ids of the transcript segments, one per seal (may be empty)
   int64_t at = 0;
 };
 struct SessionDelete {
@@ -78,6 +87,7 @@ struct SessionSnapshot {
   std::vector<ChatMessage> messages;
   std::vector<int32_t> transcript;
   std::vector<size_t> seals;
+  std::vector<uint64_t> segments;
 };
 }  // namespace record
 

@@ -18,10 +18,22 @@ struct Scheduler::Seq {
   std::shared_ptr<GenJob> job;
   Lease lease;
   GenOutcome out;
-  size_t pos = 0;                   // next prompt token to prefill
+  bool assembled = false;            // false: waiting for the segments of its path
+  size_t pos = 0;                    // next prompt token to prefill
   std::unique_ptr<Decoder> decoder;  // set once the prompt is in
   int32_t next = -1;                 // sampled, to be evaluated in the next step
   Clock::time_point started;
+  bool done = false;
+};
+
+// A segment being computed: its parent chain leased, its own tokens prefilled into the tail.
+struct Scheduler::Build {
+  SegmentId id = kNoSegment;
+  std::vector<std::function<void(const Status&)>> waiters;
+  Lease lease;                 // the parent chain, once all of it is in memory
+  std::vector<int32_t> tokens;  // its own tokens
+  KvQuant format = KvQuant::F32;
+  size_t pos = 0;
   bool done = false;
 };
 
@@ -38,9 +50,36 @@ Scheduler::~Scheduler() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard lock(pager_mu_);
+    pager_stop_ = true;
+  }
+  pager_cv_.notify_all();
+  if (pager_thread_.joinable()) pager_thread_.join();
 }
 
-void Scheduler::start() { thread_ = std::thread([this] { loop(); }); }
+void Scheduler::start() {
+  pager_thread_ = std::thread([this] { pager_loop(); });
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Scheduler::pager_loop() {
+  for (;;) {
+    std::vector<SegmentId> ids;
+    {
+      std::unique_lock lock(pager_mu_);
+      pager_cv_.wait(lock, [&] { return pager_stop_ || !pager_queue_.empty(); });
+      if (pager_stop_) return;
+      ids = std::move(pager_queue_.front());
+      pager_queue_.pop_front();
+    }
+    Status st = pool_.page_in(ids);  // a bad file leaves its segment cold: the waiter builds it
+    if (!st.ok()) log_warn(st.message() + "; it is recomputed");
+    post([this, ids] {
+      for (SegmentId id : ids) paging_.erase(id);
+    });
+  }
+}
 
 void Scheduler::shutdown(std::chrono::milliseconds grace) {
   std::deque<std::shared_ptr<GenJob>> dropped;
@@ -112,6 +151,21 @@ void Scheduler::fail(std::shared_ptr<GenJob> job, Status st) {
   if (job->on_finish) job->on_finish(out, nullptr);
 }
 
+void Scheduler::build(SegmentId id, std::function<void(const Status&)> done) {
+  post([this, id, done = std::move(done)]() mutable {
+    for (auto& b : builds_) {
+      if (b->id == id && !b->done) {
+        if (done) b->waiters.push_back(std::move(done));
+        return;
+      }
+    }
+    auto b = std::make_unique<Build>();
+    b->id = id;
+    if (done) b->waiters.push_back(std::move(done));
+    builds_.push_back(std::move(b));
+  });
+}
+
 void Scheduler::loop() {
   for (;;) {
     std::deque<std::function<void()>> tasks;
@@ -119,8 +173,17 @@ void Scheduler::loop() {
     bool grace_over = false;
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::seconds(1), [&] {
-        return exit_ || !tasks_.empty() || !seqs_.empty() ||
+      auto runnable = [&] {
+        for (const auto& s : seqs_) {
+          if (s->assembled || s->job->cancelled) return true;
+        }
+        for (const auto& b : builds_) {
+          if (b->lease.tower) return true;
+        }
+        return false;
+      };
+      cv_.wait_for(lock, std::chrono::milliseconds(200), [&] {
+        return exit_ || !tasks_.empty() || runnable() ||
                (!queue_.empty() && static_cast<int>(seqs_.size()) < opt_.max_batch);
       });
       heartbeat_ns_ = Clock::now().time_since_epoch().count();
@@ -137,10 +200,15 @@ void Scheduler::loop() {
     if (grace_over) {
       for (auto& s : seqs_) s->job->cancelled = true;
     }
-    if (!seqs_.empty()) step();
+    resolve();
+    step();
+    pool_.enforce_budget();  // continuously: between steps, not only when idle
     active_count_ = seqs_.size();
+    building_count_ = builds_.size();
   }
-  // Exiting: tasks posted after the last round run now so nobody waits on them forever.
+  // Exiting: builds fail, and tasks posted after the last round run now so nobody waits on them.
+  for (auto& b : builds_) finish_build(*b, Status::Unavailable("the daemon is shutting down"));
+  builds_.clear();
   std::deque<std::function<void()>> tasks;
   {
     std::lock_guard lock(mu_);
@@ -154,20 +222,99 @@ void Scheduler::admit(std::shared_ptr<GenJob> job) {
   auto prompt = job->prepare ? job->prepare() : Result<std::vector<int32_t>>(Status::Error("the job has no prompt"));
   if (!prompt.ok()) return fail(job, prompt.status());
   if (prompt->empty()) return fail(job, Status::InvalidArgument("the prompt is empty"));
-  // Warm and cold segments on the prompt's path come back first (page-in, thaw by prefill).
-  if (PathPlan plan = pool_.plan(prompt.value()); !plan.all_hot()) (void)pool_.thaw(plan.path.back());
-  auto lease = pool_.assemble(prompt.value(), std::max(1, job->max_tokens));
-  if (!lease.ok()) return fail(job, lease.status());
   auto s = std::make_unique<Seq>();
   s->job = std::move(job);
-  s->lease = std::move(lease.value());
   s->out.prompt = std::move(prompt.value());
-  s->out.cached_tokens = s->lease.cached_tokens;
-  s->out.queue_s = since(s->job->enqueued);
-  s->pos = s->lease.cached_tokens;
-  s->started = Clock::now();
-  if (s->job->on_admitted) s->job->on_admitted();
   seqs_.push_back(std::move(s));
+}
+
+bool Scheduler::ready(const PathPlan& path) {
+  std::vector<SegmentId> page;
+  bool all = true;
+  for (size_t i = 0; i < path.path.size(); ++i) {
+    const SegmentId id = path.path[i];
+    if (path.tiers[i] == Tier::Hot) continue;
+    all = false;
+    if (path.tiers[i] == Tier::Warm) {
+      if (paging_.insert(id).second) page.push_back(id);
+    } else {
+      build(id, nullptr);  // joins a build of it already asked for
+    }
+  }
+  if (!page.empty()) {
+    // One request for the whole path: its files are mapped and populated together, before the step.
+    {
+      std::lock_guard lock(pager_mu_);
+      pager_queue_.push_back(std::move(page));
+    }
+    pager_cv_.notify_all();
+  }
+  return all;
+}
+
+void Scheduler::resolve() {
+  for (auto& sp : seqs_) {
+    Seq& s = *sp;
+    if (s.assembled || s.done) continue;
+    if (s.job->cancelled) {
+      finish(s, "cancelled");
+      continue;
+    }
+    if (Clock::now() >= s.job->deadline) {
+      finish(s, "timeout");
+      continue;
+    }
+    if (!ready(pool_.plan(s.out.prompt))) continue;
+    auto lease = pool_.assemble(s.out.prompt, std::max(1, s.job->max_tokens));
+    if (!lease.ok()) {
+      s.out.error = lease.status();
+      finish(s, "error");
+      continue;
+    }
+    s.lease = std::move(lease.value());
+    s.assembled = true;
+    s.out.cached_tokens = s.lease.cached_tokens;
+    s.out.queue_s = since(s.job->enqueued);
+    s.pos = s.lease.cached_tokens;
+    s.started = Clock::now();
+    if (s.job->on_admitted) s.job->on_admitted();
+  }
+  std::erase_if(seqs_, [](const std::unique_ptr<Seq>& s) { return s->done; });
+  // Builds: a new build may be appended while resolving (a cold parent), so index, not iterate.
+  for (size_t i = 0; i < builds_.size(); ++i) {
+    if (!builds_[i]->lease.tower && !builds_[i]->done) resolve_build(*builds_[i]);
+  }
+  std::erase_if(builds_, [](const std::unique_ptr<Build>& b) { return b->done; });
+}
+
+void Scheduler::resolve_build(Build& b) {
+  auto info = pool_.info(b.id);
+  if (!info) return finish_build(b, Status::NotFound("segment " + std::to_string(b.id) + " left the pool"));
+  if (info->tier != Tier::Cold) return finish_build(b, Status::Ok());  // in memory, or on disk: nothing to compute
+  if (info->parent != kNoSegment && !ready(pool_.plan_chain(info->parent))) return;
+  auto lease = pool_.lease_chain(info->parent, info->length);
+  if (!lease.ok()) {
+    if (lease.status().code() == Status::Code::kUnavailable) return;  // left memory meanwhile: next round
+    return finish_build(b, lease.status());
+  }
+  auto seq = pool_.sequence(b.id);
+  if (!seq.ok()) {
+    pool_.release(lease.value());
+    return finish_build(b, seq.status());
+  }
+  b.tokens.assign(seq.value().begin() + info->begin, seq.value().end());
+  b.format = info->format;
+  b.lease = std::move(lease.value());
+  b.pos = 0;
+}
+
+void Scheduler::finish_build(Build& b, const Status& st) {
+  if (b.done) return;
+  b.done = true;
+  if (b.lease.tower) pool_.release(b.lease);
+  if (!st.ok()) log_warn("segment " + std::to_string(b.id) + " could not be computed: " + st.message());
+  for (auto& w : b.waiters) w(st);
+  b.waiters.clear();
 }
 
 void Scheduler::finish(Seq& s, std::string reason) {
@@ -185,19 +332,24 @@ void Scheduler::finish(Seq& s, std::string reason) {
   s.out.total_s = since(s.job->enqueued);
   metrics_.generation_done(static_cast<int>(s.out.prompt.size()), static_cast<int>(s.out.cached_tokens),
                            static_cast<int>(s.out.tokens.size()), s.out.first_token_s);
-  if (s.job->on_finish) s.job->on_finish(s.out, &s.lease);
-  pool_.release(s.lease);
+  if (s.job->on_finish) s.job->on_finish(s.out, s.lease.tower ? &s.lease : nullptr);
+  if (s.lease.tower) pool_.release(s.lease);
 }
 
 void Scheduler::step() {
   const int n_vocab = model_.config().n_vocab;
   std::vector<Forward::Sequence> batch;
-  std::vector<Seq*> in_batch;
-  std::vector<size_t> chunk;  // prompt tokens per sequence in this step (0 = decoding)
-  int prefill_budget = opt_.prefill_chunk;
+  struct Slot {
+    Seq* seq = nullptr;    // a generation ...
+    Build* build = nullptr;  // ... or a build
+    size_t chunk = 0;      // prompt tokens in this step (0 = decoding)
+  };
+  std::vector<Slot> slots;
   const auto now = Clock::now();
+  // Decodes first: one token of every decoding sequence.
   for (auto& sp : seqs_) {
     Seq& s = *sp;
+    if (!s.assembled || s.done) continue;
     if (s.job->cancelled) {
       finish(s, "cancelled");
       continue;
@@ -206,62 +358,85 @@ void Scheduler::step() {
       finish(s, "timeout");
       continue;
     }
-    if (!s.decoder) {
-      if (prefill_budget <= 0) continue;
-      const size_t n = std::min<size_t>(static_cast<size_t>(prefill_budget), s.out.prompt.size() - s.pos);
-      prefill_budget -= static_cast<int>(n);
-      batch.push_back({s.lease.tower.get(), std::span<const int32_t>(s.out.prompt).subspan(s.pos, n), Logits::Last});
-      chunk.push_back(n);
-    } else {
-      batch.push_back({s.lease.tower.get(), std::span<const int32_t>(&s.next, 1), Logits::Last});
-      chunk.push_back(0);
-    }
-    in_batch.push_back(&s);
+    if (!s.decoder) continue;
+    batch.push_back({s.lease.tower.get(), std::span<const int32_t>(&s.next, 1), Logits::Last});
+    slots.push_back({&s, nullptr, 0});
   }
-  if (!batch.empty()) {
-    std::vector<float> logits;
-    size_t tokens = 0;
-    for (auto& b : batch) tokens += b.tokens.size();
-    Status st = forward_.eval_batch(batch, logits);
-    metrics_.batch_step(batch.size(), tokens);
-    if (!st.ok()) {
-      log_error("model step failed: " + st.message());
-      for (Seq* s : in_batch) {
-        s->out.error = st;
-        finish(*s, "error");
+  // Then prefill chunks, oldest first, within the budget: generations' prompts and builds alike.
+  int budget = opt_.prefill_chunk;
+  for (auto& sp : seqs_) {
+    Seq& s = *sp;
+    if (budget <= 0) break;
+    if (!s.assembled || s.done || s.decoder) continue;
+    const size_t n = std::min<size_t>(static_cast<size_t>(budget), s.out.prompt.size() - s.pos);
+    budget -= static_cast<int>(n);
+    batch.push_back({s.lease.tower.get(), std::span<const int32_t>(s.out.prompt).subspan(s.pos, n), Logits::Last});
+    slots.push_back({&s, nullptr, n});
+  }
+  for (auto& bp : builds_) {
+    Build& b = *bp;
+    if (budget <= 0) break;
+    if (!b.lease.tower || b.done) continue;
+    const size_t n = std::min<size_t>(static_cast<size_t>(budget), b.tokens.size() - b.pos);
+    budget -= static_cast<int>(n);
+    batch.push_back({b.lease.tower.get(), std::span<const int32_t>(b.tokens).subspan(b.pos, n), Logits::Last});
+    slots.push_back({nullptr, &b, n});
+  }
+  if (batch.empty()) {
+    std::erase_if(seqs_, [](const std::unique_ptr<Seq>& s) { return s->done; });
+    return;
+  }
+  std::vector<float> logits;
+  size_t tokens = 0;
+  for (auto& b : batch) tokens += b.tokens.size();
+  Status st = forward_.eval_batch(batch, logits);
+  metrics_.batch_step(batch.size(), tokens);
+  if (!st.ok()) {
+    log_error("model step failed: " + st.message());
+    for (Slot& slot : slots) {
+      if (slot.seq) slot.seq->out.error = st, finish(*slot.seq, "error");
+      else finish_build(*slot.build, st);
+    }
+  } else {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i].build) {
+        Build& b = *slots[i].build;
+        b.pos += slots[i].chunk;
+        if (b.pos < b.tokens.size()) continue;
+        auto seg = b.lease.tower->seal_tail(b.tokens, b.format, b.id);
+        Status installed = seg ? pool_.install(b.id, std::move(seg)) : Status::Error("internal: sealing a build failed");
+        finish_build(b, installed);
+        continue;
       }
-    } else {
-      for (size_t i = 0; i < in_batch.size(); ++i) {
-        Seq& s = *in_batch[i];
-        std::span<const float> row(logits.data() + i * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
-        if (chunk[i] > 0) {
-          s.out.tail.insert(s.out.tail.end(), s.out.prompt.begin() + static_cast<std::ptrdiff_t>(s.pos),
-                            s.out.prompt.begin() + static_cast<std::ptrdiff_t>(s.pos + chunk[i]));
-          s.pos += chunk[i];
-          if (s.pos < s.out.prompt.size()) continue;
-          s.out.prefill_s = since(s.started);
-          s.decoder = std::make_unique<Decoder>(model_.tokenizer(), s.job->sampling, s.job->stop, s.out.prompt,
-                                                std::max(1, s.job->max_tokens));
-        } else {
-          s.out.tail.push_back(s.next);
-        }
-        Decoder::Step d = s.decoder->step(row, s.lease.tower->size() >= s.lease.tower->capacity());
-        if (s.out.first_token_s < 0) s.out.first_token_s = since(s.job->enqueued);
-        if (!d.text.empty() && s.job->on_text) s.job->on_text(d.text);
-        if (s.job->cancelled) {
-          finish(s, "cancelled");
-          continue;
-        }
-        if (d.done) {
-          finish(s, d.finish_reason);
-          continue;
-        }
-        s.next = d.token;
+      Seq& s = *slots[i].seq;
+      std::span<const float> row(logits.data() + i * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
+      if (slots[i].chunk > 0) {
+        s.out.tail.insert(s.out.tail.end(), s.out.prompt.begin() + static_cast<std::ptrdiff_t>(s.pos),
+                          s.out.prompt.begin() + static_cast<std::ptrdiff_t>(s.pos + slots[i].chunk));
+        s.pos += slots[i].chunk;
+        if (s.pos < s.out.prompt.size()) continue;
+        s.out.prefill_s = since(s.started);
+        s.decoder = std::make_unique<Decoder>(model_.tokenizer(), s.job->sampling, s.job->stop, s.out.prompt,
+                                              std::max(1, s.job->max_tokens));
+      } else {
+        s.out.tail.push_back(s.next);
       }
+      Decoder::Step d = s.decoder->step(row, s.lease.tower->size() >= s.lease.tower->capacity());
+      if (s.out.first_token_s < 0) s.out.first_token_s = since(s.job->enqueued);
+      if (!d.text.empty() && s.job->on_text) s.job->on_text(d.text);
+      if (s.job->cancelled) {
+        finish(s, "cancelled");
+        continue;
+      }
+      if (d.done) {
+        finish(s, d.finish_reason);
+        continue;
+      }
+      s.next = d.token;
     }
   }
   std::erase_if(seqs_, [](const std::unique_ptr<Seq>& s) { return s->done; });
-  if (seqs_.empty()) pool_.enforce_budget();
+  std::erase_if(builds_, [](const std::unique_ptr<Build>& b) { return b->done; });
 }
 
 }  // namespace towers::daemon

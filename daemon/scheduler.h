@@ -1,13 +1,20 @@
-// The scheduler: the only thread that runs the model. Generation requests wait in a bounded FIFO and
-// are admitted up to max_batch at a time; every step evaluates, in one Forward::eval_batch, the next
-// token of every decoding sequence plus a chunk of at most prefill_chunk prompt tokens of sequences
-// still prefilling. A sequence's logits do not depend on what it is batched with, so a request's
-// tokens (at temperature 0, or with a seed) do not depend on the load.
+// The scheduler: the only thread that runs the model, and it never waits for anything else. All model
+// work is scheduled work:
+//   generations  requests wait in a bounded FIFO and are admitted up to max_batch at a time;
+//   builds       segments in the pool cold (new definitions, thaws, segments whose file was lost)
+//                are computed by prefill under their parent chain, then installed in the pool.
+// Every step evaluates, in one Forward::eval_batch, the next token of every decoding sequence first,
+// then chunks of prompt and build tokens up to prefill_chunk in all (oldest first), so a long prefill
+// slows the streams by a bounded amount instead of stopping them. A sequence's logits do not depend
+// on what it is batched with, so a request's tokens (at temperature 0, or with a seed) do not depend
+// on the load.
 //
-// Each sequence leases its tower from the SegmentPool (longest cached prefix), prefills the rest,
-// decodes with a Decoder (engine/decoder.h: the same stop/EOS/UTF-8 rules as generate()), and hands
-// its lease to the job's on_finish hook (which may seal it into a segment) before releasing it.
-// Other work that must run the model (defining segments) is posted as tasks, run between steps.
+// Before a generation's tower is assembled, every segment on its prompt's path must be in memory:
+// warm ones are paged in by the pager thread (map, populate, verify: file I/O off this thread) and
+// cold ones are built first; the generation waits meanwhile without holding up the others. The RAM
+// budget is enforced after every step. Each sequence decodes with a Decoder (engine/decoder.h: the
+// same stop/EOS/UTF-8 rules as generate()) and hands its lease to the job's on_finish hook (which
+// may seal it into a segment) before releasing it.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -16,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,15 +46,15 @@ struct GenOutcome {
 };
 
 struct GenJob {
-  // On the scheduler thread, at admission: the prompt tokens (may run the model, e.g. restore a
-  // session's segments). An error fails the job with that status.
+  // On the scheduler thread, at admission: the prompt tokens (must not run the model or wait: segments
+  // it needs go in the pool cold, and the scheduler builds them). An error fails the job.
   std::function<Result<std::vector<int32_t>>()> prepare;
   SamplerConfig sampling;
   int max_tokens = 256;
   std::vector<std::string> stop;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::atomic<bool> cancelled{false};
-  // On the scheduler thread, once prepare and the lease succeeded: the model is about to run.
+  // On the scheduler thread, once prepare succeeded and its tower is assembled: the model is about to run.
   std::function<void()> on_admitted;
   // On the scheduler thread: text as it becomes final; then on_finish exactly once. lease is null
   // when the job failed before it had one; it is released after on_finish returns.
@@ -71,6 +79,10 @@ class Scheduler {
 
   // ResourceExhausted when the queue is full, Unavailable when shutting down.
   Status submit(std::shared_ptr<GenJob> job);
+  // Computes the cold segment `id` (paging in or building its parent chain first) as scheduled work.
+  // done (may be empty) runs on the scheduler thread once it is in memory (ok) or cannot be. Builds of
+  // the same segment are joined. A segment that is not cold is done at once.
+  void build(SegmentId id, std::function<void(const Status&)> done);
   // Runs fn on the scheduler thread between steps and waits for it.
   Status run(std::function<Status()> fn);
   // Posts fn to the scheduler thread without waiting.
@@ -78,16 +90,25 @@ class Scheduler {
 
   size_t queued() const;
   size_t active() const { return active_count_.load(); }
+  size_t building() const { return building_count_.load(); }
   // Seconds since the scheduler last went round its loop (watchdog: a stuck model call).
   double stalled_seconds() const;
 
  private:
   struct Seq;
+  struct Build;
   void loop();
   void admit(std::shared_ptr<GenJob> job);
+  // Advances what waits for segments: requests page-ins and builds, assembles ready towers.
+  void resolve();
+  // True when every segment of `path` is in memory; otherwise asks for what is missing.
+  bool ready(const PathPlan& path);
+  void resolve_build(Build& b);
+  void finish_build(Build& b, const Status& st);
   void step();
   void finish(Seq& s, std::string reason);
   void fail(std::shared_ptr<GenJob> job, Status st);
+  void pager_loop();
 
   const Model& model_;
   Forward& forward_;
@@ -98,11 +119,20 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenJob>> queue_;
   std::deque<std::function<void()>> tasks_;
-  std::vector<std::unique_ptr<Seq>> seqs_;  // scheduler thread only
-  std::atomic<size_t> active_count_{0};
   bool stopping_ = false, exit_ = false;
   std::chrono::steady_clock::time_point grace_end_ = std::chrono::steady_clock::time_point::max();
+  // Scheduler thread only.
+  std::vector<std::unique_ptr<Seq>> seqs_;
+  std::vector<std::unique_ptr<Build>> builds_;  // in the order they were asked for
+  std::atomic<size_t> active_count_{0}, building_count_{0};
   std::atomic<int64_t> heartbeat_ns_{0};
+  // The pager: page-ins off the model thread. paging_ is what it has been asked for and not done.
+  std::mutex pager_mu_;
+  std::condition_variable pager_cv_;
+  std::deque<std::vector<SegmentId>> pager_queue_;
+  std::set<SegmentId> paging_;  // scheduler thread
+  bool pager_stop_ = false;
+  std::thread pager_thread_;
   std::thread thread_;
 };
 

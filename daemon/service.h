@@ -70,12 +70,15 @@ ApiStatus check_generation_fields(const nlohmann::json& body, std::initializer_l
 
 // Runs a generation through the scheduler and answers: a chat.completion object, or SSE
 // chat.completion.chunk events ending in "data: [DONE]". prompt_estimate checks the context up front.
-// on_finish runs on the scheduler thread before the lease is released (seal, record).
+// on_finish runs on the scheduler thread before the lease is released (seal, queue the record); it
+// must call `settled` exactly once, from any thread, when the reply may be acknowledged (its record is
+// durable) or with the error that stops it.
+using Settled = std::function<void(const Status&)>;
 struct GenerationSpec {
   GenParams params;
   size_t prompt_tokens = 0;
   std::function<Result<std::vector<int32_t>>()> prepare;
-  std::function<void(GenOutcome&, Lease*, const std::string& text)> on_finish;
+  std::function<void(GenOutcome&, Lease*, const std::string& text, Settled settled)> on_finish;
   std::function<void()> on_rejected;  // the job never ran (queue full, shutting down, bad size)
   nlohmann::json extra;               // extra fields for the response ("session", "bot")
   std::string not_found_code;         // what a NotFound from prepare is about ("session_not_found", ...)

@@ -1,18 +1,25 @@
 // towerd's persistent state: one record log (mmapstore/record_log.h) at <state_dir>/towerd.log of the
 // records in daemon/records.h, one per change.
 // The directory is locked (flock on <state_dir>/towerd.lock) while a StateStore is open.
-// fsync policy: every record is appended with fdatasync before the client gets its answer (segment
-// and session changes when they are made, a session turn at the end of its reply). A reply that was
-// cancelled (client gone, shutdown) is not recorded: the session stays as it was before the message.
+// fsync policy: a record is acknowledged (append returns, or append_async calls back) only once it
+// is durable. Records go through one writer thread with group commit (LevelDB's DBImpl::Write is the
+// model): every record queued while a sync runs is written behind it and made durable by the next
+// single fdatasync, so many replies finishing together cost one sync, and the scheduler thread never
+// waits on the disk. A reply that was cancelled (client gone, shutdown) is not recorded: the session
+// stays as it was before the message.
 // Compaction rewrites the live state as header + segment_put (+ segment_tier) + session_snapshot
 // records (new file, fsync, rename, fsync of the directory) when the log exceeds [state] compact_bytes
 // and at least half of it is dead.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/records.h"
@@ -25,21 +32,43 @@ class StateStore {
   // Opens (creating the directory and log as needed) and returns every valid record in order.
   // Damaged records are skipped; `problems` says where (the daemon logs them).
   static Result<std::unique_ptr<StateStore>> open(const std::filesystem::path& dir, std::vector<Record>& records,
-                                                  std::vector<std::string>& problems);
-  Status append(const Record& record);  // synced
+                                                  std::vector<std::string>& problems, FileSystem& fs = posix_fs());
+  // Appends and waits until the record is durable.
+  Status append(const Record& record);
+  // Appends without waiting: `done` runs on the writer thread once the record is durable (ok) or
+  // cannot be (the error); records are durable in the order they were appended. done may be empty.
+  void append_async(const Record& record, std::function<void(const Status&)> done);
+  // Rewrites the log as exactly `live` (after every record queued before the call).
   Status compact(const std::vector<Record>& live);
   uint64_t bytes() const;
-  ~StateStore();
+  uint64_t syncs() const;  // fdatasyncs so far (group commit makes them fewer than records)
+  ~StateStore();          // writes what is queued, then stops
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;
   const std::filesystem::path& path() const { return path_; }
 
  private:
-  StateStore() = default;
+  struct Pending {
+    uint8_t type;
+    std::string payload;
+    std::function<void(const Status&)> done;
+  };
+  explicit StateStore(FileSystem& fs) : fs_(fs) {}
+  void loop();
+  Status append_barrier();  // waits until everything queued before it is written
+
+  FileSystem& fs_;
   std::filesystem::path path_;
-  mutable std::mutex mu_;
-  std::unique_ptr<RecordLogWriter> writer_;
   int lock_fd_ = -1;  // holds the directory's flock
+  // The writer thread owns writer_ while it writes a batch; compact() and bytes() take write_mu_.
+  mutable std::mutex write_mu_;
+  std::unique_ptr<RecordLogWriter> writer_;
+  uint64_t syncs_ = 0;
+  mutable std::mutex mu_;  // the queue
+  std::condition_variable wake_;
+  std::deque<Pending> queue_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 }  // namespace towers::daemon

@@ -315,6 +315,11 @@ Status SegmentPool::adopt(const AdoptSpec& spec) {
   return Status::Ok();
 }
 
+void SegmentPool::reserve_ids(SegmentId id) {
+  std::lock_guard lock(mu_);
+  next_id_ = std::max(next_id_, id + 1);
+}
+
 size_t SegmentPool::collect_garbage() {
   if (options_.store_dir.empty()) return 0;
   std::vector<std::filesystem::path> doomed;
@@ -349,6 +354,18 @@ PathPlan SegmentPool::plan(std::span<const int32_t> tokens) const {
     p.path.push_back(step.segment);
     p.tiers.push_back(entries_.at(step.segment)->tier());
     p.ends.push_back(step.end);
+  }
+  return p;
+}
+
+PathPlan SegmentPool::plan_chain(SegmentId id) const {
+  std::lock_guard lock(mu_);
+  PathPlan p;
+  for (SegmentId s : chain_ids_locked(id)) {
+    const Entry& e = *entries_.at(s);
+    p.path.push_back(s);
+    p.tiers.push_back(e.tier());
+    p.ends.push_back(static_cast<size_t>(e.computed_pos + e.length));
   }
   return p;
 }

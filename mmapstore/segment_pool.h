@@ -164,6 +164,8 @@ class SegmentPool {
   // mmapstore/segment_format.h against the spec (parents must be adopted or added first). An error
   // says why the file cannot be used (the caller adds the segment cold instead and rebuilds it).
   Status adopt(const AdoptSpec& spec);
+  // Ids allocated from now on are above `id` (a restart: ids its record log names stay free).
+  void reserve_ids(SegmentId id);
   // Removes files in the store directory that no segment of the pool names (crashed writes, removed
   // segments whose unlink did not happen, and stray .tmp files). Returns how many went.
   size_t collect_garbage();
@@ -171,6 +173,8 @@ class SegmentPool {
   // Where `tokens` stands: the longest path of segments (any tier) matching a prefix of them, backed
   // off so that at least one token is left to prefill.
   PathPlan plan(std::span<const int32_t> tokens) const;
+  // The chain root .. id and each step's tier (what a build under `id` needs in memory).
+  PathPlan plan_chain(SegmentId id) const;
   // Brings warm segments into memory: maps, populates and, the first time, verifies each file's
   // payload checksum. File I/O runs without the pool lock, so another thread may call this while the
   // model runs. A segment whose file fails is dropped to cold (Corruption: the caller rebuilds it).

@@ -14,15 +14,15 @@ namespace {
 
 std::vector<Record> one_of_each() {
   record::SessionSnapshot snap{"s-1", "helper", 1700000000, 1700000100,
-                               {{"user", "hi \xc3\xa9"}, {"assistant", "hello"}}, {1, 2, 3, 50000}, {2, 4}};
+                               {{"user", "hi \xc3\xa9"}, {"assistant", "hello"}}, {1, 2, 3, 50000}, {2, 4}, {7, 9}};
   return {
       record::Header{"tiny-llama", 0xfedcba9876543210ull},
       record::SegmentPut{"acme", Level::Platform, "", "You work for Acme.\n\"Quoted\"", 1700000000},
-      record::SegmentPut{"helper", Level::Bot, "acme", "Be brief.", 1700000001},
+      record::SegmentPut{"helper", Level::Bot, "acme", "Be brief.", 1700000001, 42},
       record::SegmentTier{"helper", {0, 1, 2, 255, 128, 7}, 1700000002},
       record::SegmentTier{"helper", {}, 1700000003},
       record::SessionCreate{"s-1", "helper", 1700000004},
-      record::SessionTurn{"s-1", "hi", "hello", {10, 11}, {12, -1, 13}, {5, 9}, 1700000005},
+      record::SessionTurn{"s-1", 1, "hi", "hello", {10, 11}, {12, -1, 13}, {5, 9}, {7, 8}, 1700000005},
       record::SessionDelete{"s-1"},
       snap,
       record::SegmentDelete{"helper"},
@@ -39,11 +39,14 @@ void check_same(const Record& a, const Record& b) {
     CHECK(x->delta == y.delta);
     CHECK(x->generated == y.generated);
     CHECK(x->seals == y.seals);
+    CHECK(x->segments == y.segments);
+    CHECK(x->n == y.n);
     CHECK(x->assistant == y.assistant);
   }
   if (auto* x = std::get_if<record::SegmentTier>(&a)) CHECK(x->coded == std::get<record::SegmentTier>(b).coded);
   if (auto* x = std::get_if<record::SegmentPut>(&a)) {
     CHECK(x->level == std::get<record::SegmentPut>(b).level);
+    CHECK(x->segment == std::get<record::SegmentPut>(b).segment);
     CHECK(x->text == std::get<record::SegmentPut>(b).text);
   }
   if (auto* x = std::get_if<record::SessionSnapshot>(&a)) {
@@ -54,6 +57,7 @@ void check_same(const Record& a, const Record& b) {
       CHECK(x->messages[i].content == y.messages[i].content);
     }
     CHECK(x->transcript == y.transcript);
+    CHECK(x->segments == y.segments);
   }
 }
 
