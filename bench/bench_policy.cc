@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "bench/timing.h"
+#include "engine/sampler.h"
 #include "mmapstore/eviction.h"
 #include "simd/kv_quant.h"
 
@@ -55,16 +56,12 @@ namespace {
 
 // ------------------------------------------------------------------------------------ random
 
-// splitmix64: fully specified, so the trace is the same with every standard library.
+// The engine's xoshiro256** (fully specified) and our own transforms: <random>'s distributions differ
+// between standard libraries, and the trace must not.
 struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53; }  // (0, 1]
+  Xoshiro256ss x;
+  uint64_t next() { return x.next(); }
+  double uniform() { return 1.0 - x.uniform(); }  // (0, 1]
   double exponential(double mean) { return -mean * std::log(uniform()); }
   double normal() { return std::sqrt(-2 * std::log(uniform())) * std::cos(2 * M_PI * uniform()); }
   double lognormal(double median, double sigma) { return median * std::exp(sigma * normal()); }
@@ -120,7 +117,7 @@ struct Trace {
 };
 
 Trace make_trace(const Options& o) {
-  Rng rng{o.seed};
+  Rng rng{Xoshiro256ss(o.seed)};
   Zipf bots(o.bots, o.zipf);
   Trace tr;
   const double end = o.hours * 3600;
@@ -355,7 +352,7 @@ double percentile(std::vector<double> v, double p) {
 double measure_disk_gbs(const std::filesystem::path& dir, size_t mb, std::string& how) {
   const auto path = dir / ("bench_policy." + std::to_string(::getpid()) + ".tmp");
   std::vector<char> block(size_t{1} << 20);
-  Rng rng{42};
+  Rng rng{Xoshiro256ss(42)};
   for (size_t i = 0; i < block.size(); i += 8) {
     const uint64_t x = rng.next();
     std::memcpy(&block[i], &x, 8);

@@ -26,6 +26,14 @@ EvictionCandidate seg(SegmentId id, int created, int used) {
   return c;
 }
 
+// ... belonging to a lineage born at `born` and used `uses` times.
+EvictionCandidate in_lineage(EvictionCandidate c, uint64_t lineage, int born, uint64_t uses) {
+  c.lineage = lineage;
+  c.lineage_born = at(born);
+  c.lineage_uses = uses;
+  return c;
+}
+
 EvictionRules rules(EvictionPolicy p, int now) {
   EvictionRules r;
   r.policy = p;
@@ -106,15 +114,8 @@ TEST_CASE("token-lru: idle time x tokens, largest first") {
 TEST_CASE("lindy: a long-lived session's newest turn outlives a young session's old turn") {
   // Session 1 started at t=0 and sealed its newest turn at t=990; session 2 started at t=900 and
   // sealed its turn at t=901. Both were used 10 times, last at t=995.
-  EvictionCandidate newest_of_old_session = seg(1, 990, 995);
-  newest_of_old_session.lineage = 100;
-  newest_of_old_session.lineage_born = at(0);
-  newest_of_old_session.lineage_uses = 10;
-  EvictionCandidate old_turn_of_young_session = seg(2, 901, 995);
-  old_turn_of_young_session.lineage = 200;
-  old_turn_of_young_session.lineage_born = at(900);
-  old_turn_of_young_session.lineage_uses = 10;
-  std::vector<EvictionCandidate> c = {newest_of_old_session, old_turn_of_young_session};
+  std::vector<EvictionCandidate> c = {in_lineage(seg(1, 990, 995), 100, 0, 10),     // newest turn, old session
+                                      in_lineage(seg(2, 901, 995), 200, 900, 10)};  // old turn, young session
   CHECK(eviction_order(c, rules(EvictionPolicy::Lindy, 1000)) == Ids{2, 1});
   // Aged by its own creation time instead (no lineage), the newest turn would be the first to go.
   for (auto& e : c) e.lineage = 0;
@@ -124,31 +125,13 @@ TEST_CASE("lindy: a long-lived session's newest turn outlives a young session's 
 
 TEST_CASE("lindy: silence longer than the lineage's age counts against it, and uses count for it") {
   // An old session silent for 9,900 s after living 100 s vs a young one idle for 10 s: same uses.
-  EvictionCandidate silent = seg(1, 0, 100);
-  silent.lineage = 1;
-  silent.lineage_born = at(0);
-  silent.lineage_uses = 5;
-  EvictionCandidate active = seg(2, 9900, 9990);
-  active.lineage = 2;
-  active.lineage_born = at(9900);
-  active.lineage_uses = 5;
-  std::vector<EvictionCandidate> c = {active, silent};
+  std::vector<EvictionCandidate> c = {in_lineage(seg(2, 9900, 9990), 2, 9900, 5), in_lineage(seg(1, 0, 100), 1, 0, 5)};
   CHECK(eviction_order(c, rules(EvictionPolicy::Lindy, 10000)) == Ids{1, 2});
   // Same ages and idle times: the lineage used more often stays.
-  c = {seg(1, 0, 90), seg(2, 0, 90)};
-  c[0].lineage = 10;
-  c[1].lineage = 20;
-  c[0].lineage_born = c[1].lineage_born = at(0);
-  c[0].lineage_uses = 50;
-  c[1].lineage_uses = 3;
+  c = {in_lineage(seg(1, 0, 90), 10, 0, 50), in_lineage(seg(2, 0, 90), 20, 0, 3)};
   CHECK(eviction_order(c, rules(EvictionPolicy::Lindy, 100)) == Ids{2, 1});
   // A lineage that has just started is not dead: its prior age keeps it above a long-silent one.
-  c = {seg(1, 0, 10), seg(2, 995, 995)};
-  c[0].lineage = 10;
-  c[1].lineage = 20;
-  c[0].lineage_born = at(0);
-  c[1].lineage_born = at(995);
-  c[0].lineage_uses = c[1].lineage_uses = 1;
+  c = {in_lineage(seg(1, 0, 10), 10, 0, 1), in_lineage(seg(2, 995, 995), 20, 995, 1)};
   CHECK(eviction_order(c, rules(EvictionPolicy::Lindy, 1000)) == Ids{1, 2});
 }
 
