@@ -74,6 +74,7 @@ void add_codec(CLI::App& app) {
     int window = 0;
     int batch = 32;
     bool reference = false;
+    bool any_target = false;
   };
   auto o = std::make_shared<Opts>();
 
@@ -88,9 +89,11 @@ void add_codec(CLI::App& app) {
       "--window: a model trained on shorter texts than its GGUF claims codes better with its real\n"
       "context (stories260K: --window 512 gives 1.98 bits/token, the default 2048 gives 2.39).\n"
       "The last line is exactly:\n"
-      "  codec tokens=N bytes_in=I bytes_out=O bits_per_token=B nll_bits=L overhead_pct=P encode_tok_s=E\n"
-      "B = 8*O/N (container included); L = the model's own NLL of the same tokens in bits, under the same\n"
-      "conditioning; P = 100*(8*O - L)/L, what the coder and the container cost over the ideal.");
+      "  codec tokens=N bytes_in=I bytes_out=O record_bytes=R bits_per_token=B nll_bits=L overhead_pct=P encode_tok_s=E\n"
+      "O = the file (store header, token count, context, record, CRC); R = the record alone, what the\n"
+      "segment costs in a store that holds the rest once (docs/codec.md). B = 8*O/N; L = the model's own\n"
+      "NLL of the same tokens in bits, under the same conditioning; P = 100*(8*O - L)/L, what the coder\n"
+      "and the container cost over the ideal.");
   enc->add_option("-m,--model", o->model, "GGUF model file (the coder model)")->required()->check(CLI::ExistingFile);
   enc->add_option("-i,--in", o->in, "Text file to encode")->required()->check(CLI::ExistingFile);
   enc->add_option("-o,--out", o->out, "Container to write (.tcz)")->required();
@@ -134,9 +137,10 @@ void add_codec(CLI::App& app) {
     std::fprintf(stderr, "codec: %lld tokens in %d chunk(s), model fingerprint %016llx, %s kernels on %s\n",
                  static_cast<long long>(st.tokens), st.chunks, static_cast<unsigned long long>(codec.fingerprint()),
                  o->reference ? "reference" : "fast", simd::target_name());
-    std::printf("codec tokens=%lld bytes_in=%zu bytes_out=%zu bits_per_token=%.4f nll_bits=%.1f "
+    std::printf("codec tokens=%lld bytes_in=%zu bytes_out=%zu record_bytes=%zu bits_per_token=%.4f nll_bits=%.1f "
                 "overhead_pct=%.3f encode_tok_s=%.1f\n",
-                static_cast<long long>(st.tokens), text.size(), bytes->size(), n > 0 ? bits / n : 0.0, st.nll_bits,
+                static_cast<long long>(st.tokens), text.size(), bytes->size(), st.record_bytes, n > 0 ? bits / n : 0.0,
+                st.nll_bits,
                 st.nll_bits > 0 ? 100.0 * (bits - st.nll_bits) / st.nll_bits : 0.0,
                 st.seconds > 0 ? n / st.seconds : 0.0);
   });
@@ -152,18 +156,22 @@ void add_codec(CLI::App& app) {
   dec->add_option("-o,--out", o->out, "Text file to write")->required();
   dec->add_option("-t,--threads", o->threads, "Worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
   dec->add_option("-b,--batch", o->batch, "Chunks decoded together per step")->check(CLI::Range(1, 4096));
+  dec->add_flag("--any-target", o->any_target,
+                "Also try a container coded on a CPU with another SIMD target (refused by default: its logits "
+                "almost surely differ, and then only a 15-bit check stands between the decode and wrong text)");
   dec->callback([o] {
     std::string raw;
     if (!read_file(o->in, raw)) std::exit(fail(o->in + ": cannot read"));
     const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(raw.data()), raw.size());
-    auto header = read_codec_header(bytes);
-    if (!header) std::exit(fail(o->in + ": " + header.error()));
+    auto container = read_codec_container(bytes);
+    if (!container) std::exit(fail(o->in + ": " + container.error()));
     auto model = load_model(o->model);
     ThreadPool pool(o->threads);
-    Forward fwd(*model, pool, header->kernels);
+    Forward fwd(*model, pool, container->store.kernels);
     Codec codec(*model, &pool);
     CodecOptions copt;
     copt.batch = o->batch;
+    copt.any_target = o->any_target;
     copt.progress = progress_printer("codec decode");
     CodecStats st;
     auto tokens = codec.decode(fwd, {}, bytes, copt, &st);
@@ -179,15 +187,18 @@ void add_codec(CLI::App& app) {
   info->callback([o] {
     std::string raw;
     if (!read_file(o->in, raw)) std::exit(fail(o->in + ": cannot read"));
-    auto h = read_codec_header(std::span(reinterpret_cast<const uint8_t*>(raw.data()), raw.size()));
-    if (!h) std::exit(fail(o->in + ": " + h.error()));
+    auto c = read_codec_container(std::span(reinterpret_cast<const uint8_t*>(raw.data()), raw.size()));
+    if (!c) std::exit(fail(o->in + ": " + c.error()));
+    auto rec = read_codec_record(c->record, c->key.tokens);  // read_codec_container checked it parses
+    const CodecStoreHeader& h = c->store;
     std::printf("version %d\nkernels %s\nfingerprint %016llx\ntarget_tag %u (this machine: %s, %u)\nwindow %d\n"
-                "context_tokens %lld\ntokens %lld\nchunk %d\nchunks %zu\nheader_bytes %zu\ncoded_bytes %zu\n",
-                h->version, h->kernels == Kernels::Fast ? "fast" : "reference",
-                static_cast<unsigned long long>(h->fingerprint), h->target_tag, simd::target_name(),
-                codec_target_tag(), h->window, static_cast<long long>(h->context_length),
-                static_cast<long long>(h->tokens), h->chunk, h->chunk_bytes.size(), h->header_bytes,
-                raw.size() - h->header_bytes);
+                "context_tokens %lld\ntokens %lld\nchunk %d\nchunks %zu\nfile_bytes %zu\nrecord_bytes %zu\n"
+                "record_overhead_bytes %zu\n",
+                h.version, h.kernels == Kernels::Fast ? "fast" : "reference",
+                static_cast<unsigned long long>(h.fingerprint), h.target_tag, simd::target_name(),
+                codec_target_tag(), h.window, static_cast<long long>(c->key.context_length),
+                static_cast<long long>(c->key.tokens), rec->chunk, rec->chunk_bytes.size(), raw.size(),
+                c->record.size(), rec->header_bytes);
   });
 }
 

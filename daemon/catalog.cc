@@ -817,15 +817,13 @@ void Catalog::maybe_compact() {
 }
 
 std::string Catalog::cold_mismatch_locked(const SegmentDef& d, std::span<const int32_t> context) const {
-  auto h = read_codec_header(d.coded);
-  if (!h.ok()) return "is damaged (" + h.error() + ")";
-  if (h->fingerprint != fingerprint_) return "was coded with another model";
-  if (h->tokens != static_cast<int64_t>(d.tokens.size()) || h->tokens_crc != codec::crc32_tokens(d.tokens)) {
+  auto c = read_codec_container(d.coded);
+  if (!c.ok()) return "is damaged (" + c.error() + ")";
+  if (c->store.fingerprint != fingerprint_) return "was coded with another model";
+  if (c->key.tokens != static_cast<int64_t>(d.tokens.size()) || !record_codes(c->record, d.tokens)) {
     return "codes other tokens (the text or the tokenizer changed)";
   }
-  if (h->context_length != static_cast<int64_t>(context.size()) || h->context_crc != codec::crc32_tokens(context)) {
-    return "was coded under another parent chain";
-  }
+  if (c->key != codec_segment_key(context, d.tokens)) return "was coded under another parent chain";
   return "";
 }
 

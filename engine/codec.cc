@@ -199,6 +199,10 @@ uint32_t crc32_tokens(std::span<const int32_t> tokens) {
   return crc;
 }
 
+uint16_t tokens_check(std::span<const int32_t> tokens) {
+  return static_cast<uint16_t>(crc32_tokens(tokens) & ((1u << kCheckBits) - 1));
+}
+
 void frequencies(std::span<const float> logits, std::vector<uint32_t>& freq) {
   const size_t V = logits.size();
   freq.assign(V, 1);
@@ -250,8 +254,8 @@ uint16_t codec_target_tag() {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'T', 'W', 'C', 'Z'};
+constexpr uint16_t kChunkedFlag = 0x8000;  // in a record's first two bytes, above the tokens check
 
-void put_u8(std::vector<uint8_t>& o, uint8_t v) { o.push_back(v); }
 void put_le(std::vector<uint8_t>& o, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) o.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
@@ -263,13 +267,14 @@ void put_varint(std::vector<uint8_t>& o, uint64_t v) {
   o.push_back(static_cast<uint8_t>(v));
 }
 
-// Bounds-checked reading of the header; the first failure sticks.
+// Bounds-checked reading; the first failure sticks.
 struct Reader {
   std::span<const uint8_t> in;
   size_t pos = 0;
   bool ok = true;
+  size_t left() const { return in.size() - pos; }
   uint64_t le(int bytes) {
-    if (!ok || in.size() - pos < size_t(bytes)) return ok = false, 0;
+    if (!ok || left() < size_t(bytes)) return ok = false, 0;
     uint64_t v = 0;
     for (int i = 0; i < bytes; ++i) v |= uint64_t{in[pos++]} << (8 * i);
     return v;
@@ -287,66 +292,138 @@ struct Reader {
 };
 
 Status corrupt(const std::string& what) { return Status::Error("codec: corrupt container: " + what); }
+Status corrupt_record(const std::string& what) { return Status::Error("codec: corrupt record: " + what); }
 
-}  // namespace
-
-Result<CodecHeader> read_codec_header(std::span<const uint8_t> bytes) {
+// Magic and version come first in every container and store header, so their errors name them.
+Status check_magic_and_version(std::span<const uint8_t> bytes) {
   if (bytes.size() < 4 || std::memcmp(bytes.data(), kMagic, 4) != 0) {
     return Status::Error("codec: not a Towers codec container (bad magic; expected \"TWCZ\")");
   }
-  if (bytes.size() < 4 + 2 + 8 + 2 + 4 + 4 + 4 + 4) return corrupt("too short (truncated?)");
-  if (bytes[4] != codec::kVersion) {
+  if (bytes.size() > 4 && bytes[4] != codec::kVersion) {
     return Status::Error("codec: container version " + std::to_string(bytes[4]) + "; this build reads version " +
-                         std::to_string(codec::kVersion));
+                         std::to_string(codec::kVersion) + " (re-encode it)");
   }
-  // One CRC over everything before it catches any damage or truncation before a field is believed.
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<uint8_t> write_codec_store_header(const CodecStoreHeader& h) {
+  std::vector<uint8_t> out(kMagic, kMagic + 4);
+  out.push_back(h.version);
+  out.push_back(h.kernels == Kernels::Fast ? 1 : 0);
+  put_le(out, h.fingerprint, 8);
+  put_le(out, h.target_tag, 2);
+  put_le(out, static_cast<uint32_t>(h.window), 4);
+  put_le(out, codec::crc32(out), 4);
+  return out;
+}
+
+Result<CodecStoreHeader> read_codec_store_header(std::span<const uint8_t> bytes) {
+  if (Status st = check_magic_and_version(bytes); !st) return st;
+  if (bytes.size() < codec::kStoreHeaderBytes) return corrupt("store header truncated");
+  Reader r{bytes.first(codec::kStoreHeaderBytes), 5};
+  const uint8_t flags = static_cast<uint8_t>(r.le(1));
+  CodecStoreHeader h;
+  h.version = bytes[4];
+  h.fingerprint = r.le(8);
+  h.target_tag = static_cast<uint16_t>(r.le(2));
+  const uint64_t window = r.le(4);
+  if (codec::crc32(bytes.first(r.pos)) != r.le(4)) return corrupt("store header CRC mismatch (damaged)");
+  if ((flags & ~uint8_t{1}) != 0) return corrupt("unknown flags");
+  if (window < 2 || window > (uint64_t{1} << 24)) return corrupt("window " + std::to_string(window));
+  h.kernels = (flags & 1) ? Kernels::Fast : Kernels::Reference;
+  h.window = static_cast<int32_t>(window);
+  return h;
+}
+
+CodecSegmentKey codec_segment_key(std::span<const int32_t> context, std::span<const int32_t> tokens) {
+  return {static_cast<int64_t>(tokens.size()), static_cast<int64_t>(context.size()), codec::crc32_tokens(context)};
+}
+
+// [u16 check | chunked flag] [chunked: varint chunk, varint bytes of every chunk but the last] [streams]
+Result<CodecRecord> read_codec_record(std::span<const uint8_t> record, int64_t tokens) {
+  if (tokens < 0 || tokens > codec::kMaxTokens) return corrupt_record("token count " + std::to_string(tokens));
+  Reader r{record};
+  const uint16_t tag = static_cast<uint16_t>(r.le(2));
+  if (!r.ok) return corrupt_record("shorter than its 2-byte check");
+  CodecRecord rec;
+  rec.tokens_check = tag & ~kChunkedFlag;
+  if (tokens == 0) {
+    if (tag & kChunkedFlag || r.left() != 0) return corrupt_record("coded bytes for no tokens");
+    rec.header_bytes = r.pos;
+    return rec;
+  }
+  uint64_t chunk = static_cast<uint64_t>(tokens), n_chunks = 1;
+  if (tag & kChunkedFlag) {
+    chunk = r.varint();
+    if (!r.ok || chunk == 0 || chunk >= static_cast<uint64_t>(tokens)) return corrupt_record("chunk size");
+    n_chunks = (static_cast<uint64_t>(tokens) + chunk - 1) / chunk;
+    // Every chunk costs at least one byte of table (but the last) and one of data: bound the table
+    // by the input before allocating.
+    if (n_chunks > (r.left() + 1) / 2) return corrupt_record("chunk table larger than the record");
+  }
+  rec.chunk = static_cast<int32_t>(chunk);
+  rec.chunk_bytes.reserve(n_chunks);
+  uint64_t listed = 0;
+  for (uint64_t i = 0; i + 1 < n_chunks; ++i) {
+    const uint64_t n = r.varint();
+    if (!r.ok || n == 0 || n > std::numeric_limits<uint32_t>::max()) return corrupt_record("chunk " + std::to_string(i) + " size");
+    rec.chunk_bytes.push_back(static_cast<uint32_t>(n));
+    listed += n;
+  }
+  rec.header_bytes = r.pos;
+  if (listed >= r.left() || r.left() - listed > std::numeric_limits<uint32_t>::max()) {
+    return corrupt_record("the chunk table lists " + std::to_string(listed) + " bytes, the record has " +
+                          std::to_string(r.left()) + " (the last chunk needs at least one)");
+  }
+  rec.chunk_bytes.push_back(static_cast<uint32_t>(r.left() - listed));
+  return rec;
+}
+
+bool record_codes(std::span<const uint8_t> record, std::span<const int32_t> tokens) {
+  auto rec = read_codec_record(record, static_cast<int64_t>(tokens.size()));
+  return rec.ok() && rec->tokens_check == codec::tokens_check(tokens);
+}
+
+std::vector<uint8_t> write_codec_container(const CodecStoreHeader& store, const CodecSegmentKey& key,
+                                           std::span<const uint8_t> record) {
+  std::vector<uint8_t> out = write_codec_store_header(store);
+  put_varint(out, static_cast<uint64_t>(key.tokens));
+  put_varint(out, static_cast<uint64_t>(key.context_length));
+  put_le(out, key.context_crc, 4);
+  out.insert(out.end(), record.begin(), record.end());
+  put_le(out, codec::crc32(out), 4);
+  return out;
+}
+
+Result<CodecContainer> read_codec_container(std::span<const uint8_t> bytes) {
+  // Magic and version first, then one CRC over everything catches any damage or truncation before a
+  // field is believed.
+  if (Status st = check_magic_and_version(bytes); !st) return st;
+  if (bytes.size() < codec::kStoreHeaderBytes + 1 + 1 + 4 + 2 + 4) return corrupt("too short (truncated?)");
   const size_t body = bytes.size() - 4;
   uint32_t stored = 0;
   for (int i = 0; i < 4; ++i) stored |= uint32_t{bytes[body + i]} << (8 * i);
   if (codec::crc32(bytes.first(body)) != stored) return corrupt("CRC mismatch (damaged or truncated)");
 
   // The CRC can be forged: every field is still checked before it is used.
-  Reader r{bytes.first(body), 5};
-  CodecHeader h;
-  h.version = bytes[4];
-  const uint8_t flags = static_cast<uint8_t>(r.le(1));
-  h.fingerprint = r.le(8);
-  h.target_tag = static_cast<uint16_t>(r.le(2));
-  const uint64_t window = r.varint();
-  const uint64_t context_length = r.varint();
-  h.context_crc = static_cast<uint32_t>(r.le(4));
+  auto store = read_codec_store_header(bytes);
+  if (!store) return store.status();
+  Reader r{bytes.first(body), codec::kStoreHeaderBytes};
+  CodecContainer c;
+  c.store = *store;
   const uint64_t tokens = r.varint();
-  const uint64_t chunk = r.varint();
+  const uint64_t context_length = r.varint();
+  c.key.context_crc = static_cast<uint32_t>(r.le(4));
   if (!r.ok) return corrupt("header truncated");
-  if ((flags & ~uint8_t{1}) != 0) return corrupt("unknown flags");
-  h.kernels = (flags & 1) ? Kernels::Fast : Kernels::Reference;
-  if (window < 2 || window > (uint64_t{1} << 24)) return corrupt("window " + std::to_string(window));
-  if (context_length > (uint64_t{1} << 40)) return corrupt("context length");
   if (tokens > uint64_t(codec::kMaxTokens)) return corrupt("token count " + std::to_string(tokens) + " is absurd");
-  if ((tokens == 0) != (chunk == 0) || chunk > tokens) return corrupt("chunk size does not fit the token count");
-  const uint64_t n_chunks = tokens == 0 ? 0 : (tokens + chunk - 1) / chunk;
-  // Every chunk costs at least one byte of table and one of data: bound the table before allocating.
-  if (n_chunks > (body - r.pos) / 2) return corrupt("chunk table larger than the input");
-  h.chunk_bytes.reserve(n_chunks);
-  uint64_t payload = 0;
-  for (uint64_t i = 0; i < n_chunks && r.ok; ++i) {
-    const uint64_t n = r.varint();
-    if (n == 0 || n > std::numeric_limits<uint32_t>::max()) return corrupt("chunk " + std::to_string(i) + " size");
-    h.chunk_bytes.push_back(static_cast<uint32_t>(n));
-    payload += n;
-  }
-  h.tokens_crc = static_cast<uint32_t>(r.le(4));
-  if (!r.ok) return corrupt("header truncated");
-  h.window = static_cast<int32_t>(window);
-  h.context_length = static_cast<int64_t>(context_length);
-  h.tokens = static_cast<int64_t>(tokens);
-  h.chunk = static_cast<int32_t>(chunk);
-  h.header_bytes = r.pos;
-  if (payload != body - r.pos) {
-    return corrupt("the chunk table holds " + std::to_string(payload) + " bytes of coded tokens, the container " +
-                   std::to_string(body - r.pos));
-  }
-  return h;
+  if (context_length > (uint64_t{1} << 40)) return corrupt("context length");
+  c.key.tokens = static_cast<int64_t>(tokens);
+  c.key.context_length = static_cast<int64_t>(context_length);
+  c.record = bytes.subspan(r.pos, body - r.pos);
+  if (auto rec = read_codec_record(c.record, c.key.tokens); !rec) return rec.status();
+  return c;
 }
 
 // ------------------------------------------------------------------------ chunked model runs
@@ -468,23 +545,66 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 Codec::Codec(const Model& model, ThreadPool* pool) : model_(model), fingerprint_(model_fingerprint(model, pool)) {}
 Codec::Codec(const Model& model, uint64_t fingerprint) : model_(model), fingerprint_(fingerprint) {}
 
+Status Codec::check_store(const CodecStoreHeader& store, Kernels kernels) const {
+  auto hex = [](uint64_t v) {
+    char b[19];
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+    return std::string(b);
+  };
+  if (store.fingerprint != fingerprint_) {
+    return Status::Error("codec: the container was coded with another model (fingerprint " + hex(store.fingerprint) +
+                         ", this model's is " + hex(fingerprint_) + ")");
+  }
+  if (store.kernels != kernels) {
+    return Status::Error(std::string("codec: the container was coded with the ") +
+                         (store.kernels == Kernels::Fast ? "fast" : "reference") +
+                         " kernels; use the same kernel set");
+  }
+  const int32_t n_ctx = model_.config().n_ctx_train;
+  if (store.window < 2 || (n_ctx > 0 && store.window > n_ctx)) {
+    return Status::Error("codec: window " + std::to_string(store.window) + " must be in 2.." + std::to_string(n_ctx) +
+                         " (the model's context)");
+  }
+  const int V = model_.config().n_vocab;
+  if (V < 1 || V > (1 << 24)) return Status::Error("codec: vocabularies of 1..2^24 tokens only");
+  return Status::Ok();
+}
+
+Result<CodecStoreHeader> Codec::store_header(const Forward& forward, const CodecOptions& o) const {
+  CodecStoreHeader h;
+  h.kernels = forward.kernels();
+  h.fingerprint = fingerprint_;
+  h.target_tag = codec_target_tag();
+  h.window = o.window > 0 ? o.window : default_window(model_.config());
+  if (Status st = check_store(h, forward.kernels()); !st) return st;
+  return h;
+}
+
 Result<std::vector<uint8_t>> Codec::encode(Forward& fwd, std::span<const int32_t> context,
                                            std::span<const int32_t> tokens, const CodecOptions& o,
                                            CodecStats* stats) const {
+  auto store = store_header(fwd, o);
+  if (!store) return store.status();
+  auto record = encode_record(fwd, *store, context, tokens, o, stats);
+  if (!record) return record.status();
+  std::vector<uint8_t> out = write_codec_container(*store, codec_segment_key(context, tokens), *record);
+  if (stats) stats->bytes = out.size();
+  return out;
+}
+
+Result<std::vector<uint8_t>> Codec::encode_record(Forward& fwd, const CodecStoreHeader& store,
+                                                  std::span<const int32_t> context, std::span<const int32_t> tokens,
+                                                  const CodecOptions& o, CodecStats* stats) const {
   const auto t0 = Clock::now();
   const ModelConfig& cfg = model_.config();
   const int V = cfg.n_vocab;
   const int64_t N = static_cast<int64_t>(tokens.size());
-  if (V < 1 || V > (1 << 24)) return Status::Error("codec: vocabularies of 1..2^24 tokens only");
-  if (N > codec::kMaxTokens) return Status::Error("codec: more than 2^26 tokens in one container");
+  if (Status st = check_store(store, fwd.kernels()); !st) return st;
+  if (N > codec::kMaxTokens) return Status::Error("codec: more than 2^26 tokens in one record");
   for (int32_t t : tokens) {
     if (t < 0 || t >= V) return Status::Error("codec: token id " + std::to_string(t) + " is outside the vocabulary");
   }
-  const int32_t window = o.window > 0 ? o.window : default_window(cfg);
-  if (window < 2 || (cfg.n_ctx_train > 0 && window > cfg.n_ctx_train)) {
-    return Status::Error("codec: window " + std::to_string(window) + " must be in 2.." +
-                         std::to_string(cfg.n_ctx_train) + " (the model's context)");
-  }
+  const int32_t window = store.window;
   if (o.chunk < 0) return Status::Error("codec: chunk size must be >= 0");
   const int32_t chunk = N == 0 ? 0 : static_cast<int32_t>(o.chunk > 0 ? std::min<int64_t>(o.chunk, N) : N);
   const int64_t n_chunks = N == 0 ? 0 : (N + chunk - 1) / chunk;
@@ -556,24 +676,17 @@ Result<std::vector<uint8_t>> Codec::encode(Forward& fwd, std::span<const int32_t
     }
   }
 
-  std::vector<uint8_t> out(kMagic, kMagic + 4);
-  put_u8(out, codec::kVersion);
-  put_u8(out, fwd.kernels() == Kernels::Fast ? 1 : 0);
-  put_le(out, fingerprint_, 8);
-  put_le(out, codec_target_tag(), 2);
-  put_varint(out, static_cast<uint64_t>(window));
-  put_varint(out, context.size());
-  put_le(out, codec::crc32_tokens(context), 4);
-  put_varint(out, static_cast<uint64_t>(N));
-  put_varint(out, static_cast<uint64_t>(chunk));
-  for (const auto& s : streams) put_varint(out, s.size());
-  put_le(out, codec::crc32_tokens(tokens), 4);
+  std::vector<uint8_t> out;
+  put_le(out, codec::tokens_check(tokens) | (n_chunks > 1 ? kChunkedFlag : 0), 2);
+  if (n_chunks > 1) {
+    put_varint(out, static_cast<uint64_t>(chunk));
+    for (int64_t c = 0; c + 1 < n_chunks; ++c) put_varint(out, streams[c].size());
+  }
   for (const auto& s : streams) out.insert(out.end(), s.begin(), s.end());
-  put_le(out, codec::crc32(out), 4);
   if (stats) {
     stats->tokens = N;
     stats->chunks = static_cast<int32_t>(n_chunks);
-    stats->bytes = out.size();
+    stats->bytes = stats->record_bytes = out.size();
     stats->nll_bits = nll;
     stats->seconds = since(t0);
   }
@@ -583,38 +696,41 @@ Result<std::vector<uint8_t>> Codec::encode(Forward& fwd, std::span<const int32_t
 Result<std::vector<int32_t>> Codec::decode(Forward& fwd, std::span<const int32_t> context,
                                            std::span<const uint8_t> bytes, const CodecOptions& o,
                                            CodecStats* stats) const {
-  const auto t0 = Clock::now();
-  auto hr = read_codec_header(bytes);
-  if (!hr) return hr.status();
-  const CodecHeader& h = *hr;
-  const ModelConfig& cfg = model_.config();
-  const int V = cfg.n_vocab;
-  if (V < 1 || V > (1 << 24)) return Status::Error("codec: vocabularies of 1..2^24 tokens only");
-  auto hex = [](uint64_t v) {
-    char b[19];
-    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-    return std::string(b);
-  };
-  if (h.fingerprint != fingerprint_) {
-    return Status::Error("codec: the container was coded with another model (fingerprint " + hex(h.fingerprint) +
-                         ", this model's is " + hex(fingerprint_) + "); refusing to decode");
-  }
-  if (h.kernels != fwd.kernels()) {
-    return Status::Error(std::string("codec: the container was coded with the ") +
-                         (h.kernels == Kernels::Fast ? "fast" : "reference") +
-                         " kernels; decode with the same kernel set");
-  }
-  if (h.context_length != static_cast<int64_t>(context.size()) || h.context_crc != codec::crc32_tokens(context)) {
+  auto c = read_codec_container(bytes);
+  if (!c) return c.status();
+  if (Status st = check_store(c->store, fwd.kernels()); !st) return Status::Error(st.message() + "; refusing to decode");
+  if (c->key.context_length != static_cast<int64_t>(context.size()) ||
+      c->key.context_crc != codec::crc32_tokens(context)) {
     return Status::Error("codec: the container was coded under another context (" +
-                         std::to_string(h.context_length) + " tokens) than the one given (" +
+                         std::to_string(c->key.context_length) + " tokens) than the one given (" +
                          std::to_string(context.size()) + " tokens)");
   }
-  if (cfg.n_ctx_train > 0 && h.window > cfg.n_ctx_train) return corrupt("window larger than the model's context");
+  auto tokens = decode_record(fwd, c->store, context, c->key.tokens, c->record, o, stats);
+  if (tokens && stats) stats->bytes = bytes.size();
+  return tokens;
+}
+
+Result<std::vector<int32_t>> Codec::decode_record(Forward& fwd, const CodecStoreHeader& store,
+                                                  std::span<const int32_t> context, int64_t n_tokens,
+                                                  std::span<const uint8_t> record, const CodecOptions& o,
+                                                  CodecStats* stats) const {
+  const auto t0 = Clock::now();
+  if (Status st = check_store(store, fwd.kernels()); !st) return st;
+  if (store.target_tag != codec_target_tag() && !o.any_target) {
+    return Status::Error("codec: coded on a CPU with another SIMD target (tag " + std::to_string(store.target_tag) +
+                         "; this machine runs " + simd::target_name() + ", tag " + std::to_string(codec_target_tag()) +
+                         "), whose logits differ: refusing to decode (the tokens check alone is 15 bits)");
+  }
+  auto rec = read_codec_record(record, n_tokens);
+  if (!rec) return rec.status();
+  const CodecRecord& h = *rec;
+  const ModelConfig& cfg = model_.config();
+  const int V = cfg.n_vocab;
 
   std::vector<int32_t> tokens;
   const int64_t n_chunks = static_cast<int64_t>(h.chunk_bytes.size());
-  if (h.tokens > 0) {
-    auto start = make_start(fwd, model_, context, h.window);
+  if (n_tokens > 0) {
+    auto start = make_start(fwd, model_, context, store.window);
     if (!start) return start.status();
     const Start& st = *start;
     std::vector<size_t> offset(n_chunks);
@@ -639,8 +755,8 @@ Result<std::vector<int32_t>> Codec::decode(Forward& fwd, std::span<const int32_t
     for (;;) {
       while (active.size() < batch && next_chunk < n_chunks) {
         const int64_t c = next_chunk++;
-        const int32_t m = static_cast<int32_t>(std::min<int64_t>(h.chunk, h.tokens - c * h.chunk));
-        auto jb = std::make_unique<Job>(Job{c, m, {}, RangeDecoder(bytes.subspan(offset[c], h.chunk_bytes[c])),
+        const int32_t m = static_cast<int32_t>(std::min<int64_t>(h.chunk, n_tokens - c * h.chunk));
+        auto jb = std::make_unique<Job>(Job{c, m, {}, RangeDecoder(record.subspan(offset[c], h.chunk_bytes[c])),
                                             std::make_unique<ChunkWalk>(cfg, st, m), st.first_logits});
         jb->x.reserve(static_cast<size_t>(std::min<int32_t>(m, 1 << 16)));
         active.push_back(std::move(jb));
@@ -651,7 +767,7 @@ Result<std::vector<int32_t>> Codec::decode(Forward& fwd, std::span<const int32_t
         codec::frequencies(jb->logits, freq);
         const int32_t t = decode_symbol(jb->dec, freq);
         if (t < 0 || jb->dec.overrun() > 8) {
-          return corrupt("chunk " + std::to_string(jb->index) + " does not decode (damaged coded bytes)");
+          return corrupt_record("chunk " + std::to_string(jb->index) + " does not decode (damaged coded bytes)");
         }
         jb->x.push_back(t);
         ++done;
@@ -684,24 +800,21 @@ Result<std::vector<int32_t>> Codec::decode(Forward& fwd, std::span<const int32_t
                                 logits.begin() + static_cast<ptrdiff_t>((i + 1) * V));
         }
       }
-      if (o.progress) o.progress(done, h.tokens);
+      if (o.progress) o.progress(done, n_tokens);
     }
-    tokens.reserve(static_cast<size_t>(h.tokens));
+    tokens.reserve(static_cast<size_t>(n_tokens));
     for (auto& v : out) tokens.insert(tokens.end(), v.begin(), v.end());
   }
-  if (codec::crc32_tokens(tokens) != h.tokens_crc) {
-    std::string why = "the decoded tokens fail their CRC: the coded bytes are damaged";
-    if (h.target_tag != codec_target_tag()) {
-      why += ", or the container was coded on a CPU with another SIMD target (tag " + std::to_string(h.target_tag) +
-             "; this machine runs " + simd::target_name() + ", tag " + std::to_string(codec_target_tag()) +
-             ") whose logits differ";
-    }
+  if (codec::tokens_check(tokens) != h.tokens_check) {
+    std::string why = "the decoded tokens fail their check: the coded bytes are damaged, were coded under another "
+                      "context or token count, or this machine's logits differ from the encoder's";
+    if (store.target_tag != codec_target_tag()) why += " (it ran another SIMD target)";
     return Status::Error("codec: " + why + "; refusing to return them");
   }
   if (stats) {
-    stats->tokens = h.tokens;
+    stats->tokens = n_tokens;
     stats->chunks = static_cast<int32_t>(n_chunks);
-    stats->bytes = bytes.size();
+    stats->bytes = stats->record_bytes = record.size();
     stats->seconds = since(t0);
   }
   return tokens;

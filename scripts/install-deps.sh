@@ -11,6 +11,7 @@ PKGS=(
   clang libclang-rt-14-dev  # libFuzzer target (-DTOWERS_FUZZ=ON) and sanitizer runtimes
   curl                 # tests/daemon and scripts/run.sh talk to towerd with curl --unix-socket
   libxxhash-dev        # XXH3-64: checksums of segment files, model fingerprints (GB/s, vs ~0.5 for a table CRC)
+  zstd                 # tests/cli/check_codec.sh compares the codec with zstd -19 (not linked)
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -72,10 +72,26 @@ std::vector<int32_t> decode_ok(const Codec& codec, Forward& fwd, std::span<const
   return std::move(r.value());
 }
 
-// Rewrites the trailing container CRC after a deliberate edit (forged containers).
-void fix_crc(std::vector<uint8_t>& c) {
-  const uint32_t crc = codec::crc32(std::span(c.data(), c.size() - 4));
-  for (int i = 0; i < 4; ++i) c[c.size() - 4 + i] = static_cast<uint8_t>(crc >> (8 * i));
+// Rewrites the CRC in the 4 bytes after [begin, end) of c (forged containers and store headers).
+void fix_crc_at(std::vector<uint8_t>& c, size_t end, size_t begin = 0) {
+  const uint32_t crc = codec::crc32(std::span(c.data() + begin, end - begin));
+  for (int i = 0; i < 4; ++i) c[end + i] = static_cast<uint8_t>(crc >> (8 * i));
+}
+// The trailing container CRC, after a deliberate edit.
+void fix_crc(std::vector<uint8_t>& c) { fix_crc_at(c, c.size() - 4); }
+// Both CRCs, after an edit of the store header.
+void fix_crcs(std::vector<uint8_t>& c) {
+  fix_crc_at(c, codec::kStoreHeaderBytes - 4);
+  fix_crc(c);
+}
+
+// The coded streams' bytes in a standalone container: its record minus the record's own header.
+size_t stream_bytes(std::span<const uint8_t> container) {
+  auto c = read_codec_container(container);
+  REQUIRE_MESSAGE(c.ok(), c.error());
+  auto rec = read_codec_record(c->record, c->key.tokens);
+  REQUIRE(rec.ok());
+  return c->record.size() - rec->header_bytes;
 }
 
 std::string read_text(const std::filesystem::path& p) {
@@ -192,12 +208,15 @@ TEST_CASE("round trip: random and very unlikely tokens, empty and 1-token segmen
         CHECK(decode_ok(codec, fwd, ctx, bytes) == toks);
         const int64_t expect_chunks = toks.empty() ? 0 : chunk == 0 ? 1 : (toks.size() + chunk - 1) / chunk;
         CHECK(st.chunks == expect_chunks);
-        auto h = read_codec_header(bytes);
-        REQUIRE(h.ok());
-        CHECK(h->tokens == static_cast<int64_t>(toks.size()));
+        auto c = read_codec_container(bytes);
+        REQUIRE(c.ok());
+        CHECK(c->key.tokens == static_cast<int64_t>(toks.size()));
+        CHECK(c->record.size() == st.record_bytes);
         // The coded part costs the model's NLL plus at most 2 bytes per chunk of flushing.
-        const double coded_bits = 8.0 * (bytes.size() - h->header_bytes - 4);
+        const double coded_bits = 8.0 * stream_bytes(bytes);
         CHECK(coded_bits <= st.nll_bits * 1.0001 + 16.0 * st.chunks);
+        // A record's fixed overhead is its 2-byte check; more only with a chunk table.
+        if (st.chunks <= 1) CHECK(c->record.size() == 2 + stream_bytes(bytes));
       }
     }
   }
@@ -224,7 +243,7 @@ TEST_CASE("window restarts: chunks longer than a small window, under a context l
       o.window = window;
       o.chunk = chunk;
       const auto bytes = encode_ok(codec, fwd, ctx, toks, o);
-      CHECK(read_codec_header(bytes)->window == window);
+      CHECK(read_codec_container(bytes)->store.window == window);
       CodecOptions one;
       one.batch = 1;
       CHECK(decode_ok(codec, fwd, ctx, bytes) == toks);
@@ -297,7 +316,7 @@ TEST_CASE("damaged containers are refused: every flipped bit, every truncation, 
   for (size_t n = 0; n < good.size(); ++n) {
     CAPTURE(n);
     CHECK_FALSE(codec.decode(fwd, ctx, std::span(good.data(), n)).ok());
-    CHECK_FALSE(read_codec_header(std::span(good.data(), n)).ok());
+    CHECK_FALSE(read_codec_container(std::span(good.data(), n)).ok());
   }
   auto longer = good;
   longer.push_back(0);
@@ -316,12 +335,13 @@ TEST_CASE("forged headers (valid CRC) with absurd sizes or garbage coded bytes a
   CodecOptions o;
   o.chunk = 5;
   const auto good = encode_ok(codec, fwd, {}, toks, o);
-  // Header layout: magic(4) version(1) flags(1) fingerprint(8) tag(2) window context_len context_crc(4)
-  // tokens chunk chunk_bytes... tokens_crc(4) | coded bytes | crc(4). Fields from offset 16 are varints.
-  auto forge = [&](std::vector<uint8_t> head_tail) {
-    // head_tail replaces everything from offset 16 up to the CRC.
-    std::vector<uint8_t> c(good.begin(), good.begin() + 16);
-    c.insert(c.end(), head_tail.begin(), head_tail.end());
+  // Layout: store header (24) | tokens (varint) | context length (varint) | context CRC (4) |
+  // record: check (2, bit 15 = chunked) [chunk (varint), bytes of all chunks but the last (varints)]
+  // coded bytes | CRC (4).
+  const size_t H = codec::kStoreHeaderBytes;
+  auto forge = [&](std::vector<uint8_t> key_and_record) {
+    std::vector<uint8_t> c(good.begin(), good.begin() + H);
+    c.insert(c.end(), key_and_record.begin(), key_and_record.end());
     c.insert(c.end(), 4, 0);
     fix_crc(c);
     return c;
@@ -337,45 +357,152 @@ TEST_CASE("forged headers (valid CRC) with absurd sizes or garbage coded bytes a
     for (const auto& p : parts) o.insert(o.end(), p.begin(), p.end());
     return o;
   };
-  const std::vector<uint8_t> crc4 = {0, 0, 0, 0};
+  const std::vector<uint8_t> crc4 = {0, 0, 0, 0}, one = {0x01, 0x00}, chunked = {0x01, 0x80};
   const std::vector<std::vector<uint8_t>> forged = {
-      forge(cat({varint(64), varint(0), crc4, varint(uint64_t{1} << 40), varint(1), crc4})),     // absurd count
-      forge(cat({varint(64), varint(0), crc4, varint(1 << 25), varint(1), varint(1), crc4})),    // huge table
-      forge(cat({varint(64), varint(0), crc4, varint(10), varint(0), crc4})),                    // chunk 0
-      forge(cat({varint(64), varint(0), crc4, varint(10), varint(11), crc4})),                   // chunk > count
-      forge(cat({varint(1), varint(0), crc4, varint(1), varint(1), varint(1), crc4, {7}})),      // window 1
-      forge(cat({varint(64), varint(0), crc4, varint(1), varint(1), varint(0), crc4})),          // empty chunk
-      forge(cat({varint(64), varint(0), crc4, varint(1), varint(1), varint(5), crc4, {1}})),     // sizes disagree
-      forge(cat({varint(64), varint(0), crc4, varint(1), varint(1), {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
-                                                                    0xFF, 0xFF, 0xFF, 0xFF, 0x01}})),  // overlong
+      forge(cat({varint(uint64_t{1} << 40), varint(0), crc4, one, {7}})),                        // absurd count
+      forge(cat({varint(1 << 25), varint(0), crc4, chunked, varint(1), varint(1), {7, 7}})),     // huge table
+      forge(cat({varint(10), varint(0), crc4, chunked, varint(0), varint(1), {7, 7}})),          // chunk 0
+      forge(cat({varint(10), varint(0), crc4, chunked, varint(10), {7, 7}})),                    // chunk = count
+      forge(cat({varint(10), varint(0), crc4, chunked, varint(5), varint(0), {7, 7}})),          // empty chunk
+      forge(cat({varint(10), varint(0), crc4, chunked, varint(5), varint(5), {7, 7}})),          // sizes disagree
+      forge(cat({varint(10), varint(0), crc4, chunked, {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                                                        0xFF, 0x01}})),                            // overlong
+      forge(cat({varint(10), varint(0), crc4, one})),                                            // no coded bytes
+      forge(cat({varint(0), varint(0), crc4, one, {7}})),                                        // bytes for none
+      forge(cat({varint(0), varint(0), crc4, chunked})),                                         // chunks of none
+      forge(cat({varint(1), varint(0), crc4, {7}})),                                             // no room for check
+      forge(cat({varint(1 << 30), varint(0)})),                                                  // key truncated
       forge({}),
   };
   for (size_t i = 0; i < forged.size(); ++i) {
     CAPTURE(i);
-    CHECK_FALSE(read_codec_header(forged[i]).ok());
+    CHECK_FALSE(read_codec_container(forged[i]).ok());
     CHECK_FALSE(codec.decode(fwd, {}, forged[i]).ok());
   }
-  // A well-formed header over random coded bytes: decodes to something, which fails the token CRC.
-  auto h = read_codec_header(good);
-  REQUIRE(h.ok());
+  // The store header has its own CRC and checks: a window of 1, unknown flags, another version.
+  CodecStoreHeader bad_window = *read_codec_store_header(good);
+  bad_window.window = 1;
+  CHECK_FALSE(read_codec_store_header(write_codec_store_header(bad_window)).ok());
+  auto flags = good;
+  flags[5] |= 0x80;
+  fix_crcs(flags);
+  CHECK_FALSE(read_codec_container(flags).ok());
+  CHECK_FALSE(codec.decode(fwd, {}, flags).ok());
+  auto header_only = good;
+  header_only[8] ^= 1;  // inside the fingerprint, with the container CRC (not the header's) fixed
+  fix_crc(header_only);
+  CHECK(read_codec_container(header_only).error().find("store header CRC") != std::string::npos);
+  auto version = good;
+  version[4] = 99;
+  fix_crcs(version);
+  auto rv = codec.decode(fwd, {}, version);
+  CHECK(rv.error().find("version 99") != std::string::npos);
+  CHECK(read_codec_container(std::vector<uint8_t>{'n', 'o', 'p', 'e', 1, 2, 3}).error().find("magic") !=
+        std::string::npos);
+  // A well-formed header over random coded bytes: decodes to something, which fails the tokens check.
+  const size_t streams_at = good.size() - 4 - stream_bytes(good);
   for (int trial = 0; trial < 20; ++trial) {
     auto c = good;
-    for (size_t i = h->header_bytes; i + 4 < c.size(); ++i) c[i] = static_cast<uint8_t>(rng());
+    for (size_t i = streams_at; i + 4 < c.size(); ++i) c[i] = static_cast<uint8_t>(rng());
     fix_crc(c);
     auto r = codec.decode(fwd, {}, c);
     if (r.ok()) CHECK(*r == toks);  // only acceptable if the garbage happened to code the same tokens
   }
-  // Unknown flags and versions.
-  auto flags = good;
-  flags[5] |= 0x80;
-  fix_crc(flags);
-  CHECK_FALSE(codec.decode(fwd, {}, flags).ok());
-  auto version = good;
-  version[4] = 99;
-  fix_crc(version);
-  auto rv = codec.decode(fwd, {}, version);
-  CHECK(rv.error().find("version 99") != std::string::npos);
-  CHECK(read_codec_header(std::vector<uint8_t>{'n', 'o', 'p', 'e', 1, 2, 3}).error().find("magic") != std::string::npos);
+}
+
+TEST_CASE("a store: one header, records of 2 bytes + streams, checked without a model") {
+  const Model& model = tiny();
+  const int V = model.config().n_vocab;
+  ThreadPool pool(2);
+  Forward fwd(model, pool);
+  Codec codec(model, &pool);
+  std::mt19937 rng(23);
+  auto store = codec.store_header(fwd);
+  REQUIRE_MESSAGE(store.ok(), store.error());
+  CHECK(store->fingerprint == codec.fingerprint());
+  CHECK(store->target_tag == codec_target_tag());
+  const auto header = write_codec_store_header(*store);
+  REQUIRE(header.size() == codec::kStoreHeaderBytes);
+  auto back = read_codec_store_header(header);
+  REQUIRE(back.ok());
+  CHECK((back->fingerprint == store->fingerprint && back->window == store->window && back->kernels == store->kernels));
+  for (size_t i = 0; i < header.size(); ++i) {  // its own CRC: every flipped bit is refused
+    for (int bit = 0; bit < 8; ++bit) {
+      auto bad = header;
+      bad[i] ^= static_cast<uint8_t>(1u << bit);
+      CHECK_FALSE(read_codec_store_header(bad).ok());
+    }
+  }
+
+  // Segments of a tower: each coded under the tokens before it, all under the one header.
+  const auto base = random_tokens(rng, 20, V), bot = random_tokens(rng, 15, V), turn = random_tokens(rng, 30, V);
+  std::vector<int32_t> context;
+  for (const auto* seg : {&base, &bot, &turn}) {
+    for (int chunk : {0, 8}) {
+      CAPTURE(seg->size());
+      CAPTURE(chunk);
+      CodecOptions o;
+      o.chunk = chunk;
+      CodecStats st;
+      auto rec = codec.encode_record(fwd, *store, context, *seg, o, &st);
+      REQUIRE_MESSAGE(rec.ok(), rec.error());
+      auto layout = read_codec_record(*rec, static_cast<int64_t>(seg->size()));
+      REQUIRE(layout.ok());
+      CHECK(layout->header_bytes == (chunk == 0 ? 2u : 2u + 1u + (seg->size() + 7) / 8 - 1));
+      CHECK(record_codes(*rec, *seg));
+      auto other = *seg;
+      other.back() = (other.back() + 1) % V;
+      REQUIRE(codec::tokens_check(other) != codec::tokens_check(*seg));
+      CHECK_FALSE(record_codes(*rec, other));
+      CHECK_FALSE(record_codes(*rec, std::span(seg->data(), seg->size() - 1)));
+      auto decoded = codec.decode_record(fwd, *store, context, static_cast<int64_t>(seg->size()), *rec, o);
+      REQUIRE_MESSAGE(decoded.ok(), decoded.error());
+      CHECK(*decoded == *seg);
+      // The index's token count must be right: one fewer decodes a prefix that fails the check.
+      CHECK_FALSE(codec.decode_record(fwd, *store, context, static_cast<int64_t>(seg->size()) - 1, *rec, o).ok());
+      // Every flip of the check bits is refused for sure; a flip in the coded bytes decodes garbage,
+      // which the 15-bit check refuses but for a chance of 2^-15 each (the store's own checksums are
+      // what catch flipped bits; this shows the check is applied).
+      int wrong = 0;
+      for (size_t i = 0; i < rec->size(); ++i) {
+        for (int bit = 0; bit < 8; ++bit) {
+          auto bad = *rec;
+          bad[i] ^= static_cast<uint8_t>(1u << bit);
+          auto r = codec.decode_record(fwd, *store, context, static_cast<int64_t>(seg->size()), bad, o);
+          if (i < 2) CHECK_FALSE(r.ok());
+          wrong += r.ok() && *r != *seg;
+        }
+      }
+      CHECK(wrong <= 1);
+    }
+    context.insert(context.end(), seg->begin(), seg->end());
+  }
+  // A record of no tokens is its 2-byte check.
+  auto empty = codec.encode_record(fwd, *store, context, {});
+  REQUIRE(empty.ok());
+  CHECK(empty->size() == 2);
+  CHECK(codec.decode_record(fwd, *store, context, 0, *empty)->empty());
+  // Another model's, or another kernel set's, store header is refused before decoding.
+  auto rec = codec.encode_record(fwd, *store, {}, turn);
+  REQUIRE(rec.ok());
+  CodecStoreHeader other_model = *store;
+  other_model.fingerprint ^= 1;
+  CHECK(codec.decode_record(fwd, other_model, {}, 30, *rec).error().find("another model") != std::string::npos);
+  CHECK_FALSE(codec.encode_record(fwd, other_model, {}, turn).ok());
+  Forward ref(model, pool, Kernels::Reference);
+  CHECK(codec.decode_record(ref, *store, {}, 30, *rec).error().find("kernels") != std::string::npos);
+  // Another SIMD target is refused up front unless asked for (here the logits are this machine's).
+  CodecStoreHeader other_target = *store;
+  other_target.target_tag ^= 1;
+  CHECK(codec.decode_record(fwd, other_target, {}, 30, *rec).error().find("SIMD target") != std::string::npos);
+  CodecOptions any;
+  any.any_target = true;
+  auto tried = codec.decode_record(fwd, other_target, {}, 30, *rec, any);
+  REQUIRE_MESSAGE(tried.ok(), tried.error());
+  CHECK(*tried == turn);
+  CodecOptions big;
+  big.window = model.config().n_ctx_train + 1;
+  CHECK_FALSE(codec.store_header(fwd, big).ok());
 }
 
 TEST_CASE("another model, kernel set or context is refused with a clear error") {
@@ -407,7 +534,7 @@ TEST_CASE("another model, kernel set or context is refused with a clear error") 
   // ...and a container coded with the reference kernels decodes with them.
   const auto ref_bytes = encode_ok(codec, ref, ctx, toks);
   CHECK(decode_ok(codec, ref, ctx, ref_bytes) == toks);
-  CHECK(read_codec_header(ref_bytes)->kernels == Kernels::Reference);
+  CHECK(read_codec_container(ref_bytes)->store.kernels == Kernels::Reference);
 
   auto wrong_ctx = ctx;
   wrong_ctx[0] ^= 1;
@@ -439,11 +566,13 @@ TEST_CASE("stories260K: the passage codes at its NLL (843.1 bits) within 1% + 64
   CodecStats st;
   const auto bytes = encode_ok(codec, fwd, {}, toks, {}, &st);
   CHECK(std::abs(st.nll_bits - 843.1) < 0.5);  // the reference's NLL: the coder sees the same logits
-  const auto h = read_codec_header(bytes);
-  const double coded_bits = 8.0 * (bytes.size() - h->header_bytes - 4);
+  const double coded_bits = 8.0 * stream_bytes(bytes);
   MESSAGE("stories260K passage: " << toks.size() << " tokens, NLL " << st.nll_bits << " bits, coded "
-                                  << coded_bits << " bits + " << (h->header_bytes + 4) << " bytes of header");
+                                  << coded_bits << " bits; record " << st.record_bytes << " bytes, file "
+                                  << bytes.size() << " bytes");
   CHECK(coded_bits <= 1.01 * st.nll_bits + 64);
+  // In a store the passage costs its record: at most 109 bytes, 1/4 of zstd -19's 439 (docs/codec.md).
+  CHECK(st.record_bytes <= 109);
   CHECK(decode_ok(codec, fwd, {}, bytes) == toks);
   // Chunked, decoded one chunk at a time and all at once.
   CodecOptions o;
