@@ -1,10 +1,11 @@
 #include "engine/grammar_matcher.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <unordered_set>
+#include <map>
 
 #include "engine/tokenizer.h"
 
@@ -114,13 +115,25 @@ struct GrammarAutomaton::Impl {
   std::unordered_map<int64_t, std::shared_ptr<const TokenMask>> masks;  // key: state * 2 + first_piece
   size_t mask_bytes = 0;
   bool exhausted = false;
+  // Bytes no byte set of the grammar tells apart share a class, and so every transition.
+  std::array<uint8_t, 256> byte_class{};
+  std::vector<std::vector<uint8_t>> class_bytes;
   // Scratch for one transition.
   std::vector<uint32_t> tops;
-  std::unordered_set<uint64_t> visited;
+  std::vector<uint64_t> visited;  // (pos, parent) already expanded; few, so a linear scan
   bool accept = false;
   std::vector<int32_t> walk;  // mask walk: state per trie depth
 
   Impl(const Grammar& grammar, const TokenTrie* t, Limits l) : g(grammar), trie(t), limits(l) {
+    std::map<std::vector<bool>, uint8_t> classes;
+    for (int b = 0; b < 256; ++b) {
+      std::vector<bool> signature;
+      for (const Grammar::ByteSet& s : g.byte_sets()) signature.push_back(Grammar::contains(s, uint8_t(b)));
+      auto [it, added] = classes.emplace(std::move(signature), uint8_t(class_bytes.size()));
+      if (added) class_bytes.emplace_back();
+      byte_class[size_t(b)] = it->second;
+      class_bytes[it->second].push_back(uint8_t(b));
+    }
     tops.clear();
     accept = false;
     visited.clear();
@@ -143,7 +156,9 @@ struct GrammarAutomaton::Impl {
   void expand(uint32_t pos, int32_t parent) {
     const auto& el = g.elements();
     for (;;) {
-      if (!visited.insert((uint64_t(pos) << 32) | uint32_t(parent + 1)).second) return;
+      const uint64_t key = (uint64_t(pos) << 32) | uint32_t(parent + 1);
+      if (std::find(visited.begin(), visited.end(), key) != visited.end()) return;
+      visited.push_back(key);
       const Grammar::Element e = el[pos];
       if (e.kind == Grammar::Kind::Byte) {
         tops.push_back(node(pos, parent));
@@ -192,11 +207,9 @@ struct GrammarAutomaton::Impl {
     visited.clear();
     accept = false;
     const auto& el = g.elements();
-    // Copy: expand() may grow `states`' node storage indirectly (not the vector of states itself, but
-    // keep this independent of that).
-    const std::vector<uint32_t> from = states[size_t(s)].nodes;
-    for (uint32_t n : from) {
-      const Node nd = nodes[n];
+    // expand() adds nodes but no states: states[s] stays put until intern_state().
+    for (size_t i = 0; i < states[size_t(s)].nodes.size(); ++i) {
+      const Node nd = nodes[states[size_t(s)].nodes[i]];
       if (Grammar::contains(g.byte_sets()[el[nd.pos].arg], b)) expand(nd.pos + 1, nd.parent);
     }
     return intern_state();
@@ -212,7 +225,9 @@ struct GrammarAutomaton::Impl {
     int32_t t = st.next[b];
     if (t != kUnknown) return t;
     t = compute(s, b);
-    if (!exhausted) states[size_t(s)].next[b] = t;
+    if (!exhausted) {
+      for (uint8_t same : class_bytes[byte_class[b]]) states[size_t(s)].next[same] = t;
+    }
     return t;
   }
 
@@ -331,10 +346,13 @@ Result<size_t> GrammarConstraint::mask_logits(std::span<float> logits) {
   const TokenMask& bits = **m;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   size_t allowed = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const uint64_t w = i / 64 < bits.size() ? bits[i / 64] : 0;
-    if ((w >> (i % 64)) & 1) ++allowed;
-    else logits[i] = neg_inf;
+  for (size_t base = 0; base < logits.size(); base += 64) {
+    const size_t n = std::min<size_t>(64, logits.size() - base);
+    const uint64_t w = base / 64 < bits.size() ? bits[base / 64] : 0;
+    allowed += size_t(__builtin_popcountll(n == 64 ? w : w & ((uint64_t(1) << n) - 1)));
+    if (w == ~uint64_t(0)) continue;
+    for (uint64_t off = ~w & (n == 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1); off; off &= off - 1)
+      logits[base + size_t(__builtin_ctzll(off))] = neg_inf;
   }
   return allowed;
 }
