@@ -478,21 +478,26 @@ class GrammarCompiler {
   }
 
   // ------------------------------------------------------------------------------------ checks
-  std::vector<bool> nullable() const {
-    std::vector<bool> nul(rules_.size(), false);
+  // The least set of rules that have an alternative whose every symbol passes ok(symbol, set).
+  template <class Ok>
+  std::vector<bool> fixpoint(Ok ok) const {
+    std::vector<bool> in(rules_.size(), false);
     for (bool changed = true; changed;) {
       changed = false;
       for (size_t r = 0; r < rules_.size(); ++r) {
-        if (nul[r]) continue;
+        if (in[r]) continue;
         for (const Seq& alt : rules_[r].alts) {
-          if (std::all_of(alt.begin(), alt.end(), [&](Sym s) { return s.ref && nul[s.arg]; })) {
-            nul[r] = changed = true;
+          if (std::all_of(alt.begin(), alt.end(), [&](Sym s) { return ok(s, in); })) {
+            in[r] = changed = true;
             break;
           }
         }
       }
     }
-    return nul;
+    return in;
+  }
+  std::vector<bool> nullable() const {
+    return fixpoint([](Sym s, const std::vector<bool>& in) { return s.ref && in[s.arg]; });
   }
 
   // The matcher expands a rule's leading references before it reads a byte; a cycle among them (also
@@ -537,19 +542,7 @@ class GrammarCompiler {
   }
 
   Status prune_unfinishable(uint32_t root) {
-    std::vector<bool> fin(rules_.size(), false);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < rules_.size(); ++r) {
-        if (fin[r]) continue;
-        for (const Seq& alt : rules_[r].alts) {
-          if (std::all_of(alt.begin(), alt.end(), [&](Sym s) { return !s.ref || fin[s.arg]; })) {
-            fin[r] = changed = true;
-            break;
-          }
-        }
-      }
-    }
+    const std::vector<bool> fin = fixpoint([](Sym s, const std::vector<bool>& in) { return !s.ref || in[s.arg]; });
     if (!fin[root])
       return Status::InvalidArgument("grammar: rule '" + rules_[root].name +
                                      "' can never finish (every alternative recurses for ever)");

@@ -264,22 +264,32 @@ struct JsonGrammarBuilder::Impl {
     return object_rule(s, path, hint, depth);
   }
 
-  Result<std::string> string_rule(const Json& s, const std::string& path, const std::string& hint) {
-    if (!s.contains("minLength") && !s.contains("maxLength")) return json_string();
+  // minKey/maxKey as [lo, hi] (hi < 0: no maximum).
+  Result<std::pair<size_t, long>> bounds(const Json& s, const char* min_key, const char* max_key,
+                                         const std::string& path) {
     size_t lo = 0;
-    std::string hi;
-    if (s.contains("minLength")) {
-      auto n = count(s, "minLength", path);
+    long hi = -1;
+    if (s.contains(min_key)) {
+      auto n = count(s, min_key, path);
       if (!n.ok()) return n.status();
       lo = *n;
     }
-    if (s.contains("maxLength")) {
-      auto n = count(s, "maxLength", path);
+    if (s.contains(max_key)) {
+      auto n = count(s, max_key, path);
       if (!n.ok()) return n.status();
-      if (*n < lo) return invalid(path, "maxLength below minLength");
-      hi = std::to_string(*n);
+      if (*n < lo) return invalid(path, std::string(max_key) + " below " + min_key);
+      hi = long(*n);
     }
-    return define(hint, "\"\\\"\" " + json_char() + "{" + std::to_string(lo) + "," + hi + "} \"\\\"\"");
+    return std::pair<size_t, long>(lo, hi);
+  }
+
+  Result<std::string> string_rule(const Json& s, const std::string& path, const std::string& hint) {
+    if (!s.contains("minLength") && !s.contains("maxLength")) return json_string();
+    auto b = bounds(s, "minLength", "maxLength", path);
+    if (!b.ok()) return b.status();
+    const auto [lo, hi] = *b;
+    return define(hint, "\"\\\"\" " + json_char() + "{" + std::to_string(lo) + "," +
+                            (hi < 0 ? "" : std::to_string(hi)) + "} \"\\\"\"");
   }
 
   Result<std::string> array_rule(const Json& s, const std::string& path, const std::string& hint, int depth) {
@@ -292,19 +302,9 @@ struct JsonGrammarBuilder::Impl {
     } else {
       json_value();
     }
-    size_t lo = 0;
-    long hi = -1;
-    if (s.contains("minItems")) {
-      auto n = count(s, "minItems", path);
-      if (!n.ok()) return n.status();
-      lo = *n;
-    }
-    if (s.contains("maxItems")) {
-      auto n = count(s, "maxItems", path);
-      if (!n.ok()) return n.status();
-      if (*n < lo) return invalid(path, "maxItems below minItems");
-      hi = long(*n);
-    }
+    auto b = bounds(s, "minItems", "maxItems", path);
+    if (!b.ok()) return b.status();
+    const auto [lo, hi] = *b;
     const std::string open = "\"[\" " + ws() + " ", close = " \"]\"";
     if (hi == 0) return define(hint, open + close.substr(1));
     auto more = [&](size_t m, long n) {  // ( sep item ){m,n}

@@ -110,14 +110,23 @@ const char* const kHermesToolsTail =
     "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
     "<args-json-object>}\n</tool_call>";
 
+// The system text (the first message's, else the template's default) and whether the conversation
+// has one; `next` moves past it.
+std::pair<std::string, bool> leading_system(std::span<const ToolChatMessage> messages,
+                                            std::string_view default_system, size_t& next) {
+  if (!messages.empty() && messages[0].role == "system") {
+    next = 1;
+    return {messages[0].content, true};
+  }
+  return {std::string(default_system), false};
+}
+
 Result<std::vector<ChatMessage>> render_llama3(std::span<const ToolChatMessage> messages,
                                               std::span<const ToolDefinition> tools, bool tools_on,
                                               std::string_view default_system) {
   std::vector<ChatMessage> out;
   size_t i = 0;
-  std::string system(default_system);
-  const bool has_system = !messages.empty() && messages[0].role == "system";
-  if (has_system) system = messages[i++].content;
+  const auto [system, has_system] = leading_system(messages, default_system, i);
   if (tools_on) out.push_back({"system", "Environment: ipython\n\n" + system});
   else if (has_system || !system.empty()) out.push_back({"system", system});
   if (tools_on) {
@@ -151,9 +160,7 @@ Result<std::vector<ChatMessage>> render_hermes(std::span<const ToolChatMessage> 
                                               std::string_view default_system) {
   std::vector<ChatMessage> out;
   size_t i = 0;
-  std::string system(default_system);
-  const bool has_system = !messages.empty() && messages[0].role == "system";
-  if (has_system) system = messages[i++].content;
+  const auto [system, has_system] = leading_system(messages, default_system, i);
   if (tools_on) {
     std::string section = kHermesToolsHead;
     for (const auto& t : tools) section += "\n" + py_json(tool_json(t));

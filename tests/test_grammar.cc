@@ -5,6 +5,7 @@
 
 #include "engine/grammar.h"
 #include "engine/grammar_matcher.h"
+#include "grammar_fixtures.h"
 #include "test_support.h"
 
 using namespace towers;
@@ -17,21 +18,8 @@ std::shared_ptr<const Grammar> compile(std::string_view gbnf) {
   return *g;
 }
 
-// Whether the whole of `text` is a sentence of the grammar.
-bool matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
-  GrammarAutomaton a(g, nullptr);
-  auto s = a.advance(a.initial_state(), text);
-  REQUIRE(s.ok());
-  return *s != GrammarAutomaton::kDead && a.is_accepting(*s);
-}
-
-// Whether `text` can be continued into a sentence (a viable prefix).
-bool viable(const std::shared_ptr<const Grammar>& g, std::string_view text) {
-  GrammarAutomaton a(g, nullptr);
-  auto s = a.advance(a.initial_state(), text);
-  REQUIRE(s.ok());
-  return *s != GrammarAutomaton::kDead;
-}
+bool matches(const std::shared_ptr<const Grammar>& g, std::string_view text) { return test::grammar_accepts(g, text); }
+bool viable(const std::shared_ptr<const Grammar>& g, std::string_view text) { return test::grammar_viable(g, text); }
 
 std::string parse_error(std::string_view gbnf) {
   auto g = Grammar::parse(gbnf);

@@ -10,6 +10,7 @@
 #include "engine/grammar_matcher.h"
 #include "engine/json_schema.h"
 #include "engine/sampler.h"
+#include "grammar_fixtures.h"
 #include "json_schema_validator.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -28,12 +29,7 @@ std::shared_ptr<const Grammar> schema_grammar(const std::string& schema) {
   return *g;
 }
 
-bool accepts(const std::shared_ptr<const Grammar>& g, std::string_view text) {
-  GrammarAutomaton a(g, nullptr);
-  auto s = a.advance(a.initial_state(), text);
-  REQUIRE(s.ok());
-  return *s != GrammarAutomaton::kDead && a.is_accepting(*s);
-}
+bool accepts(const std::shared_ptr<const Grammar>& g, std::string_view text) { return test::grammar_accepts(g, text); }
 
 struct Instance {
   const char* text;  // as the grammar would write it
@@ -250,45 +246,6 @@ const char* const kSampleSchemas[] = {
     R"({"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 8}, "minItems": 2, "maxItems": 4})",
 };
 
-struct Sampled {
-  std::string text;
-  bool complete = false;
-  int tokens = 0;
-};
-
-// Random logits (seeded), masked, sampled at temperature 1; text as the Detokenizer shows it.
-Sampled sample_random(const Tokenizer& tok, std::shared_ptr<GrammarAutomaton> automaton, uint64_t seed,
-                      int max_tokens) {
-  GrammarConstraint c(std::move(automaton));
-  SamplerConfig sc;
-  sc.temperature = 1.0f;
-  sc.top_k = 0;
-  sc.top_p = 1.0f;
-  sc.min_p = 0.0f;
-  sc.seed = seed;
-  Sampler sampler(sc);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 2.0f);
-  Detokenizer detok(tok);
-  std::vector<float> logits(size_t(tok.n_vocab()));
-  Sampled out;
-  for (; out.tokens < max_tokens; ++out.tokens) {
-    for (float& l : logits) l = normal(rng);
-    auto n = c.mask_logits(logits);
-    REQUIRE_MESSAGE(n.ok(), n.status().message());
-    REQUIRE(*n > 0);
-    const int32_t id = sampler.sample(logits, {});
-    REQUIRE(c.accept(id).ok());
-    if (tok.is_end_of_generation(id)) {
-      out.complete = true;
-      break;
-    }
-    out.text += detok.feed(id);
-  }
-  out.text += detok.flush();
-  return out;
-}
-
 void check_sampling(const Tokenizer& tok, int per_schema, int max_tokens) {
   const auto trie = TokenTrie::from_tokenizer(tok);
   int complete = 0, total = 0;
@@ -298,7 +255,7 @@ void check_sampling(const Tokenizer& tok, int per_schema, int max_tokens) {
     auto automaton = std::make_shared<GrammarAutomaton>(schema_grammar(schema), trie);
     const test::SchemaValidator validator(json::parse(schema));
     for (int i = 0; i < per_schema; ++i) {
-      const Sampled s = sample_random(tok, automaton, 1000 + uint64_t(i), max_tokens);
+      const test::Sampled s = test::sample_random(tok, automaton, 1000 + uint64_t(i), max_tokens);
       ++total;
       if (!s.complete) continue;
       ++complete;

@@ -9,6 +9,7 @@
 #include "engine/grammar_matcher.h"
 #include "engine/sampler.h"
 #include "engine/tool_format.h"
+#include "grammar_fixtures.h"
 #include "json_schema_validator.h"
 #include "test_support.h"
 #include "vocab_fixtures.h"
@@ -54,12 +55,7 @@ std::shared_ptr<const Grammar> tool_grammar(ToolFormat f, const std::vector<Tool
   return *g;
 }
 
-bool accepts(const std::shared_ptr<const Grammar>& g, std::string_view text) {
-  GrammarAutomaton a(g, nullptr);
-  auto s = a.advance(a.initial_state(), text);
-  REQUIRE(s.ok());
-  return *s != GrammarAutomaton::kDead && a.is_accepting(*s);
-}
+bool accepts(const std::shared_ptr<const Grammar>& g, std::string_view text) { return test::grammar_accepts(g, text); }
 
 }  // namespace
 
@@ -292,33 +288,10 @@ void sample_calls(const Tokenizer& tok, ToolFormat format, ToolChoice choice, in
   auto automaton = std::make_shared<GrammarAutomaton>(g, TokenTrie::from_tokenizer(tok));
   int complete = 0;
   for (int seed = 0; seed < replies; ++seed) {
-    GrammarConstraint c(automaton);
-    SamplerConfig sc;
-    sc.temperature = 1.0f;
-    sc.top_k = 0;
-    sc.top_p = 1.0f;
-    sc.min_p = 0.0f;
-    sc.seed = uint64_t(seed);
-    Sampler sampler(sc);
-    std::mt19937_64 rng{uint64_t(seed)};
-    std::normal_distribution<float> normal(0.0f, 2.0f);
-    std::vector<float> logits(size_t(tok.n_vocab()));
-    Detokenizer detok(tok);
-    std::string text;
-    bool done = false;
-    for (int t = 0; t < max_tokens && !done; ++t) {
-      for (float& l : logits) l = normal(rng);
-      auto n = c.mask_logits(logits);
-      REQUIRE(n.ok());
-      REQUIRE(*n > 0);
-      const int32_t id = sampler.sample(logits, {});
-      REQUIRE(c.accept(id).ok());
-      if (tok.is_end_of_generation(id)) done = true;
-      else text += detok.feed(id);
-    }
-    if (!done) continue;
+    const test::Sampled s = test::sample_random(tok, automaton, uint64_t(seed), max_tokens);
+    if (!s.complete) continue;
+    const std::string& text = s.text;
     ++complete;
-    text += detok.flush();
     CAPTURE(text);
     auto parsed = parse_tool_reply(format, text);
     REQUIRE_MESSAGE(parsed.ok(), parsed.error());
