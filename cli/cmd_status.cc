@@ -83,9 +83,10 @@ void add_policy(CLI::App& app) {
   auto* set = cmd->add_subcommand("set", "Change the policy; prints the policy now in force.\n"
                                          "  towerctl policy set --eviction lindy --ram-budget 512M");
   set->add_option("--eviction", so->eviction,
-                  "lru: evict the least recently used segment first; lindy: the youngest first (old "
-                  "segments that are still used are likely to stay useful)")
-      ->check(CLI::IsMember({"lru", "lindy"}));
+                  "lru: evict the least recently used segment first; lindy: the youngest lineage first (a "
+                  "session's segments are as old as the session: long-lived sessions and bots stay); "
+                  "token-lru: the largest idle time x tokens first")
+      ->check(CLI::IsMember({"lru", "lindy", "token-lru"}));
   set->add_option("--ram-budget", so->budget,
                   "Resident segment KV, e.g. 512M, 2G, 1.5G, a byte count; 0 or 'unlimited' = no limit");
   add_client_options(set, so->client, true);

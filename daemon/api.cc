@@ -1,7 +1,7 @@
 // Request routing, the shared JSON helpers, and the operator endpoints:
 //   GET /healthz            {"status":"ok"|"starting"|"stopping", model, queue, sessions, uptime_s}
 //   GET /v1/pool            segments by tier and depth, bytes, hits, sessions warm/cold, latency
-//   GET/PUT /v1/policy      {"eviction":"lru"|"lindy","ram_budget":"2G"|bytes} (runtime; SIGHUP rereads the file)
+//   GET/PUT /v1/policy      {"eviction":"lru"|"lindy"|"token-lru","ram_budget":"2G"|bytes} (runtime; SIGHUP rereads the file)
 //   GET /metrics            Prometheus text format
 #include <algorithm>
 #include <sstream>
@@ -178,7 +178,7 @@ ApiStatus handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out
     std::optional<uint64_t> budget;
     if (b.contains("eviction")) {
       if (!b["eviction"].is_string() || !(ev = parse_eviction_policy(b["eviction"].get<std::string>()))) {
-        return invalid_field("eviction", "\"eviction\" must be \"lru\" or \"lindy\"");
+        return invalid_field("eviction", "\"eviction\" must be " + std::string(kEvictionPolicyNames));
       }
     }
     if (b.contains("ram_budget")) {

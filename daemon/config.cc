@@ -110,7 +110,7 @@ bool read_policy(Ctx& c, const toml::table& root, PolicyConfig& p) {
   std::string ev(to_string(p.eviction));
   if (!get_string(c, *t, "policy", "eviction", ev)) return false;
   auto e = parse_eviction_policy(ev);
-  if (!e) return c.fail("policy.eviction", "expected \"lru\" or \"lindy\", got \"" + ev + "\"");
+  if (!e) return c.fail("policy.eviction", "expected " + std::string(kEvictionPolicyNames) + ", got \"" + ev + "\"");
   p.eviction = *e;
   uint64_t budget = p.ram_budget_bytes;
   if (!get_size(c, *t, "policy", "ram_budget", budget)) return false;

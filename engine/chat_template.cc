@@ -96,12 +96,13 @@ std::string py_strip(std::string_view s) {
   return std::string(s.substr(begin, end - begin));
 }
 
-Status check_known_roles(std::span<const ChatMessage> messages) {
+Status check_known_roles(ChatFamily family, std::span<const ChatMessage> messages) {
+  const bool ipython = family == ChatFamily::Llama3;
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& r = messages[i].role;
-    if (r != "system" && r != "user" && r != "assistant") {
+    if (r != "system" && r != "user" && r != "assistant" && !(ipython && r == "ipython")) {
       return Status::Error("chat message " + std::to_string(i) + " has unknown role '" + r +
-                           "' (known roles: system, user, assistant)");
+                           "' (known roles: system, user, assistant" + (ipython ? ", ipython)" : ")"));
     }
   }
   return Status::Ok();
@@ -296,7 +297,7 @@ std::string chat_template_default_system(std::string_view t) {
 
 Result<std::string> apply_chat_template(ChatFamily family, std::span<const ChatMessage> messages,
                                         const ChatTemplateTokens& tokens, bool add_generation_prompt) {
-  if (Status s = check_known_roles(messages); !s.ok()) return s;
+  if (Status s = check_known_roles(family, messages); !s.ok()) return s;
   switch (family) {
     case ChatFamily::Llama2:
     case ChatFamily::Mistral:

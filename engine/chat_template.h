@@ -37,7 +37,9 @@
 //
 // Role order: Llama2, Mistral and Gemma require an optional leading system message followed by strictly
 // alternating user/assistant turns starting with user (their templates raise otherwise); the others
-// accept any order. Roles other than "system", "user", "assistant" are an error everywhere.
+// accept any order. Roles other than "system", "user", "assistant" are an error everywhere, except
+// Llama3's "ipython" (Llama 3.1's tool-result turn; engine/tool_format.h renders tool messages so).
+// Tools, tool calls and tool results: engine/tool_format.h turns them into messages for these formats.
 //
 // BOS: Llama3, Llama2, Mistral and Gemma emit tokens.bos as text; tokenize such prompts with special
 // tokens parsed and without adding another BOS (chat_template_emits_bos()). Empty tokens.bos/eos emit

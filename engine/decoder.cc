@@ -3,17 +3,39 @@
 namespace towers {
 
 Decoder::Decoder(const Tokenizer& tokenizer, const SamplerConfig& sampling, std::vector<std::string> stop,
-                 std::span<const int32_t> history, int max_tokens)
+                 std::span<const int32_t> history, int max_tokens, GrammarConstraint* constraint)
     : tokenizer_(tokenizer),
       sampler_(sampling),
       stops_(std::move(stop)),
       detok_(tokenizer),
       history_(history.begin(), history.end()),
-      max_tokens_(max_tokens) {}
+      max_tokens_(max_tokens),
+      constraint_(constraint) {}
 
 Decoder::Step Decoder::step(std::span<const float> logits, bool cache_full) {
   Step s;
+  if (constraint_) {
+    masked_.assign(logits.begin(), logits.end());
+    auto allowed = constraint_->mask_logits(masked_);
+    if (!allowed.ok() || *allowed == 0) {
+      if (!allowed.ok()) grammar_status_ = allowed.status();
+      else if (!constraint_->is_complete())
+        grammar_status_ = Status::InvalidArgument("grammar: no token of the vocabulary can continue it");
+      s.done = true;
+      s.finish_reason = grammar_status_.ok() ? "eos" : "grammar";
+      return s;
+    }
+    logits = masked_;
+  }
   s.token = sampler_.sample(logits, history_);
+  if (constraint_) {
+    if (Status st = constraint_->accept(s.token); !st.ok()) {  // cannot happen: the token was allowed
+      grammar_status_ = st;
+      s.done = true;
+      s.finish_reason = "grammar";
+      return s;
+    }
+  }
   if (tokenizer_.is_end_of_generation(s.token)) {
     s.done = true;
     s.finish_reason = "eos";

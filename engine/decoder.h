@@ -4,12 +4,19 @@
 //   - an end-of-generation token ends it ("eos"; the token is not kept or printed);
 //   - a stop string ends it ("stop"; the text stops before it);
 //   - the max_tokens-th token ends it ("length");
-//   - a full cache ends it ("context").
+//   - a full cache ends it ("context");
+//   - with a grammar constraint, no allowed token ends it ("grammar": the vocabulary cannot continue
+//     the grammar, or its automaton hit its limit; grammar_status() says which). A complete grammar
+//     with nothing left to add ends it as "eos" even when the vocabulary has no end token.
+// A constraint (engine/grammar_matcher.h) masks the logits before sampling, so the sampler only sees
+// allowed tokens (end-of-generation ones only where the grammar is complete), and advances with each
+// sampled token. Without one, nothing changes: the same logits reach the sampler.
 #pragma once
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/grammar_matcher.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 
@@ -17,15 +24,16 @@ namespace towers {
 
 class Decoder {
  public:
-  // history: the prompt (the repetition penalty looks at it); max_tokens >= 1.
+  // history: the prompt (the repetition penalty looks at it); max_tokens >= 1; constraint: optional,
+  // not owned, must outlive the decoder.
   Decoder(const Tokenizer& tokenizer, const SamplerConfig& sampling, std::vector<std::string> stop,
-          std::span<const int32_t> history, int max_tokens);
+          std::span<const int32_t> history, int max_tokens, GrammarConstraint* constraint = nullptr);
 
   struct Step {
     int32_t token = -1;         // the sampled token (kept unless finish_reason == "eos")
     std::string text;           // text that became safe to emit with it (may be empty)
     bool done = false;          // generation ended; otherwise evaluate `token` and call step() again
-    std::string finish_reason;  // when done: "eos", "stop", "length" or "context"
+    std::string finish_reason;  // when done: "eos", "stop", "length", "context" or "grammar"
   };
   // Samples from the logits of the last evaluated token. cache_full: the cache has no room left for
   // `token` (checked only when nothing else ended the generation).
@@ -35,6 +43,8 @@ class Decoder {
   std::string flush();
 
   const std::vector<int32_t>& tokens() const { return tokens_; }  // kept tokens so far
+  // Why the constraint ended the generation ("grammar"); Ok otherwise.
+  const Status& grammar_status() const { return grammar_status_; }
 
  private:
   const Tokenizer& tokenizer_;
@@ -44,6 +54,9 @@ class Decoder {
   std::vector<int32_t> history_;
   std::vector<int32_t> tokens_;
   int max_tokens_;
+  GrammarConstraint* constraint_;
+  std::vector<float> masked_;  // the logits with disallowed tokens at -infinity
+  Status grammar_status_;
 };
 
 }  // namespace towers

@@ -34,7 +34,7 @@ Result<GenerateResult> generate(Forward& forward, KvCache& cache, const Tokenize
   t0 = std::chrono::steady_clock::now();
   r.finish_reason = "length";
   if (options.max_tokens > 0) {
-    Decoder decoder(tokenizer, options.sampling, options.stop, prompt, options.max_tokens);
+    Decoder decoder(tokenizer, options.sampling, options.stop, prompt, options.max_tokens, options.constraint);
     for (;;) {
       Decoder::Step step = decoder.step(logits, cache.size() >= cache.capacity());
       if (!emit(step.text)) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/forward.h"
+#include "engine/grammar_matcher.h"
 #include "engine/sampler.h"
 
 namespace towers {
@@ -17,11 +18,12 @@ struct GenerateOptions {
   SamplerConfig sampling;
   std::vector<std::string> stop;  // stop strings: generation ends before them, they are not emitted
   int prefill_batch = 512;        // prompt tokens per forward call
+  GrammarConstraint* constraint = nullptr;  // optional, not owned: constrained decoding (decoder.h)
 };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (without the end-of-generation token)
-  std::string finish_reason;    // "length", "eos", "stop", "context", "cancelled"
+  std::string finish_reason;    // "length", "eos", "stop", "context", "grammar", "cancelled"
   int prompt_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;

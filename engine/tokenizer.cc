@@ -955,6 +955,7 @@ bool Tokenizer::is_end_of_generation(int32_t id) const {
 bool Tokenizer::add_bos_default() const { return impl_->add_bos; }
 bool Tokenizer::add_eos_default() const { return impl_->add_eos; }
 bool Tokenizer::is_spm() const { return impl_->model == Impl::Model::Spm; }
+bool Tokenizer::strips_leading_space() const { return is_spm() && impl_->add_space_prefix; }
 std::string_view Tokenizer::kind() const { return impl_->kind; }
 std::string_view Tokenizer::chat_template() const { return impl_->chat_template; }
 
@@ -971,7 +972,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool special) const 
 Detokenizer::Detokenizer(const Tokenizer& tokenizer, bool special)
     : tok_(tokenizer),
       special_(special),
-      strip_space_(tokenizer.impl_->model == Tokenizer::Impl::Model::Spm && tokenizer.impl_->add_space_prefix) {}
+      strip_space_(tokenizer.strips_leading_space()) {}
 
 std::string Detokenizer::feed(int32_t id) {
   std::string p = tok_.token_to_piece(id, special_);

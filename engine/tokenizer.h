@@ -68,6 +68,9 @@ class Tokenizer {
   bool add_bos_default() const;  // tokenizer.ggml.add_bos_token, default: SPM and llama-bpe true, qwen2 false
   bool add_eos_default() const;
   bool is_spm() const;
+  // Whether Detokenizer drops the leading space of a text's first non-empty piece (SentencePiece with
+  // add_space_prefix).
+  bool strips_leading_space() const;
   // "llama (SentencePiece)", "gpt2 (byte-level BPE, pre=llama-bpe)", ...
   std::string_view kind() const;
   std::string_view chat_template() const;  // tokenizer.chat_template, "" when absent

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 namespace towers {
-inline namespace eviction_v2 {
 
 std::string_view to_string(EvictionPolicy p) {
   switch (p) {
@@ -21,7 +20,6 @@ std::optional<EvictionPolicy> parse_eviction_policy(std::string_view s) {
   return std::nullopt;
 }
 
-}  // namespace eviction_v2
 
 bool evictable(const EvictionCandidate& c, const EvictionRules& rules) {
   if (c.pinned || c.leases > 0 || c.depth < rules.pinned_levels) return false;

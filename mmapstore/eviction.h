@@ -44,10 +44,6 @@
 
 namespace towers {
 
-// Until the pool includes this header, mmapstore/segment_pool.h still declares its own two-value
-// EvictionPolicy with the same functions: the inline namespace keeps the two apart at link time (no
-// TU includes both). Remove segment_pool.h's copy and this namespace when the pool switches.
-inline namespace eviction_v2 {
 enum class EvictionPolicy {
   Lru,       // least recently used first
   Lindy,     // youngest lineage first, by age and use count (see above)
@@ -55,7 +51,6 @@ enum class EvictionPolicy {
 };
 std::string_view to_string(EvictionPolicy p);  // "lru", "lindy", "token-lru"
 std::optional<EvictionPolicy> parse_eviction_policy(std::string_view s);
-}  // namespace eviction_v2
 inline constexpr std::string_view kEvictionPolicyNames = "lru, lindy or token-lru";  // for error messages
 
 using EvictionClock = std::chrono::steady_clock;

@@ -46,14 +46,6 @@ std::string_view to_string(Tier t) {
   return "?";
 }
 
-std::string_view to_string(EvictionPolicy p) { return p == EvictionPolicy::Lindy ? "lindy" : "lru"; }
-
-std::optional<EvictionPolicy> parse_eviction_policy(std::string_view s) {
-  if (s == "lru") return EvictionPolicy::Lru;
-  if (s == "lindy") return EvictionPolicy::Lindy;
-  return std::nullopt;
-}
-
 bool PathPlan::all_hot() const {
   return std::all_of(tiers.begin(), tiers.end(), [](Tier t) { return t == Tier::Hot; });
 }
@@ -603,29 +595,60 @@ size_t SegmentPool::enforce_budget() {
   size_t resident = resident_locked();
   if (resident <= options_.ram_budget_bytes) return 0;
   const bool store = !options_.store_dir.empty();
-  // Candidates in eviction order.
-  std::vector<Entry*> order;
+  // A session's transcript segments are one lineage (its label): their age is the session's age.
+  struct Lineage {
+    std::chrono::steady_clock::time_point born = std::chrono::steady_clock::time_point::max();
+    uint64_t uses = 0;
+  };
+  std::map<std::string, Lineage> lineages;
   for (const auto& [id, e] : entries_) {
-    if (!e->segment || e->pinned || e->loading) continue;
-    auto info = trie_.info(id);
-    if (!info.ok() || info.value().refcount > 0 || info.value().fan_out >= options_.pin_fan_out) continue;
-    if (store ? !e->durable : (info.value().fan_out > 0 || info.value().children > 0)) continue;
-    order.push_back(e.get());
+    if (e->label.rfind("session:", 0) != 0) continue;
+    Lineage& l = lineages[e->label];
+    l.born = std::min(l.born, e->created);
+    l.uses += e->hits;
   }
-  std::sort(order.begin(), order.end(), [&](const Entry* a, const Entry* b) {
-    return options_.eviction == EvictionPolicy::Lru ? a->last_used < b->last_used : a->created > b->created;
-  });
+  std::vector<EvictionCandidate> candidates;
+  for (const auto& [id, e] : entries_) {
+    // Only what holds memory and can leave it: in memory, not being paged in, and with a durable
+    // file to come back from (or, without a store, gone for good).
+    if (!e->segment || e->loading || (store && !e->durable)) continue;
+    auto info = trie_.info(id);
+    if (!info.ok()) continue;
+    EvictionCandidate c;
+    c.id = id;
+    c.bytes = e->resident_bytes();
+    c.tokens = e->length;
+    c.depth = info.value().depth;
+    c.pinned = e->pinned;
+    c.leases = info.value().refcount;
+    c.fan_out = info.value().fan_out;
+    c.has_children = info.value().fan_out > 0 || info.value().children > 0;
+    c.created = e->created;
+    c.last_used = e->last_used;
+    c.uses = e->hits;
+    if (auto l = lineages.find(e->label); l != lineages.end()) {
+      c.lineage = std::hash<std::string>{}(e->label) | 1;
+      c.lineage_born = l->second.born;
+      c.lineage_uses = l->second.uses;
+    }
+    candidates.push_back(c);
+  }
+  EvictionRules rules;
+  rules.policy = options_.eviction;
+  rules.now = std::chrono::steady_clock::now();
+  rules.pin_fan_out = options_.pin_fan_out;
+  rules.leaves_only = !store;
   size_t moved = 0;
-  for (Entry* victim : order) {
-    if (resident <= options_.ram_budget_bytes) break;
-    const size_t bytes = victim->resident_bytes();
+  for (SegmentId id : choose_victims(candidates, rules, resident - options_.ram_budget_bytes)) {
+    Entry& victim = *entries_.at(id);
+    const size_t bytes = victim.resident_bytes();
     if (store) {
-      drop_kv_locked(*victim);
+      drop_kv_locked(victim);
       counters_.page_outs++;
     } else {
-      if (!trie_.evict(victim->id).ok()) continue;
+      if (!trie_.evict(id).ok()) continue;
       counters_.evictions++;
-      entries_.erase(victim->id);
+      entries_.erase(id);
     }
     resident -= bytes;
     ++moved;

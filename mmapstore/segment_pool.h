@@ -37,6 +37,7 @@
 #include "engine/forward.h"
 #include "engine/segment.h"
 #include "mmapstore/cache_trie.h"
+#include "mmapstore/eviction.h"
 #include "mmapstore/mutex.h"
 #include "mmapstore/posix_file.h"
 
@@ -44,13 +45,6 @@ namespace towers {
 
 class SegmentFile;
 class SegmentWriter;
-
-enum class EvictionPolicy {
-  Lru,    // least recently used first
-  Lindy,  // youngest first: what has stayed in use longer is expected to stay longer
-};
-std::string_view to_string(EvictionPolicy p);
-std::optional<EvictionPolicy> parse_eviction_policy(std::string_view s);
 
 struct PoolOptions {
   DepthPolicy depth;                       // format by depth (platform Q4, community Q6, bot Q8, ...)
@@ -200,7 +194,8 @@ class SegmentPool {
   // Removes a segment nobody leases and nothing depends on, and its file. The error says why not.
   Status remove(SegmentId id);
   // Brings resident bytes (hot KV + lease tails) within the budget, choosing unpinned, unleased
-  // segments by the policy: durable ones are unmapped (warm); without a store, leaves are evicted.
+  // segments by the policy (mmapstore/eviction.h; a session's segments are one lineage): durable ones
+  // are unmapped (warm); without a store, leaves are evicted.
   // Cheap when within budget. Returns how many segments left memory.
   size_t enforce_budget();
 
