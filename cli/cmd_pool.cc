@@ -30,11 +30,15 @@ void print_pool(const json& p, const json& segments) {
   const uint64_t total = u64(p, "kv_bytes");
   const json& pol = p["policy"];
   const uint64_t budget = u64(pol, "ram_budget");
-  std::printf("pool: %llu segments, %s of KV (+ %s index); eviction %s, RAM budget %s\n\n",
+  const uint64_t resident = u64(p["memory"], "resident_bytes");
+  std::printf("pool: %llu segments, %s of KV (+ %s index); eviction %s, RAM budget %s\n",
               static_cast<unsigned long long>(u64(p, "segments")), format_bytes(total).c_str(),
               format_bytes(u64(p, "trie_bytes")).c_str(), pol.value("eviction", "?").c_str(),
-              budget ? (format_bytes(budget) + " (hot " + pct(u64(p["hot"], "bytes"), budget) + " used)").c_str()
-                     : "unlimited");
+              budget ? (format_bytes(budget) + " (" + pct(resident, budget) + " used)").c_str() : "unlimited");
+  std::printf("memory: %s resident (%s segments, %s request tails, %s not yet in a file); disk: %s in segment files\n\n",
+              format_bytes(resident).c_str(), format_bytes(u64(p["memory"], "segment_bytes")).c_str(),
+              format_bytes(u64(p["memory"], "tail_bytes")).c_str(), format_bytes(u64(p["memory"], "unwritten_bytes")).c_str(),
+              format_bytes(u64(p["disk"], "bytes")).c_str());
 
   Table tiers({"TIER", ">SEGMENTS", ">BYTES", ">SHARE", ""});
   for (const char* t : {"hot", "warm", "cold"}) {
@@ -43,11 +47,14 @@ void print_pool(const json& p, const json& segments) {
   }
   std::printf("%s\n", tiers.str().c_str());
 
-  Table depths({">DEPTH", ">SEGMENTS", ">BYTES", ">SHARE", ""});  // 0 = platform, deeper = closer to a session
+  // 0 = platform, deeper = closer to a session; resident = in RAM, mapped = in a mapping whose pages the
+  // kernel reclaimed, on disk = segment files.
+  Table depths({">DEPTH", ">SEGMENTS", ">BYTES", ">RESIDENT", ">MAPPED", ">ON DISK", ">SHARE", ""});
   for (const auto& d : p["by_depth"]) {
     const uint64_t b = u64(d, "bytes");
-    depths.row({std::to_string(d.value("depth", 0)), std::to_string(u64(d, "segments")), format_bytes(b), pct(b, total),
-                share_bar(b, total)});
+    depths.row({std::to_string(d.value("depth", 0)), std::to_string(u64(d, "segments")), format_bytes(b),
+                format_bytes(u64(d, "resident_bytes")), format_bytes(u64(d, "mapped_not_resident_bytes")),
+                format_bytes(u64(d, "disk_bytes")), pct(b, total), share_bar(b, total)});
   }
   if (depths.rows()) std::printf("%s\n", depths.str().c_str());
 
@@ -108,7 +115,9 @@ void add_pool(CLI::App& app) {
       "  towerctl pool\n"
       "  TOWERCTL_ASCII=1 towerctl pool      # '#' bars instead of Unicode blocks\n"
       "  towerctl pool --json | jq .latency_ms\n"
-      "Tiers: hot = in RAM, warm = spilled to a file in the state dir, cold = dropped (rebuilt by prefill).\n"
+      "Tiers: hot = in memory (RAM, or its mapped segment file, populated), warm = in its segment file\n"
+      "only (paged in before the step that needs it), cold = arithmetic-coded tokens only (rebuilt by\n"
+      "prefill). Every segment has a file under <state dir>/segments once written: a restart maps them.\n"
       "A tower is a session's or request's chain of segments; a hit reused at least one of them.\n");
   add_client_options(cmd, *o, true);
   cmd->callback([o] {

@@ -79,8 +79,11 @@ json pool_json(Service& svc) {
   PoolStats st = svc.pool.stats();
   auto list = svc.pool.list();
   json by_depth = json::array();
+  auto at = [](const std::map<size_t, size_t>& m, size_t d) { return m.count(d) ? m.at(d) : size_t{0}; };
   for (const auto& [d, n] : st.count_by_depth) {
-    by_depth.push_back({{"depth", d}, {"segments", n}, {"bytes", st.bytes_by_depth.count(d) ? st.bytes_by_depth.at(d) : 0}});
+    by_depth.push_back({{"depth", d}, {"segments", n}, {"bytes", at(st.bytes_by_depth, d)},
+                        {"resident_bytes", at(st.resident_by_depth, d)},
+                        {"mapped_not_resident_bytes", at(st.mapped_by_depth, d)}, {"disk_bytes", at(st.disk_by_depth, d)}});
   }
   json by_kind = json::object();
   for (const auto& s : list) {
@@ -105,6 +108,10 @@ json pool_json(Service& svc) {
       {"hot", {{"segments", st.hot_segments}, {"bytes", st.hot_bytes}}},
       {"warm", {{"segments", st.warm_segments}, {"bytes", st.warm_bytes}}},
       {"cold", {{"segments", st.cold_segments}, {"bytes", st.cold_bytes}}},
+      {"memory", {{"resident_bytes", st.resident_bytes}, {"segment_bytes", st.hot_bytes}, {"tail_bytes", st.tail_bytes},
+                  {"unwritten_bytes", st.owned_bytes}}},
+      {"disk", {{"bytes", st.disk_bytes}, {"files_written", st.files_written}, {"write_errors", st.write_errors},
+                {"write_error", st.write_error}}},
       {"by_depth", by_depth},
       {"by_kind", by_kind},
       {"bytes_by_format", st.bytes_by_format},

@@ -231,9 +231,10 @@ Result<Config> load_config(const std::filesystem::path& path) {
   if (ok) {
     if (const toml::table* t = section(root, "state")) {
       std::string dir = cfg.state_dir.string();
-      ok = check_keys(c, *t, "state", {"dir", "compact_bytes", "warm_tier"}) &&
+      ok = check_keys(c, *t, "state", {"dir", "compact_bytes", "warm_tier", "disk_budget"}) &&
            get_string(c, *t, "state", "dir", dir) && get_size(c, *t, "state", "compact_bytes", cfg.compact_bytes) &&
-           get_bool(c, *t, "state", "warm_tier", cfg.warm_tier);
+           get_bool(c, *t, "state", "warm_tier", cfg.warm_tier) &&
+           get_size(c, *t, "state", "disk_budget", cfg.disk_budget_bytes);
       if (ok && dir.empty()) ok = c.fail("state.dir", "must not be empty");
       cfg.state_dir = dir;
     }

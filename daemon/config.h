@@ -35,7 +35,8 @@ struct Config {
   // [state]
   std::filesystem::path state_dir = "/var/lib/towerd";
   uint64_t compact_bytes = 64ull << 20;  // compact the log beyond this size when half of it is dead
-  bool warm_tier = true;             // spill over-budget segments to <state_dir>/warm
+  bool warm_tier = true;             // keep segments in files under <state_dir>/segments (the store)
+  uint64_t disk_budget_bytes = 0;    // segment files; beyond it the least recently used go cold; 0 = none
   // [pool]
   DepthPolicy depth;
   size_t pin_fan_out = 8;

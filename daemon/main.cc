@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   PoolOptions po;
   po.depth = cfg.depth;
   po.ram_budget_bytes = cfg.policy.ram_budget_bytes;
+  po.disk_budget_bytes = cfg.disk_budget_bytes;
   po.eviction = cfg.policy.eviction;
   po.pin_fan_out = cfg.pin_fan_out;
   po.model_fingerprint = fingerprint;

@@ -203,6 +203,7 @@ void Scheduler::loop() {
     resolve();
     step();
     pool_.enforce_budget();  // continuously: between steps, not only when idle
+    pool_.enforce_disk_budget();
     active_count_ = seqs_.size();
     building_count_ = builds_.size();
   }

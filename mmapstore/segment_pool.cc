@@ -657,6 +657,32 @@ size_t SegmentPool::enforce_budget() {
   return moved;
 }
 
+size_t SegmentPool::enforce_disk_budget() {
+  std::lock_guard lock(mu_);
+  if (options_.disk_budget_bytes == 0) return 0;
+  size_t on_disk = 0;
+  std::vector<Entry*> warm;
+  for (const auto& [id, e] : entries_) {
+    if (!e->durable) continue;
+    on_disk += e->file_bytes;
+    if (e->tier() == Tier::Warm && !e->loading && !e->pinned) warm.push_back(e.get());
+  }
+  if (on_disk <= options_.disk_budget_bytes) return 0;
+  std::sort(warm.begin(), warm.end(), [](const Entry* a, const Entry* b) { return a->last_used < b->last_used; });
+  size_t frozen = 0;
+  for (Entry* e : warm) {
+    if (on_disk <= options_.disk_budget_bytes) break;
+    auto info = trie_.info(e->id);
+    if (!info.ok() || info.value().refcount > 0 || info.value().fan_out >= options_.pin_fan_out) continue;
+    on_disk -= e->file_bytes;
+    delete_file_locked(*e);
+    counters_.freezes++;
+    ++frozen;
+  }
+  assert_invariants_locked();
+  return frozen;
+}
+
 std::vector<SegmentId> SegmentPool::idle(std::chrono::steady_clock::duration idle_for) const {
   std::lock_guard lock(mu_);
   const auto cutoff = std::chrono::steady_clock::now() - idle_for;

@@ -49,6 +49,7 @@ class SegmentWriter;
 struct PoolOptions {
   DepthPolicy depth;                       // format by depth (platform Q4, community Q6, bot Q8, ...)
   size_t ram_budget_bytes = 0;             // resident segment KV plus lease tails; 0 = unlimited
+  size_t disk_budget_bytes = 0;            // segment files; beyond it warm segments go cold; 0 = unlimited
   EvictionPolicy eviction = EvictionPolicy::Lru;
   size_t pin_fan_out = 8;                  // segments with at least this many children never leave RAM
   int32_t max_segment_tokens = 1 << 16;    // refuse longer segments
@@ -198,6 +199,10 @@ class SegmentPool {
   // are unmapped (warm); without a store, leaves are evicted.
   // Cheap when within budget. Returns how many segments left memory.
   size_t enforce_budget();
+  // Brings segment files within the disk budget: warm segments (not in memory) go cold, least
+  // recently used first (their files are deleted; their tokens stay in the trie, and a build
+  // recomputes them). Returns how many went cold.
+  size_t enforce_disk_budget();
 
   // Cold tier. Segments nobody leased for `idle_for` (unpinned, not cold yet), least recent first.
   std::vector<SegmentId> idle(std::chrono::steady_clock::duration idle_for) const;

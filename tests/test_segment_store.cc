@@ -196,3 +196,57 @@ TEST_CASE("the RAM budget counts mapped segments and lease tails, and holds unde
   CHECK(st.warm_segments > 0);
   CHECK(pool.check_invariants().ok());
 }
+
+TEST_CASE("over the disk budget, the least recently used warm segments go cold and come back by a build") {
+  Store s("store-disk");
+  SegmentPool pool(*s.model, s.fwd, s.options);
+  auto sys = random_tokens(s.rng, 8, s.vocab());
+  auto base = pool.add(kNoSegment, sys, [] {
+    SegmentOptions o;
+    o.pinned = true;
+    return o;
+  }());
+  REQUIRE(base.ok());
+  std::vector<SegmentId> bots;
+  std::vector<std::vector<int32_t>> toks;
+  for (int i = 0; i < 6; ++i) {
+    toks.push_back(random_tokens(s.rng, 10, s.vocab()));
+    bots.push_back(pool.add(base.value(), toks.back()).value());
+  }
+  pool.flush_writes();
+  const size_t file = std::filesystem::file_size(pool.file_path(bots[0]));
+  const auto want_k = test::to_vec(pool.get(bots[0])->k_bytes());
+  pool.set_ram_budget(1);
+  pool.enforce_budget();  // everything unpinned is warm now: in its file only
+  CHECK(pool.stats().warm_segments == 6);
+  CHECK(pool.enforce_disk_budget() == 0);  // no disk budget
+  PoolOptions o = s.options;
+  o.disk_budget_bytes = std::filesystem::file_size(pool.file_path(base.value())) + 3 * file;
+  SegmentPool limited(*s.model, s.fwd, o);  // the same files, adopted by a pool with a disk budget
+  AdoptSpec top;
+  top.id = base.value();
+  top.tokens = sys;
+  top.options.pinned = true;
+  REQUIRE(limited.adopt(top).ok());
+  for (int i = 0; i < 6; ++i) {
+    AdoptSpec a;
+    a.id = bots[i];
+    a.parent = base.value();
+    a.tokens = toks[i];
+    REQUIRE(limited.adopt(a).ok());
+  }
+  CHECK(limited.enforce_disk_budget() == 3);
+  auto st = limited.stats();
+  CHECK(st.cold_segments == 3);
+  CHECK(st.disk_bytes <= o.disk_budget_bytes);
+  CHECK(limited.info(base.value())->tier == Tier::Warm);  // pinned: never frozen
+  // A cold one comes back by prefill to the same bytes.
+  SegmentId cold = kNoSegment;
+  for (SegmentId b : bots) {
+    if (limited.info(b)->tier == Tier::Cold) cold = b;
+  }
+  REQUIRE(cold != kNoSegment);
+  REQUIRE(limited.thaw(cold).ok());
+  if (cold == bots[0]) CHECK(test::to_vec(limited.get(cold)->k_bytes()) == want_k);
+  CHECK(limited.check_invariants().ok());
+}
