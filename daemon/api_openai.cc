@@ -241,18 +241,33 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params)
   return {};
 }
 
-GenerationSpec session_turn_spec(Service& svc, Catalog::Turn turn) {
-  auto t = std::make_shared<Catalog::Turn>(std::move(turn));
-  GenerationSpec spec;
-  spec.prompt_tokens = t->prompt_estimate;
-  spec.prepare = [&svc, t] { return svc.catalog.prepare_turn(*t); };
-  spec.on_finish = [&svc, t](GenOutcome& o, Lease* l, const std::string& text, Settled settled) {
+ApiStatus begin_session_turn(Service& svc, const std::string& session, const std::string& message,
+                             const GenParams& params, const std::string& session_param, GenerationSpec* spec) {
+  // Room for the reply: what it asks for, up to half the prompt limit (a long max_tokens must not
+  // drop most of a session's history).
+  const size_t n_ctx = static_cast<size_t>(svc.model.config().n_ctx_train);
+  const size_t limit = svc.config.max_prompt_tokens > 0 ? std::min<size_t>(svc.config.max_prompt_tokens, n_ctx) : n_ctx;
+  const size_t reserve = std::min<size_t>(static_cast<size_t>(std::max(1, params.max_tokens)), limit / 2);
+  auto turn = svc.catalog.begin_turn(session, message, reserve);
+  if (!turn.ok()) {
+    if (turn.status().code() == Status::Code::kResourceExhausted) {
+      return ApiStatus(turn.status(), "messages", "context_length_exceeded");
+    }
+    return not_found_as(turn.status(), "session_not_found", session_param);
+  }
+  auto t = std::make_shared<Catalog::Turn>(std::move(turn.value()));
+  spec->params = params;
+  spec->prompt_tokens = t->prompt_estimate;
+  spec->dropped_turns = t->drop_turns;
+  spec->dropped_tokens = t->drop_tokens;
+  spec->prepare = [&svc, t] { return svc.catalog.prepare_turn(*t); };
+  spec->on_finish = [&svc, t](GenOutcome& o, Lease* l, const std::string& text, Settled settled) {
     svc.catalog.finish_turn(*t, o, l, text, std::move(settled));
   };
-  spec.on_rejected = [&svc, t] { svc.catalog.abort_turn(t->session); };
-  spec.extra = {{"session", t->session}};
-  spec.not_found_code = "session_not_found";
-  return spec;
+  spec->on_rejected = [&svc, t] { svc.catalog.abort_turn(t->session); };
+  spec->extra = {{"session", t->session}};
+  spec->not_found_code = "session_not_found";
+  return {};
 }
 
 ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
@@ -369,6 +384,11 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) 
   json usage = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", outcome.tokens.size()},
                 {"total_tokens", prompt_tokens + outcome.tokens.size()},
                 {"prompt_tokens_details", {{"cached_tokens", outcome.cached_tokens}}}};
+  if (spec.dropped_turns) {
+    // The session reached the context: its oldest turns were left out of this prompt (and of it).
+    usage["dropped_turns"] = spec.dropped_turns;
+    usage["dropped_tokens"] = spec.dropped_tokens;
+  }
   json timings = {{"queue_ms", outcome.queue_s * 1000}, {"prefill_ms", outcome.prefill_s * 1000},
                   {"first_token_ms", outcome.first_token_s * 1000}, {"total_ms", outcome.total_s * 1000},
                   {"finish", outcome.finish_reason}};
@@ -436,9 +456,7 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
     if (messages.back().role != "user") {
       return invalid_field("messages", "with \"session\", the last message must be the user's new message");
     }
-    auto turn = svc.catalog.begin_turn(session, messages.back().content);
-    if (!turn.ok()) return not_found_as(turn.status(), "session_not_found", "session");
-    spec = session_turn_spec(svc, std::move(turn.value()));
+    if (ApiStatus e = begin_session_turn(svc, session, messages.back().content, params, "session", &spec); !e.ok()) return e;
   } else {
     auto begun = svc.catalog.begin_stateless(bot, std::move(messages));
     if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");

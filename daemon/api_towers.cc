@@ -204,10 +204,8 @@ ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& o
     if (ApiStatus e = string_field(b, "content", true, &content); !e.ok()) return e;
     GenParams params;
     if (ApiStatus e = parse_gen_params(svc, b, &params); !e.ok()) return e;
-    auto turn = svc.catalog.begin_turn(id, content);
-    if (!turn.ok()) return session_error(turn.status());
-    GenerationSpec spec = session_turn_spec(svc, std::move(turn.value()));
-    spec.params = params;
+    GenerationSpec spec;
+    if (ApiStatus e = begin_session_turn(svc, id, content, params, "", &spec); !e.ok()) return e;
     return run_generation(svc, out, std::move(spec));
   }
   return no_resource(req.path);

@@ -7,6 +7,7 @@
 
 #include "daemon/log.h"
 #include "daemon/random_id.h"
+#include "engine/modular.h"
 
 namespace towers::daemon {
 
@@ -23,6 +24,32 @@ bool valid_name(const std::string& s) {
 
 std::string random_id() { return random_hex_id("s-"); }
 
+// The oldest `turns` turns (and `tokens` transcript tokens) leave the session: it had reached the context.
+Status drop_oldest(Session& s, size_t turns, size_t tokens) {
+  if (turns == 0) return Status::Ok();
+  if (turns * 2 > s.messages.size() || tokens > s.transcript.size()) {
+    return Status::Corruption("drops " + std::to_string(turns) + " turns the session does not have");
+  }
+  s.messages.erase(s.messages.begin(), s.messages.begin() + static_cast<std::ptrdiff_t>(2 * turns));
+  s.transcript.erase(s.transcript.begin(), s.transcript.begin() + static_cast<std::ptrdiff_t>(tokens));
+  std::vector<size_t> ends;
+  for (size_t i = std::min(turns, s.turn_ends.size()); i < s.turn_ends.size(); ++i) ends.push_back(s.turn_ends[i] - tokens);
+  s.turn_ends = std::move(ends);
+  return Status::Ok();
+}
+
+void append_turn(Session& s, const record::SessionTurn& t) {
+  s.messages.push_back({"user", t.user});
+  s.messages.push_back({"assistant", t.assistant});
+  s.transcript.insert(s.transcript.end(), t.delta.begin(), t.delta.end());
+  s.transcript.insert(s.transcript.end(), t.generated.begin(), t.generated.end());
+  if (s.turn_ends.size() * 2 + 2 == s.messages.size()) s.turn_ends.push_back(s.transcript.size());
+  else s.turn_ends.clear();  // turns of an older log, whose ends were not kept: not truncatable
+  s.seals = t.seals;
+  s.seal_ids.assign(t.segments.begin(), t.segments.end());
+  s.updated = t.at;
+}
+
 Status no_segment(const std::string& name) { return Status::NotFound("segment \"" + name + "\" does not exist"); }
 Status no_session(const std::string& id) { return Status::NotFound("session \"" + id + "\" does not exist"); }
 Status not_recorded(const std::string& what, const Status& st) {
@@ -32,7 +59,13 @@ Status not_recorded(const std::string& what, const Status& st) {
 
 Catalog::Catalog(const Model& model, SegmentPool& pool, const PromptBuilder& prompts, StateStore& store,
                  const Config& config, uint64_t fingerprint)
-    : model_(model), pool_(pool), prompts_(prompts), store_(store), config_(config), fingerprint_(fingerprint) {}
+    : model_(model), rope_(model.config()), pool_(pool), prompts_(prompts), store_(store), config_(config),
+      fingerprint_(fingerprint) {}
+
+size_t Catalog::prompt_limit() const {
+  const int n_ctx = model_.config().n_ctx_train;
+  return static_cast<size_t>(config_.max_prompt_tokens > 0 ? std::min(config_.max_prompt_tokens, n_ctx) : n_ctx);
+}
 
 SegmentDef* Catalog::find_def(const std::string& name) {
   auto it = defs_.find(name);
@@ -158,7 +191,9 @@ Status Catalog::apply(const Record& r) {
       s.id = r.id, s.bot = r.bot, s.created = r.created, s.updated = r.updated;
       s.messages = r.messages, s.transcript = r.transcript, s.seals = r.seals;
       s.seal_ids.assign(r.segments.begin(), r.segments.end());
-      s.turns = r.messages.size() / 2;
+      s.turns = r.turns ? r.turns : r.messages.size() / 2;
+      s.turn_ends = r.turn_ends;
+      if (s.turn_ends.size() != r.messages.size() / 2) s.turn_ends.clear();  // an older log: not truncatable
       c.sessions_[s.id] = std::move(s);
       return Status::Ok();
     }
@@ -175,14 +210,12 @@ Status Catalog::apply(const Record& r) {
                                   " is missing (a damaged record); its history is cut after turn " +
                                   std::to_string(s.turns) + ", later turns dropped");
       }
-      s.messages.push_back({"user", t.user});
-      s.messages.push_back({"assistant", t.assistant});
-      s.transcript.insert(s.transcript.end(), t.delta.begin(), t.delta.end());
-      s.transcript.insert(s.transcript.end(), t.generated.begin(), t.generated.end());
-      s.seals = t.seals;
-      s.seal_ids.assign(t.segments.begin(), t.segments.end());
+      if (Status st = drop_oldest(s, t.dropped, t.dropped_tokens); !st.ok()) {
+        s.cut = true;
+        return st.prefixed("session \"" + t.id + "\": turn " + std::to_string(t.n) + ": ");
+      }
+      append_turn(s, t);
       s.turns++;
-      s.updated = t.at;
       return Status::Ok();
     }
     Status operator()(const record::SessionDelete& d) {
@@ -562,7 +595,7 @@ std::vector<SessionView> Catalog::sessions() const {
   return out;
 }
 
-Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const std::string& user) {
+Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const std::string& user, size_t reserve) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return no_session(session);
@@ -577,7 +610,23 @@ Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const std:
   t.delta = std::move(delta.value());
   size_t base = 0;
   for (SegmentDef* d : chain_locked(s.bot)) base += d->tokens.size();
-  t.prompt_estimate = base + s.transcript.size() + t.delta.size();
+  const size_t limit = prompt_limit();
+  auto needed = [&](size_t dropped) { return base + (s.transcript.size() - dropped) + t.delta.size() + reserve; };
+  if (needed(0) > limit && config_.overflow_truncate && s.turn_ends.size() * 2 == s.messages.size()) {
+    // The oldest whole turns go, as few as fit: the bot's segments always stay.
+    for (size_t k = 1; k <= s.turn_ends.size(); ++k) {
+      t.drop_turns = k;
+      t.drop_tokens = s.turn_ends[k - 1];
+      if (needed(t.drop_tokens) <= limit) break;
+    }
+  }
+  t.prompt_estimate = base + s.transcript.size() - t.drop_tokens + t.delta.size();
+  if (t.prompt_estimate + reserve > limit && t.drop_turns > 0) {
+    return Status::ResourceExhausted("session \"" + session + "\": even without its earlier turns, the message (" +
+                                     std::to_string(t.delta.size()) + " tokens) and the bot's prompt (" +
+                                     std::to_string(base) + ") leave no room for a reply in the context of " +
+                                     std::to_string(limit));
+  }
   s.busy = true;
   return t;
 }
@@ -615,6 +664,37 @@ Status Catalog::ensure_session_locked(Session& s, SegmentId base_id) {
   return Status::Ok();
 }
 
+Status Catalog::shift_kept_locked(const Session& s, SegmentId base_id, size_t base_len, size_t drop_tokens) {
+  SegmentId parent = base_id;
+  size_t at = 0;              // where the old segment starts in the transcript
+  size_t pos = base_len;      // where the kept part starts now
+  const bool named = s.seal_ids.size() == s.seals.size();
+  for (size_t i = 0; i < s.seals.size(); ++i) {
+    const size_t end = s.seals[i];
+    if (end <= at || end > s.transcript.size()) break;
+    const size_t from = std::max(at, drop_tokens);
+    if (end > from) {
+      auto toks = std::span<const int32_t>(s.transcript).subspan(from, end - from);
+      SegmentOptions o = transcript_options(s);
+      auto old = named ? pool_.get_hot(s.seal_ids[i]) : nullptr;
+      if (old) o.format = old->format();
+      auto id = pool_.add_cold(parent, toks, o);
+      if (!id.ok()) return id.status().prefixed("cannot move session \"" + s.id + "\" up: ");
+      if (old && pool_.info(id.value())->tier == Tier::Cold) {
+        // The kept rows, rotated to their new positions (the RoPE shift) instead of recomputed; a
+        // segment not in memory is left cold and recomputed by prefill instead.
+        auto part = from > at ? slice_segment(*old, static_cast<int32_t>(from - at), static_cast<int32_t>(end - at), id.value())
+                              : old;
+        if (part) (void)pool_.install(id.value(), part->shifted(static_cast<int32_t>(pos), rope_, id.value(), parent));
+      }
+      parent = id.value();
+      pos += end - from;
+    }
+    at = end;
+  }
+  return Status::Ok();  // tokens after the last seal (a reply that was not sealed) are prefilled with the message
+}
+
 Result<std::vector<int32_t>> Catalog::prepare_turn(const Turn& t) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(t.session);
@@ -623,8 +703,12 @@ Result<std::vector<int32_t>> Catalog::prepare_turn(const Turn& t) {
   SegmentId base_id;
   std::vector<int32_t> prompt;
   if (Status st = ensure_chain_locked(s.bot, &base_id, &prompt); !st.ok()) return st;
-  if (Status st = ensure_session_locked(s, base_id); !st.ok()) return st;
-  prompt.insert(prompt.end(), s.transcript.begin(), s.transcript.end());
+  if (t.drop_tokens > 0) {
+    if (Status st = shift_kept_locked(s, base_id, prompt.size(), t.drop_tokens); !st.ok()) return st;
+  } else if (Status st = ensure_session_locked(s, base_id); !st.ok()) {
+    return st;
+  }
+  prompt.insert(prompt.end(), s.transcript.begin() + static_cast<std::ptrdiff_t>(t.drop_tokens), s.transcript.end());
   prompt.insert(prompt.end(), t.delta.begin(), t.delta.end());
   return prompt;
 }
@@ -668,27 +752,22 @@ void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, co
       tail = kNoSegment;
     }
   }
-  record::SessionTurn rec{s.id, s.turns + 1, t.user, reply_text, t.delta, out.tokens, seals,
-                          std::vector<uint64_t>(seal_ids.begin(), seal_ids.end()), now_s()};
+  record::SessionTurn rec{s.id,  s.turns + 1, t.drop_turns, t.drop_tokens, t.user, reply_text, t.delta, out.tokens,
+                          seals, std::vector<uint64_t>(seal_ids.begin(), seal_ids.end()), now_s()};
   lock.unlock();
   // The turn joins the session once it is durable (on the log's writer thread); the session stays
   // busy until then, so no other turn can interleave.
-  store_.append_async(rec, [this, rec, seal_ids, tail, done = std::move(done)](const Status& st) {
+  store_.append_async(rec, [this, rec, tail, done = std::move(done)](const Status& st) {
     std::unique_lock lock(mu_);
     auto it = sessions_.find(rec.id);
     if (it != sessions_.end()) {
       Session& s = it->second;
       s.busy = false;
       if (st.ok()) {
-        s.messages.push_back({"user", rec.user});
-        s.messages.push_back({"assistant", rec.assistant});
-        s.transcript.insert(s.transcript.end(), rec.delta.begin(), rec.delta.end());
-        s.transcript.insert(s.transcript.end(), rec.generated.begin(), rec.generated.end());
-        s.seals = rec.seals;
-        s.seal_ids = seal_ids;
+        (void)drop_oldest(s, rec.dropped, rec.dropped_tokens);
+        append_turn(s, rec);
         s.tail_segment = tail;
         s.turns = rec.n;
-        s.updated = rec.at;
       } else {
         log_error("session \"" + rec.id + "\": cannot record the turn: " + st.message());
         s.tail_segment = kNoSegment;  // rebuilt from the recorded transcript on the next turn
@@ -789,7 +868,8 @@ std::vector<Record> Catalog::live_records_locked() const {
   }
   for (const auto& [id, s] : sessions_) {
     live.push_back(record::SessionSnapshot{s.id, s.bot, s.created, s.updated, s.messages, s.transcript, s.seals,
-                                           std::vector<uint64_t>(s.seal_ids.begin(), s.seal_ids.end())});
+                                           std::vector<uint64_t>(s.seal_ids.begin(), s.seal_ids.end()), s.turns,
+                                           s.turn_ends});
   }
   return live;
 }

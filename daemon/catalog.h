@@ -70,6 +70,7 @@ struct Session {
   std::vector<SegmentId> seal_ids;    // the pool segment ending at each seal (empty: not recorded)
   SegmentId tail_segment = kNoSegment;  // the pool segment ending at seals.back() (0 = not resident)
   uint64_t turns = 0;                 // completed turns (numbered 1..turns in the log)
+  std::vector<size_t> turn_ends;      // transcript offset after each kept turn
   bool cut = false;                   // replay found a gap: later turns of it were dropped
   bool busy = false;
 };
@@ -144,9 +145,13 @@ class Catalog {
     std::string session;
     std::string user;
     std::vector<int32_t> delta;
-    size_t prompt_estimate = 0;  // base + transcript + delta tokens
+    size_t prompt_estimate = 0;  // base + transcript + delta tokens (after any drop)
+    size_t drop_turns = 0, drop_tokens = 0;  // oldest turns left out so that the reply fits the context
   };
-  Result<Turn> begin_turn(const std::string& session, const std::string& user);
+  // reserve: tokens to keep free for the reply. When base + transcript + message + reserve pass the
+  // prompt limit, the oldest whole turns are dropped ([limits] overflow = "truncate"); the kept
+  // transcript segments move up by a RoPE shift. ResourceExhausted when even that cannot fit.
+  Result<Turn> begin_turn(const std::string& session, const std::string& user, size_t reserve = 0);
   Result<std::vector<int32_t>> prepare_turn(const Turn& t);
   void finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, const std::string& reply_text,
                    std::function<void(const Status&)> done);
@@ -200,7 +205,14 @@ class Catalog {
   Status record_tier_locked(SegmentDef& d, std::vector<uint8_t> coded);
   std::string cold_mismatch_locked(const SegmentDef& d, std::span<const int32_t> context) const;
 
+  // Moves a session's kept transcript up after `drop_tokens` of it were dropped: the segments of the
+  // kept part go in under base_id at their new positions (RoPE-shifted copies when in memory, cold
+  // otherwise). The session itself changes only when the turn is recorded.
+  Status shift_kept_locked(const Session& s, SegmentId base_id, size_t base_len, size_t drop_tokens);
+  size_t prompt_limit() const;
+
   const Model& model_;
+  Rope rope_;
   SegmentPool& pool_;
   const PromptBuilder& prompts_;
   StateStore& store_;

@@ -301,7 +301,7 @@ Result<Config> load_config(const std::filesystem::path& path) {
       ok = check_keys(c, *t, "limits",
                       {"max_body_bytes", "max_prompt_tokens", "max_tokens", "default_max_tokens",
                        "request_timeout_seconds", "queue_length", "max_sessions", "max_segment_chars", "max_batch",
-                       "prefill_chunk", "prompt_cache_segments"}) &&
+                       "prefill_chunk", "prompt_cache_segments", "overflow"}) &&
            get_size(c, *t, "limits", "max_body_bytes", body) &&
            get_int_as(c, *t, "limits", "max_prompt_tokens", 0, 1 << 24, cfg.max_prompt_tokens) &&
            get_int_as(c, *t, "limits", "max_tokens", 1, 1 << 24, cfg.max_tokens) &&
@@ -313,6 +313,14 @@ Result<Config> load_config(const std::filesystem::path& path) {
            get_int_as(c, *t, "limits", "prefill_chunk", 1, 1 << 16, cfg.prefill_chunk) &&
            get_int_as(c, *t, "limits", "prompt_cache_segments", 0, 1 << 20, cfg.prompt_cache_segments);
       if (ok && (body < 1024 || body > (1ull << 30))) ok = c.fail("limits.max_body_bytes", "must be between 1K and 1G");
+      if (ok) {
+        std::string overflow = cfg.overflow_truncate ? "truncate" : "error";
+        ok = get_string(c, *t, "limits", "overflow", overflow);
+        if (ok && overflow != "truncate" && overflow != "error") {
+          ok = c.fail("limits.overflow", "expected \"truncate\" or \"error\", got \"" + overflow + "\"");
+        }
+        cfg.overflow_truncate = overflow == "truncate";
+      }
       cfg.max_body_bytes = body;
       if (ok && to) {
         if (!to->is_number() || to->value<double>().value_or(0) <= 0) ok = c.fail("limits.request_timeout_seconds", "expected a positive number");

@@ -51,6 +51,8 @@ struct Config {
   // [limits]
   size_t max_body_bytes = 1 << 20;
   int max_prompt_tokens = 0;         // 0 = the model's context
+  bool overflow_truncate = true;     // a session past the context drops its oldest turns ("truncate")
+                                     // instead of refusing the message ("error")
   int max_tokens = 2048;             // largest max_tokens a request may ask for
   int default_max_tokens = 256;
   double request_timeout_s = 300;

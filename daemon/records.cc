@@ -49,6 +49,7 @@ json to_json(const record::SessionTurn& r) {
   json j = {{"id", r.id}, {"user", r.user}, {"assistant", r.assistant}, {"delta", r.delta},
             {"generated", r.generated}, {"seals", r.seals}, {"at", r.at}};
   if (r.n) j["n"] = r.n;
+  if (r.dropped) j["dropped"] = r.dropped, j["dropped_tokens"] = r.dropped_tokens;
   if (!r.segments.empty()) j["segments"] = r.segments;
   return j;
 }
@@ -57,6 +58,8 @@ json to_json(const record::SessionSnapshot& r) {
   json j = {{"id", r.id}, {"bot", r.bot}, {"created", r.created}, {"updated", r.updated},
             {"messages", messages_json(r.messages)}, {"transcript", r.transcript}, {"seals", r.seals}};
   if (!r.segments.empty()) j["segments"] = r.segments;
+  if (r.turns) j["turns"] = r.turns;
+  if (!r.turn_ends.empty()) j["turn_ends"] = r.turn_ends;
   return j;
 }
 
@@ -158,6 +161,8 @@ Record read(Reader& in, RecordType type) {
     case RecordType::SessionTurn:
       return record::SessionTurn{in.str("id"),
                                  in.integer<uint64_t>("n", false),
+                                 in.integer<uint64_t>("dropped", false),
+                                 in.integer<uint64_t>("dropped_tokens", false),
                                  in.str("user"),
                                  in.str("assistant"),
                                  in.integers<int32_t>("delta"),
@@ -174,7 +179,9 @@ Record read(Reader& in, RecordType type) {
                                      in.messages("messages"),
                                      in.integers<int32_t>("transcript"),
                                      in.integers<size_t>("seals"),
-                                     in.integers<uint64_t>("segments", false)};
+                                     in.integers<uint64_t>("segments", false),
+                                     in.integer<uint64_t>("turns", false),
+                                     in.integers<size_t>("turn_ends", false)};
   }
   return record::Header{};
 }

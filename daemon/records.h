@@ -12,12 +12,17 @@
 //   segment_tier      {name, coded?, at}   with `coded` (base64 codec container of its tokens) the
 //                                          segment restarts cold, without it hot
 //   session_create    {id, bot, created}
-//   session_turn      {id, n?, user, assistant, delta, generated, seals, segments?, at}   one completed
-//                                          reply: n is the session's turn number (1, 2, ...) so that
-//                                          replay sees a missing turn; segments[i] is the pool id (and
-//                                          file) of the transcript segment ending at seals[i]
+//   session_turn      {id, n?, dropped?, dropped_tokens?, user, assistant, delta, generated, seals,
+//                                          segments?, at}   one completed reply: n is the session's turn
+//                                          number (1, 2, ...) so that replay sees a missing turn;
+//                                          `dropped` oldest turns (`dropped_tokens` transcript tokens)
+//                                          left the session before this turn (it had reached the
+//                                          context); segments[i] is the pool id (and file) of the
+//                                          transcript segment ending at seals[i]
 //   session_delete    {id}
-//   session_snapshot  {id, bot, created, updated, messages, transcript, seals, segments?}   (compaction)
+//   session_snapshot  {id, bot, created, updated, messages, transcript, seals, segments?, turns?,
+//                      turn_ends?}   (compaction; turns: numbered so far, turn_ends: transcript
+//                      offset where each kept turn ends)
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -72,6 +77,7 @@ struct SessionCreate {
 struct SessionTurn {
   std::string id;
   uint64_t n = 0;  // turn number within the session (1, 2, ...); 0: unnumbered (an older log)
+  uint64_t dropped = 0, dropped_tokens = 0;  // oldest turns (and their tokens) dropped before this one
   std::string user, assistant;
   std::vector<int32_t> delta, generated;
   std::vector<size_t> seals;
@@ -88,6 +94,8 @@ struct SessionSnapshot {
   std::vector<int32_t> transcript;
   std::vector<size_t> seals;
   std::vector<uint64_t> segments;
+  uint64_t turns = 0;             // turns numbered so far (0: messages / 2, an older log)
+  std::vector<size_t> turn_ends;  // transcript offset after each kept turn (empty: an older log)
 };
 }  // namespace record
 

@@ -82,10 +82,15 @@ struct GenerationSpec {
   std::function<void()> on_rejected;  // the job never ran (queue full, shutting down, bad size)
   nlohmann::json extra;               // extra fields for the response ("session", "bot")
   std::string not_found_code;         // what a NotFound from prepare is about ("session_not_found", ...)
+  size_t dropped_turns = 0, dropped_tokens = 0;  // a session turn's oldest turns left out (usage says so)
 };
 ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec);
-// A session turn (Catalog::begin_turn) as a generation: prepare, finish and abort through the catalog.
-GenerationSpec session_turn_spec(Service& svc, Catalog::Turn turn);
+// A session's next message: Catalog::begin_turn with room kept for the reply, as a generation
+// (prepare, finish and abort through the catalog). Errors are the API's (a session that cannot fit
+// its message even without its earlier turns: 400 context_length_exceeded). session_param: the request
+// field that named the session ("" when the path did).
+ApiStatus begin_session_turn(Service& svc, const std::string& session, const std::string& message,
+                             const GenParams& params, const std::string& session_param, GenerationSpec* spec);
 
 // Each sets `handled` when the path is its own.
 ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);

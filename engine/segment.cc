@@ -154,8 +154,14 @@ std::vector<float> Segment::key_row(int layer, int32_t row) const {
 }
 
 std::shared_ptr<const Segment> Segment::shifted(int32_t new_pos, const Rope& rope, SegmentId new_id) const {
+  return shifted(new_pos, rope, new_id, parent_);
+}
+
+std::shared_ptr<const Segment> Segment::shifted(int32_t new_pos, const Rope& rope, SegmentId new_id,
+                                                SegmentId new_parent) const {
   std::shared_ptr<Segment> s(new Segment(*this));
   s->id_ = new_id;
+  s->parent_ = new_parent;
   s->computed_pos_ = new_pos;
   const int32_t n = length();
   const int kvd = n_head_kv_ * head_dim_;

@@ -48,6 +48,8 @@ class Segment {
   // (dequantize, rotate, quantize again). The zero-copy alternative is placing the segment at another
   // position in a tower, which counter-rotates the query instead.
   std::shared_ptr<const Segment> shifted(int32_t new_pos, const Rope& rope, SegmentId new_id) const;
+  // The same, under another parent (a session's kept turns moved up after older turns were dropped).
+  std::shared_ptr<const Segment> shifted(int32_t new_pos, const Rope& rope, SegmentId new_id, SegmentId new_parent) const;
   // Dequantized key row (kv_dim floats) of one layer, with channel scales applied (tests, tools).
   std::vector<float> key_row(int layer, int32_t row) const;
 

@@ -754,6 +754,12 @@ std::shared_ptr<const Segment> SegmentPool::get(SegmentId id) {
   return it == entries_.end() ? nullptr : it->second->segment;
 }
 
+std::shared_ptr<const Segment> SegmentPool::get_hot(SegmentId id) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : it->second->segment;
+}
+
 SegmentInfo SegmentPool::info_locked(const Entry& e) const {
   mu_.assert_held();
   SegmentInfo s;

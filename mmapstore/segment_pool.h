@@ -217,6 +217,8 @@ class SegmentPool {
 
   // The segment, paged in when warm; nullptr when unknown, cold or unreadable.
   std::shared_ptr<const Segment> get(SegmentId id);
+  // The segment when it is in memory now; nullptr otherwise (never pages in: no I/O).
+  std::shared_ptr<const Segment> get_hot(SegmentId id) const;
   std::optional<SegmentInfo> info(SegmentId id) const;
   std::vector<SegmentInfo> list() const;  // parents before children
   // The full token sequence (parent chain + own tokens) a segment stands for.

@@ -14,7 +14,7 @@ namespace {
 
 std::vector<Record> one_of_each() {
   record::SessionSnapshot snap{"s-1", "helper", 1700000000, 1700000100,
-                               {{"user", "hi \xc3\xa9"}, {"assistant", "hello"}}, {1, 2, 3, 50000}, {2, 4}, {7, 9}};
+                               {{"user", "hi \xc3\xa9"}, {"assistant", "hello"}}, {1, 2, 3, 50000}, {2, 4}, {7, 9}, 3, {2, 4}};
   return {
       record::Header{"tiny-llama", 0xfedcba9876543210ull},
       record::SegmentPut{"acme", Level::Platform, "", "You work for Acme.\n\"Quoted\"", 1700000000},
@@ -22,7 +22,8 @@ std::vector<Record> one_of_each() {
       record::SegmentTier{"helper", {0, 1, 2, 255, 128, 7}, 1700000002},
       record::SegmentTier{"helper", {}, 1700000003},
       record::SessionCreate{"s-1", "helper", 1700000004},
-      record::SessionTurn{"s-1", 1, "hi", "hello", {10, 11}, {12, -1, 13}, {5, 9}, {7, 8}, 1700000005},
+      record::SessionTurn{"s-1", 1, 0, 0, "hi", "hello", {10, 11}, {12, -1, 13}, {5, 9}, {7, 8}, 1700000005},
+      record::SessionTurn{"s-1", 2, 1, 5, "again", "yes", {14}, {15}, {5}, {9}, 1700000006},
       record::SessionDelete{"s-1"},
       snap,
       record::SegmentDelete{"helper"},
@@ -41,6 +42,8 @@ void check_same(const Record& a, const Record& b) {
     CHECK(x->seals == y.seals);
     CHECK(x->segments == y.segments);
     CHECK(x->n == y.n);
+    CHECK(x->dropped == y.dropped);
+    CHECK(x->dropped_tokens == y.dropped_tokens);
     CHECK(x->assistant == y.assistant);
   }
   if (auto* x = std::get_if<record::SegmentTier>(&a)) CHECK(x->coded == std::get<record::SegmentTier>(b).coded);
@@ -58,6 +61,8 @@ void check_same(const Record& a, const Record& b) {
     }
     CHECK(x->transcript == y.transcript);
     CHECK(x->segments == y.segments);
+    CHECK(x->turns == y.turns);
+    CHECK(x->turn_ends == y.turn_ends);
   }
 }
 

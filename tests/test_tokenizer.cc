@@ -103,9 +103,10 @@ const Tokenizer* vocab(const std::string& name) {
   l.load_ms = ms_since(t0);
   REQUIRE_MESSAGE(t.ok(), t.error());
   l.tok = std::move(t.value());
+  // Reported, not asserted: a speed target does not belong in a unit test (a loaded CI machine
+  // would fail it); load time is a benchmark's business.
   MESSAGE(name << ": " << l.tok->kind() << ", " << l.tok->n_vocab() << " tokens, loaded in " << l.load_ms
                << " ms");
-  CHECK(l.load_ms < 3000);
   return (cache[name] = std::move(l)).tok.get();
 }
 
