@@ -41,7 +41,9 @@ grep '^[EW]:' "$build/package/lintian.log" || true
 
 # 2. What the package holds.
 listing="$(dpkg-deb -c "$deb")"
-for f in ./usr/bin/towerd ./usr/bin/towerctl ./etc/towerd/towerd.toml ./usr/lib/systemd/system/towerd.service \
+# The unit is in /lib/systemd/system, where bookworm's debhelper integrates units (debian/rules);
+# on merged /usr that is /usr/lib/systemd/system (checked after installing).
+for f in ./usr/bin/towerd ./usr/bin/towerctl ./etc/towerd/towerd.toml ./lib/systemd/system/towerd.service \
          ./usr/lib/sysusers.d/towerd.conf ./usr/lib/tmpfiles.d/towerd.conf ./usr/share/man/man1/towerd.1.gz \
          ./usr/share/man/man1/towerctl.1.gz ./usr/share/doc/towers/copyright ./usr/share/doc/towers/changelog.gz; do
   grep -q " $f$" <<<"$listing" || fail "$f is not in the package: $listing"
@@ -49,7 +51,7 @@ done
 grep -v " root/root " <<<"$listing" && fail "files not owned by root"
 grep -qx "/etc/towerd/towerd.toml" <(dpkg-deb -I "$deb" conffiles) || fail "/etc/towerd/towerd.toml is not a conffile"
 grep -q "ExecStart=/usr/bin/towerd --config /etc/towerd/towerd.toml" \
-  <(dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/lib/systemd/system/towerd.service) || fail "the unit's ExecStart"
+  <(dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./lib/systemd/system/towerd.service) || fail "the unit's ExecStart"
 echo "dpkg-deb -c: $(grep -c '^-' <<<"$listing") files, $(grep -c '^d' <<<"$listing") directories"
 
 # 3. Install.
@@ -59,6 +61,7 @@ IFS=: read -r _ _ uid _ _ home shell < <(getent passwd towerd) || fail "no user 
 [ "$uid" -lt 1000 ] && [ "$home" = /var/lib/towerd ] || fail "user towerd: uid $uid home $home"
 [ "$(stat -c '%U:%G %a' /run/towerd)" = "towerd:towerd 750" ] || fail "/run/towerd: $(stat -c '%U:%G %a' /run/towerd)"
 [ "$(stat -c '%U:%G %a' /var/lib/towerd)" = "towerd:towerd 750" ] || fail "/var/lib/towerd: $(stat -c '%U:%G %a' /var/lib/towerd)"
+[ -f /usr/lib/systemd/system/towerd.service ] || fail "no /usr/lib/systemd/system/towerd.service after installing"
 /usr/bin/towerd --version | head -1 | grep -q "^towerd " || fail "towerd --version"
 /usr/bin/towerctl --version | head -1 | grep -q "^towerctl " || fail "towerctl --version"
 
@@ -94,7 +97,7 @@ echo "towerd served /healthz, towerctl status and chat on $sock as user towerd (
 # 5. Purge takes everything away.
 DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq towers >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get purge"; }
 installed=0
-for p in /usr/bin/towerd /usr/bin/towerctl /etc/towerd /var/lib/towerd /usr/lib/systemd/system/towerd.service; do
+for p in /usr/bin/towerd /usr/bin/towerctl /etc/towerd /var/lib/towerd /lib/systemd/system/towerd.service; do
   [ -e "$p" ] && fail "$p is left after purge"
 done
 echo "ok"
