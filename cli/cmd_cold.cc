@@ -156,7 +156,7 @@ void add_cold(CLI::App& app) {
   add_client_options(c, o->client, true);
   add_offline_options(c, o->offline);
   c->callback([o] {
-    if (o->segment.empty() == (o->idle_for < 0)) std::exit(fail("give a segment name or --idle-for SECONDS (one of them)"));
+    if (o->segment.empty() == (o->idle_for < 0)) std::exit(usage_error("give a segment name or --idle-for SECONDS (one of them)"));
     if (o->offline.active()) std::exit(compress_offline(*o));
     run_client([&] {
       HttpClient http = client_for(o->client, 3600);

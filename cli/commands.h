@@ -21,8 +21,10 @@ void add_sessions(CLI::App& app);  // sessions ls, show, create, rm
 void add_cold(CLI::App& app);      // compress, thaw (cold tier: a running towerd, or its stopped state)
 void add_chat(CLI::App& app);
 
-// Prints "towerctl: <message>" to stderr and returns the exit status for failures.
+// Print "towerctl: <message>" to stderr and return the exit status: fail() 1 (something failed),
+// usage_error() 2 (the command line asks for something impossible).
 int fail(const std::string& message);
+int usage_error(const std::string& message);
 // "\r<verb>: 12345/67890 tokens" on stderr at most five times a second, for totals worth watching.
 std::function<void(int64_t, int64_t)> progress_printer(std::string verb);
 

@@ -5,11 +5,13 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -23,22 +25,23 @@ using Socket = asio::local::stream_protocol::socket;
 
 namespace {
 
-// Runs one asynchronous operation started by `start(handler)` to completion or the timeout.
+// Runs one asynchronous operation started by `start(handler)` to completion or the timeout. Other
+// handlers (the SIGINT watch) run meanwhile, so this waits for the operation's own completion.
 template <class Start>
 error_code run_op(asio::io_context& ioc, Socket& sock, double timeout_s, const char* what, Start start) {
   std::optional<error_code> result;
   start([&result](error_code ec, auto&&...) { result = ec; });
   ioc.restart();
-  if (timeout_s > 0) {
-    ioc.run_for(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_s)));
-  } else {
-    ioc.run();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_s));
+  while (!result && (timeout_s > 0 ? ioc.run_one_until(deadline) : ioc.run_one()) > 0) {
   }
   if (!result) {
     error_code ignored;
     sock.cancel(ignored);
     ioc.restart();
-    ioc.run();
+    while (!result && ioc.run_one() > 0) {
+    }
     char buf[64];
     std::snprintf(buf, sizeof buf, "%g", timeout_s);
     throw ClientError(std::string("towerd did not answer (") + what + ") within " + buf + " s (--timeout)");
@@ -60,9 +63,21 @@ HttpReply HttpClient::stream(const std::string& method, const std::string& targe
                              const std::function<void(std::string_view)>& on_data) {
   asio::io_context ioc;
   Socket sock(ioc);
+  HttpReply reply;
+  std::optional<asio::signal_set> sigint;
+  if (sigint_) {
+    sigint.emplace(ioc, SIGINT);
+    sigint->async_wait([&](error_code ec, int) {
+      if (ec) return;  // operation_aborted: the request ended first
+      reply.interrupted = true;
+      error_code ignored;
+      sock.close(ignored);  // the pending step fails; towerd sees the client go and cancels
+    });
+  }
   error_code ec = run_op(ioc, sock, timeout_s_, "connect", [&](auto h) {
     sock.async_connect(asio::local::stream_protocol::endpoint(socket_), h);
   });
+  if (reply.interrupted) return reply;
   if (ec) throw ClientError(connect_error(socket_, ec));
 
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
@@ -75,15 +90,16 @@ HttpReply HttpClient::stream(const std::string& method, const std::string& targe
   }
   req.prepare_payload();
   ec = run_op(ioc, sock, timeout_s_, "sending the request", [&](auto h) { http::async_write(sock, req, h); });
+  if (reply.interrupted) return reply;
   if (ec) throw ClientError("cannot send the request to " + socket_ + ": " + ec.message());
 
   boost::beast::flat_buffer buf;
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // (boost::none trips a 1.74 bug)
   ec = run_op(ioc, sock, timeout_s_, "waiting for the reply", [&](auto h) { http::async_read_header(sock, buf, parser, h); });
+  if (reply.interrupted) return reply;
   if (ec) throw ClientError("no reply from towerd on " + socket_ + ": " + ec.message());
 
-  HttpReply reply;
   reply.status = static_cast<int>(parser.get().result_int());
   reply.content_type = std::string(parser.get()[http::field::content_type]);
   reply.retry_after = std::string(parser.get()[http::field::retry_after]);
@@ -94,6 +110,7 @@ HttpReply HttpClient::stream(const std::string& method, const std::string& targe
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof chunk;
     ec = run_op(ioc, sock, timeout_s_, "reading the reply", [&](auto h) { http::async_read_some(sock, buf, parser, h); });
+    if (reply.interrupted) return reply;
     if (ec == http::error::need_buffer) ec = {};
     if (ec) throw ClientError("the reply from towerd broke off: " + ec.message());
     const size_t n = sizeof chunk - parser.get().body().size;

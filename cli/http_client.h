@@ -2,6 +2,8 @@
 // connect, the write and every read wait at most `timeout_s` (0 = no limit). A streamed reply
 // (Server-Sent Events) is handed over one `data:` payload at a time until `data: [DONE]`.
 // Failures to reach or talk to the daemon throw ClientError with a message ready to print.
+// interrupt_on_sigint(): Ctrl-C during a request closes its connection (towerd cancels the work) and
+// the reply comes back marked interrupted, instead of ending the program.
 #pragma once
 #include <functional>
 #include <stdexcept>
@@ -20,6 +22,7 @@ struct HttpReply {
   std::string body;         // the whole body (not for an event stream)
   std::string retry_after;  // the Retry-After header, if any
   bool stream_done = false; // an event stream ended with data: [DONE]
+  bool interrupted = false; // SIGINT arrived (interrupt_on_sigint) and the connection was closed
 };
 
 class HttpClient {
@@ -36,10 +39,13 @@ class HttpClient {
                    const std::function<void(std::string_view)>& on_data);
 
   const std::string& socket_path() const { return socket_; }
+  // While a request runs SIGINT interrupts it; between requests SIGINT has its default effect.
+  void interrupt_on_sigint(bool on) { sigint_ = on; }
 
  private:
   std::string socket_;
   double timeout_s_;
+  bool sigint_ = false;
 };
 
 // Splits an event stream into events: feed() bytes as they come; each complete event's data lines

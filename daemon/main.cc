@@ -15,6 +15,7 @@
 #include "daemon/scheduler.h"
 #include "daemon/service.h"
 #include "daemon/state_store.h"
+#include "daemon/version.h"
 #include "engine/chat_template.h"
 #include "engine/tokenizer.h"
 #include "engine/codec.h"
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", state_dir, "Where segment definitions and transcripts live (state.dir, default /var/lib/towerd)");
   app.add_option("-t,--threads", threads, "Worker threads for the model (model.threads; 0 = all cores)")->check(CLI::Range(0, 1024));
   app.add_flag("--debug", debug, "Also log every refused request");
+  app.set_version_flag("-V,--version", version_text("towerd"), "Print the version, git commit and SIMD target, then exit");
   CLI11_PARSE(app, argc, argv);
   set_log_debug(debug);
 
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  StartupNotifier starting;  // EXTEND_TIMEOUT_USEC to systemd while the start below works
   // The state directory's lock comes before anything touches it (a second towerd is refused here).
   std::vector<Record> records;
   std::vector<std::string> problems;
@@ -183,7 +186,7 @@ int main(int argc, char** argv) {
   if (Status st = server.start(); !st.ok()) return die(1, st.message());
   svc.ready = true;
   log_info("listening on " + cfg.socket_path + (cfg.tcp_listen.empty() ? "" : " and " + cfg.tcp_listen));
-  sd_notify_message("READY=1\nSTATUS=serving " + model_id);
+  starting.ready("serving " + model_id);
   if (!restored->rebuild.empty()) {
     auto left = std::make_shared<std::atomic<size_t>>(restored->rebuild.size());
     log_info("recomputing " + std::to_string(restored->rebuild.size()) + " segment(s) in the background");

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -33,6 +34,46 @@ std::chrono::microseconds watchdog_interval() {
     return std::chrono::microseconds(0);
   }
   return std::chrono::microseconds(std::strtoull(usec, nullptr, 10));
+}
+
+uint64_t process_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+StartupNotifier::StartupNotifier(std::chrono::milliseconds every, std::function<uint64_t()> progress)
+    : every_(every), progress_(std::move(progress)), last_(progress_()) {
+  const char* socket = std::getenv("NOTIFY_SOCKET");
+  if (!socket || !*socket) return;
+  thread_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, every_, [this] { return stopping_; })) tick();
+  });
+}
+
+StartupNotifier::~StartupNotifier() { stop(); }
+
+bool StartupNotifier::tick() {
+  const uint64_t now = progress_();
+  if (now == last_) return false;
+  last_ = now;
+  const auto extend = std::chrono::duration_cast<std::chrono::microseconds>(every_ * 3);
+  return sd_notify_message("EXTEND_TIMEOUT_USEC=" + std::to_string(extend.count()));
+}
+
+void StartupNotifier::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void StartupNotifier::ready(const std::string& status) {
+  stop();
+  sd_notify_message("READY=1\nSTATUS=" + status);
 }
 
 }  // namespace towers::daemon

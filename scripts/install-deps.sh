@@ -1,18 +1,39 @@
 #!/usr/bin/env bash
-# Installs everything Towers needs to build and test, from Debian 12 packages only.
-# Safe to run again: apt-get skips what is already installed.
+# Installs what Towers needs, from Debian 12 packages only. Safe to run again: only missing packages
+# are installed (apt-get update runs only then).
+#   scripts/install-deps.sh             building and running towerd and towerctl (scripts/run.sh)
+#   scripts/install-deps.sh --package   and building the Debian package (scripts/package.sh)
+#   scripts/install-deps.sh --dev       and everything the tests, fuzzing and benchmarks need
+#                                       (scripts/test.sh); includes --package
+# docs/dependencies.md says what each package is for.
 set -euo pipefail
-PKGS=(
+BUILD=(
   build-essential cmake ninja-build pkg-config git
-  libdnnl-dev libhwy-dev liburing-dev libboost-dev libcli11-dev libtomlplusplus-dev doctest-dev
-  # Added beyond the brief (see docs/dependencies.md for why):
-  nlohmann-json3-dev   # JSON: tokenizer.json in tests, the daemon's HTTP API later
-  libpcre2-dev         # Unicode-property regexes (\p{L}, \p{N}, lookahead) for BPE pre-tokenizers
-  clang libclang-rt-14-dev  # libFuzzer target (-DTOWERS_FUZZ=ON) and sanitizer runtimes
-  curl                 # tests/daemon and scripts/run.sh talk to towerd with curl --unix-socket
-  libxxhash-dev        # XXH3-64: checksums of segment files, model fingerprints (GB/s, vs ~0.5 for a table CRC)
-  zstd                 # tests/cli/check_codec.sh compares the codec with zstd -19 (not linked)
+  libhwy-dev liburing-dev libboost-dev libcli11-dev libtomlplusplus-dev
+  nlohmann-json3-dev libpcre2-dev libxxhash-dev
+  curl python3          # scripts/run.sh: fetches the demo model, polls /healthz, prints the pool
 )
+PACKAGE=(
+  debhelper dpkg-dev fakeroot   # dpkg-buildpackage with debian/
+  help2man                      # man pages from --help
+  lintian                       # the package's checks
+)
+DEV=(
+  doctest-dev                    # the unit tests
+  clang libclang-rt-14-dev       # libFuzzer targets (-DTOWERS_FUZZ=ON) and sanitizer runtimes
+  libdnnl-dev                    # bench/bench_onednn.cc only: oneDNN as a baseline for our kernels
+  systemd                        # systemd-analyze: tests/packaging/check_unit_security.sh
+  zstd                           # tests/cli/check_codec.sh compares the codec with zstd -19 (not linked)
+)
+usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+PKGS=("${BUILD[@]}")
+case "${1:-}" in
+  "") ;;
+  --package) PKGS+=("${PACKAGE[@]}") ;;
+  --dev) PKGS+=("${PACKAGE[@]}" "${DEV[@]}") ;;
+  -h|--help) usage; exit 0 ;;
+  *) echo "install-deps: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+esac
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=()

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The main job, from a fresh Debian 12 machine: install dependencies, build, start towerd on a
-# temporary socket and state dir, wait for it, run one streamed chat with `towerctl chat`,
-# print it, stop the daemon. Model: $TOWERS_MODEL, else ../shared/models/stories260K.gguf, else a
-# download of stories260K into ~/.cache/towers, else (offline) a synthetic model that prints noise.
+# The main job, from a fresh Debian 12 machine: install what building and running need, build towerd
+# and towerctl only (the tests are scripts/test.sh's), start towerd on a temporary socket and state
+# dir, wait for it, run one streamed chat with `towerctl chat`, print it, stop the daemon. Model:
+# $TOWERS_MODEL, else ../shared/models/stories260K.gguf, else a download of stories260K into
+# ~/.cache/towers, else (offline) a synthetic model that prints noise.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install-deps.sh"
-"$root/scripts/build.sh"
+"$root/scripts/build.sh" towerd towerctl
 build="${TOWERS_BUILD_DIR:-$root/build}"
 shared="${TOWERS_SHARED:-$root/../shared}"
 message="${1:-Once upon a time}"

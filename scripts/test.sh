@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh Debian 12 machine: install dependencies, build, run every test.
+# The whole test suite, from a fresh Debian 12 machine: install what building, the tests, fuzzing,
+# benchmarks and packaging need (install-deps.sh --dev), build everything, run every test.
 # Tests that need ../shared (models, reference outputs, tokenizer vectors) skip with a message when it
 # is absent; point TOWERS_SHARED at it when it lives elsewhere.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/scripts/install-deps.sh"
+"$root/scripts/install-deps.sh" --dev
 "$root/scripts/build.sh"
 build="${TOWERS_BUILD_DIR:-$root/build}"
 cd "$build"

@@ -1,0 +1,30 @@
+#include "daemon/version.h"
+
+#include <cstring>
+
+#include "simd/ops.h"
+#include "simd/quant_dot.h"
+
+// Defined for this file only (daemon/CMakeLists.txt), so a new commit recompiles nothing else.
+#ifndef TOWERS_VERSION
+#error "TOWERS_VERSION must be defined by the build"
+#endif
+#ifndef TOWERS_GIT_COMMIT
+#define TOWERS_GIT_COMMIT "unknown"
+#endif
+
+namespace towers::daemon {
+
+const char* release_version() { return TOWERS_VERSION; }
+const char* git_commit() { return TOWERS_GIT_COMMIT; }
+
+std::string version_text(const std::string& program) {
+  const char* quant = simd::quant_dot_target();
+  const char* f32 = simd::target_name();
+  std::string simd_line = std::strcmp(quant, f32) == 0
+                              ? std::string(quant)
+                              : std::string(quant) + " (quantized matmuls), " + f32 + " (f32 kernels)";
+  return program + " " + release_version() + "\ncommit " + git_commit() + "\nSIMD " + simd_line;
+}
+
+}  // namespace towers::daemon
