@@ -1,9 +1,9 @@
-// Quantized KV vectors (layouts and rationale in kv_quant.h). Quantize/dequantize are scalar and
-// target-independent; the two attention kernels are Highway code with run-time dispatch.
+// The attention kernels of the quantized KV vectors (layouts and rationale in kv_quant.h): scores and
+// weighted sums straight from the codes, for the query heads of one GQA group at a time. Highway code
+// with run-time dispatch. (The scalar codec is kv_codec.cc.)
 #include "simd/kv_quant.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
@@ -12,20 +12,14 @@
 #include <hwy/highway.h>
 #include <hwy/cache_control.h>
 
-// Geometry shared by all targets (defined once).
+#include "simd/kv_layout.h"
+
+// Constants shared by all targets (defined once).
 #ifndef TOWERS_SIMD_KV_QUANT_SHARED
 #define TOWERS_SIMD_KV_QUANT_SHARED
 namespace towers::simd::kvq {
-constexpr int kMaxBlocks = kKvMaxDim / kKvBlock;
-// Vectors whose parameters are converted to f32 together by kv_accumulate.
+// Vectors whose parameters are converted to f32 together by the weighted sums.
 constexpr int kChunk = 64;
-
-inline int n_blocks(int dim) { return (dim + kKvBlock - 1) / kKvBlock; }
-// f16 parameters per block.
-constexpr int params_per_block(KvQuant q) {
-  return q == KvQuant::Q8 ? 1 : (q == KvQuant::Q6 || q == KvQuant::Q4) ? 2 : 0;
-}
-inline size_t header_bytes(KvQuant q, int dim) { return size_t(2 * params_per_block(q) * n_blocks(dim)); }
 // The group kernels prefetch the vector this many rows ahead of the one they read. Attention walks
 // one KV head's vectors, one row (all KV heads) apart: a few hundred bytes out of every row, so the
 // hardware prefetchers see a sparse strided stream that stops at every 4 KiB. bench_attention (cold,
@@ -154,232 +148,15 @@ HWY_INLINE void DecodeBlock(const uint8_t* HWY_RESTRICT c, const uint8_t* HWY_RE
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scores. Four vectors at a time (independent dependency chains; each query load serves four), by
-// the same code whatever the group: a call with fewer than four left repeats its last vector and
-// drops the extra results, so every score comes out of exactly the same operations.
-
-#define TOWERS_KV_R4(X) X(0) X(1) X(2) X(3)
-
-// t_r += q . codes of block (e0, NG) of vector r, for the four vectors.
-template <KvQuant kQ, int NG>
-HWY_INLINE void BlockDot4(const float* HWY_RESTRICT qv, size_t e0, const uint8_t* HWY_RESTRICT c0,
-                          const uint8_t* HWY_RESTRICT c1, const uint8_t* HWY_RESTRICT c2,
-                          const uint8_t* HWY_RESTRICT c3, size_t D, VF& t0, VF& t1, VF& t2, VF& t3) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
-  for (size_t h = 0; h < 8; h += N) {
-    const auto q0 = hn::LoadU(df, qv + e0 + h);
-    auto q1 = q0, q2 = q0, q3 = q0;
-    if constexpr (NG > 1) q1 = hn::LoadU(df, qv + e0 + 8 + h);
-    if constexpr (NG > 2) q2 = hn::LoadU(df, qv + e0 + 16 + h);
-    if constexpr (NG > 3) q3 = hn::LoadU(df, qv + e0 + 24 + h);
-#define TOWERS_KV_MAC(r)                                                    \
-  {                                                                         \
-    VF x0, x1, x2, x3;                                                      \
-    DecodeBlock<kQ, NG>(c##r, c##r + D / 2, e0, h, x0, x1, x2, x3);         \
-    t##r = hn::MulAdd(q0, x0, t##r);                                        \
-    if constexpr (NG > 1) t##r = hn::MulAdd(q1, x1, t##r);                  \
-    if constexpr (NG > 2) t##r = hn::MulAdd(q2, x2, t##r);                  \
-    if constexpr (NG > 3) t##r = hn::MulAdd(q3, x3, t##r);                  \
-  }
-    TOWERS_KV_R4(TOWERS_KV_MAC)
-#undef TOWERS_KV_MAC
-  }
-}
-
-template <KvQuant kQ>
-HWY_INLINE void Dot4(const float* HWY_RESTRICT qv, const float* HWY_RESTRICT qsum,
-                     const uint8_t* HWY_RESTRICT v0, const uint8_t* HWY_RESTRICT v1,
-                     const uint8_t* HWY_RESTRICT v2, const uint8_t* HWY_RESTRICT v3, size_t D,
-                     float* HWY_RESTRICT out) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
-  if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16) {
-    // Two accumulators per vector (even and odd groups), added at the end.
-#define TOWERS_KV_DECL(r) auto a##r = hn::Zero(df), b##r = hn::Zero(df);
-    TOWERS_KV_R4(TOWERS_KV_DECL)
-#undef TOWERS_KV_DECL
-    size_t e = 0;
-    for (; e + 16 <= D; e += 16) {
-      for (size_t h = 0; h < 8; h += N) {
-        const auto qa = hn::LoadU(df, qv + e + h);
-        const auto qb = hn::LoadU(df, qv + e + 8 + h);
-#define TOWERS_KV_MAC(r)                                        \
-  a##r = hn::MulAdd(qa, DecodeGroup<kQ>(v##r, e, h), a##r);     \
-  b##r = hn::MulAdd(qb, DecodeGroup<kQ>(v##r, e + 8, h), b##r);
-        TOWERS_KV_R4(TOWERS_KV_MAC)
-#undef TOWERS_KV_MAC
-      }
-    }
-    if (e < D) {
-      for (size_t h = 0; h < 8; h += N) {
-        const auto qa = hn::LoadU(df, qv + e + h);
-#define TOWERS_KV_MAC(r) a##r = hn::MulAdd(qa, DecodeGroup<kQ>(v##r, e, h), a##r);
-        TOWERS_KV_R4(TOWERS_KV_MAC)
-#undef TOWERS_KV_MAC
-      }
-    }
-#define TOWERS_KV_OUT(r) out[r] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a##r, b##r)));
-    TOWERS_KV_R4(TOWERS_KV_OUT)
-#undef TOWERS_KV_OUT
-  } else {
-    constexpr int P = params_per_block(kQ);
-    const int nb = n_blocks(static_cast<int>(D));
-    const size_t hdr = header_bytes(kQ, static_cast<int>(D));
-    HWY_ALIGN float prm[4][2 * kMaxBlocks];
-#define TOWERS_KV_PREP(r)                         \
-  F16ToF32(v##r, P * nb, prm[r]);                 \
-  const uint8_t* HWY_RESTRICT c##r = v##r + hdr;  \
-  auto acc##r = hn::Zero(df);
-    TOWERS_KV_R4(TOWERS_KV_PREP)
-#undef TOWERS_KV_PREP
-    for (int b = 0; b < nb; ++b) {
-      const size_t e0 = size_t(b) * kKvBlock;
-      auto t0 = hn::Zero(df), t1 = t0, t2 = t0, t3 = t0;
-      switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
-        case 4: BlockDot4<kQ, 4>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
-        case 3: BlockDot4<kQ, 3>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
-        case 2: BlockDot4<kQ, 2>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
-        default: BlockDot4<kQ, 1>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
-      }
-#define TOWERS_KV_SCALE(r) acc##r = hn::MulAdd(hn::Set(df, prm[r][P * b]), t##r, acc##r);
-      TOWERS_KV_R4(TOWERS_KV_SCALE)
-#undef TOWERS_KV_SCALE
-      if constexpr (P == 2) {
-        for (size_t h = 0; h < 8; h += N) {
-          const auto qs = hn::Load(df, qsum + 8 * b + h);
-#define TOWERS_KV_MIN(r) acc##r = hn::MulAdd(hn::Set(df, prm[r][2 * b + 1]), qs, acc##r);
-          TOWERS_KV_R4(TOWERS_KV_MIN)
-#undef TOWERS_KV_MIN
-        }
-      }
-    }
-#define TOWERS_KV_OUT(r) out[r] = hn::GetLane(hn::SumOfLanes(df, acc##r));
-    TOWERS_KV_R4(TOWERS_KV_OUT)
-#undef TOWERS_KV_OUT
-  }
-}
-#undef TOWERS_KV_R4
-
-template <KvQuant kQ>
-HWY_NOINLINE void DotManyT(const float* HWY_RESTRICT qv, const uint8_t* HWY_RESTRICT k, size_t stride,
-                           int n, int dim, float* HWY_RESTRICT scores) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
-  const size_t D = static_cast<size_t>(dim);
-  // Lane-wise sums of q over each block (the min term of Q6/Q4), once per call.
-  HWY_ALIGN float qsum[kMaxBlocks * 8];
-  if constexpr (params_per_block(kQ) == 2) {
-    for (int b = 0; b < n_blocks(dim); ++b) {
-      const size_t e0 = size_t(b) * kKvBlock, e1 = std::min(D, e0 + kKvBlock);
-      for (size_t h = 0; h < 8; h += N) {
-        auto s = hn::Zero(df);
-        for (size_t e = e0; e < e1; e += 8) s = hn::Add(s, hn::LoadU(df, qv + e + h));
-        hn::Store(s, df, qsum + 8 * b + h);
-      }
-    }
-  }
-  for (int j = 0; j < n; j += 4) {
-    const int cnt = std::min(4, n - j);
-    const uint8_t* v0 = k + size_t(j) * stride;
-    const uint8_t* v1 = cnt > 1 ? v0 + stride : v0;
-    const uint8_t* v2 = cnt > 2 ? v1 + stride : v1;
-    const uint8_t* v3 = cnt > 3 ? v2 + stride : v2;
-    HWY_ALIGN float out[4];
-    Dot4<kQ>(qv, qsum, v0, v1, v2, v3, D, out);
-    for (int r = 0; r < cnt; ++r) scores[j + r] = out[r];
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Weighted sums. Tiled by block (up to 4 groups of 8 kept in registers) over a chunk of vectors, so
-// each acc element sees the vectors in ascending order and only acc carries state between them.
-
-// One block (NG groups of 8 starting at element e0), lanes [h, h + Lanes), vectors [j0, j1).
-// F32/F16: w[j] = p[j]. Q8: w[j] = p[j] * d. Q6/Q4: w[j] = (p[j] * d, p[j] * m).
-template <KvQuant kQ, int NG>
-HWY_INLINE void AccBlock(const float* HWY_RESTRICT w, int wstride, const uint8_t* HWY_RESTRICT v,
-                         size_t stride, int j0, int j1, size_t hdr, size_t D, size_t e0, size_t h,
-                         float* HWY_RESTRICT acc) {
-  const DF df;
-  auto a0 = hn::LoadU(df, acc + e0 + h);
-  auto a1 = a0, a2 = a0, a3 = a0;
-  if constexpr (NG > 1) a1 = hn::LoadU(df, acc + e0 + 8 + h);
-  if constexpr (NG > 2) a2 = hn::LoadU(df, acc + e0 + 16 + h);
-  if constexpr (NG > 3) a3 = hn::LoadU(df, acc + e0 + 24 + h);
-  for (int j = j0; j < j1; ++j) {
-    const uint8_t* HWY_RESTRICT c = v + size_t(j) * stride + hdr;
-    const float* wj = w + (j - j0) * wstride;
-    const auto vs = hn::Set(df, wj[0]);
-    VF x0, x1, x2, x3;
-    DecodeBlock<kQ, NG>(c, c + D / 2, e0, h, x0, x1, x2, x3);
-    if constexpr (params_per_block(kQ) == 2) {
-      const auto vm = hn::Set(df, wj[1]);
-      a0 = hn::Add(a0, hn::MulAdd(vs, x0, vm));
-      if constexpr (NG > 1) a1 = hn::Add(a1, hn::MulAdd(vs, x1, vm));
-      if constexpr (NG > 2) a2 = hn::Add(a2, hn::MulAdd(vs, x2, vm));
-      if constexpr (NG > 3) a3 = hn::Add(a3, hn::MulAdd(vs, x3, vm));
-    } else {
-      a0 = hn::MulAdd(vs, x0, a0);
-      if constexpr (NG > 1) a1 = hn::MulAdd(vs, x1, a1);
-      if constexpr (NG > 2) a2 = hn::MulAdd(vs, x2, a2);
-      if constexpr (NG > 3) a3 = hn::MulAdd(vs, x3, a3);
-    }
-  }
-  hn::StoreU(a0, df, acc + e0 + h);
-  if constexpr (NG > 1) hn::StoreU(a1, df, acc + e0 + 8 + h);
-  if constexpr (NG > 2) hn::StoreU(a2, df, acc + e0 + 16 + h);
-  if constexpr (NG > 3) hn::StoreU(a3, df, acc + e0 + 24 + h);
-}
-
-template <KvQuant kQ>
-HWY_NOINLINE void AccumulateT(const float* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT v, size_t stride,
-                              int n, int dim, float* HWY_RESTRICT acc) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
-  const size_t D = static_cast<size_t>(dim);
-  constexpr int P = params_per_block(kQ);
-  const int nb = n_blocks(dim);
-  const size_t hdr = header_bytes(kQ, dim);
-  // Per vector of the chunk: the weights of every block (P per block; F32/F16: p[j] alone).
-  constexpr int kW = P == 0 ? 1 : 2 * kMaxBlocks;
-  HWY_ALIGN float w[kChunk * kW];
-  for (int j0 = 0; j0 < n; j0 += kChunk) {
-    const int j1 = std::min(n, j0 + kChunk);
-    if constexpr (P == 0) {
-      std::memcpy(w, p + j0, sizeof(float) * size_t(j1 - j0));
-    } else {
-      for (int j = j0; j < j1; ++j) {
-        float* wj = w + (j - j0) * kW;
-        F16ToF32(v + size_t(j) * stride, P * nb, wj);
-        for (int i = 0; i < P * nb; ++i) wj[i] = p[j] * wj[i];
-      }
-    }
-    for (int b = 0; b < nb; ++b) {
-      const size_t e0 = size_t(b) * kKvBlock;
-      const float* wb = w + (P == 0 ? 0 : P * b);
-      for (size_t h = 0; h < 8; h += N) {
-        switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
-          case 4: AccBlock<kQ, 4>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
-          case 3: AccBlock<kQ, 3>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
-          case 2: AccBlock<kQ, 2>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
-          default: AccBlock<kQ, 1>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
-        }
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Group kernels: up to four query heads (G) that share one KV head, in one pass over the vectors.
 // Each vector (or block of it) is loaded and decoded once for the G queries instead of once per query.
-// Every (vector, query) score and every (query, element) sum goes through exactly the operations, in
-// the same order, of the single-query kernels above (Dot4 / AccBlock), so the results are the same
-// bits; only which independent chains run side by side changes.
+// Every (vector, query) score and every (query, element) sum goes through the same operations in the
+// same order whatever G (one query alone is G = 1), so the results are the same bits; only which
+// independent chains run side by side changes.
 
 #define TOWERS_KV_G4(X) X(0) X(1) X(2) X(3)
 
-// Lane-wise sums of q over each block (the min term of Q6/Q4); the same code as DotManyT's.
+// Lane-wise sums of q over each block (the min term of Q6/Q4), once per call and query.
 HWY_INLINE void BlockSumsQ(const float* HWY_RESTRICT qv, size_t D, float* HWY_RESTRICT qsum) {
   const DF df;
   const size_t N = hn::Lanes(df);
@@ -393,7 +170,7 @@ HWY_INLINE void BlockSumsQ(const float* HWY_RESTRICT qv, size_t D, float* HWY_RE
   }
 }
 
-// t_g += q_g . codes of block (e0, NG) of one vector, for the G queries (BlockDot4's order per query).
+// t_g += q_g . codes of block (e0, NG) of one vector, for the G queries.
 template <KvQuant kQ, int NG, int G>
 HWY_INLINE void BlockDotG(const float* HWY_RESTRICT q0, const float* HWY_RESTRICT q1,
                           const float* HWY_RESTRICT q2, const float* HWY_RESTRICT q3, size_t e0,
@@ -450,7 +227,7 @@ HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* 
     for (int j = 0; j < n; ++j) {
       const uint8_t* HWY_RESTRICT v = k + size_t(j) * stride;
       PrefetchAhead(k, j, n_end, stride, vb);
-      // Two accumulators per query (even and odd groups), as Dot4.
+      // Two accumulators per query (even and odd groups of 8), added at the end.
       auto a0 = hn::Zero(df), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
       size_t e = 0;
       for (; e + 16 <= D; e += 16) {
@@ -521,8 +298,12 @@ HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* 
   }
 }
 
-// AccBlock for G queries over groups [K0, K1) of block (e0, NG), lanes [h, h + Lanes), vectors [j0, j1):
-// each vector's groups are decoded once and added to the G accumulators (w_g as in AccBlock).
+// Weighted sums, tiled by block (its groups of 8 kept in registers) over a chunk of vectors, so each
+// acc element sees the vectors in ascending order and only acc carries state between them.
+// Groups [K0, K1) of block (e0, NG), lanes [h, h + Lanes), vectors [j0, j1), for G queries: each
+// vector's groups are decoded once and added to the G accumulators. Per query g and vector j the
+// weights at wp[g] + (j - j0) * wstride are F32/F16: p_g[j]; Q8: p_g[j] * d; Q6/Q4: (p_g[j] * d,
+// p_g[j] * m) for this block.
 template <KvQuant kQ, int NG, int K0, int K1, int G>
 HWY_INLINE void AccBlockG(const float* const* HWY_RESTRICT wp, int wstride, const uint8_t* HWY_RESTRICT v,
                           size_t stride, int j0, int j1, size_t hdr, size_t D, size_t e0, size_t h,
@@ -604,7 +385,7 @@ HWY_INLINE void AccBlockPasses(const float* const* wp, int wstride, const uint8_
   }
 }
 
-// acc_g[i] += sum_j p_g[j] * dequant(vector j)[i] for g < G; AccumulateT's operations per query.
+// acc_g[i] += sum_j p_g[j] * dequant(vector j)[i] for g < G.
 template <KvQuant kQ, int G>
 HWY_NOINLINE void AccumulateGroupT(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v,
                                    size_t stride, int n, int n_ahead, int dim, float* const* HWY_RESTRICT ap) {
@@ -665,7 +446,7 @@ void DotGroupQ(const float* qv, int n_q, const uint8_t* k, size_t stride, int n,
       case 4: DotGroupT<kQ, 4>(qp, k, stride, n, n_ahead, dim, sp); break;
       case 3: DotGroupT<kQ, 3>(qp, k, stride, n, n_ahead, dim, sp); break;
       case 2: DotGroupT<kQ, 2>(qp, k, stride, n, n_ahead, dim, sp); break;
-      default: DotManyT<kQ>(qp[0], k, stride, n, dim, sp[0]); break;
+      default: DotGroupT<kQ, 1>(qp, k, stride, n, n_ahead, dim, sp); break;
     }
   }
 }
@@ -685,7 +466,7 @@ void AccumulateGroupQ(const float* p, size_t p_stride, int n_q, const uint8_t* v
       case 4: AccumulateGroupT<kQ, 4>(pp, v, stride, n, n_ahead, dim, ap); break;
       case 3: AccumulateGroupT<kQ, 3>(pp, v, stride, n, n_ahead, dim, ap); break;
       case 2: AccumulateGroupT<kQ, 2>(pp, v, stride, n, n_ahead, dim, ap); break;
-      default: AccumulateT<kQ>(pp[0], v, stride, n, dim, ap[0]); break;
+      default: AccumulateGroupT<kQ, 1>(pp, v, stride, n, n_ahead, dim, ap); break;
     }
   }
 }
@@ -714,310 +495,14 @@ void AccumulateGroup(KvQuant q, const float* p, size_t p_stride, int n_q, const 
   }
 }
 
-void DotMany(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores) {
-  const auto* kb = static_cast<const uint8_t*>(k);
-  switch (q) {
-    case KvQuant::F32: return DotManyT<KvQuant::F32>(qv, kb, stride, n, dim, scores);
-    case KvQuant::F16: return DotManyT<KvQuant::F16>(qv, kb, stride, n, dim, scores);
-    case KvQuant::Q8: return DotManyT<KvQuant::Q8>(qv, kb, stride, n, dim, scores);
-    case KvQuant::Q6: return DotManyT<KvQuant::Q6>(qv, kb, stride, n, dim, scores);
-    case KvQuant::Q4: return DotManyT<KvQuant::Q4>(qv, kb, stride, n, dim, scores);
-  }
-}
-
-void Accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
-  const auto* vb = static_cast<const uint8_t*>(v);
-  switch (q) {
-    case KvQuant::F32: return AccumulateT<KvQuant::F32>(p, vb, stride, n, dim, acc);
-    case KvQuant::F16: return AccumulateT<KvQuant::F16>(p, vb, stride, n, dim, acc);
-    case KvQuant::Q8: return AccumulateT<KvQuant::Q8>(p, vb, stride, n, dim, acc);
-    case KvQuant::Q6: return AccumulateT<KvQuant::Q6>(p, vb, stride, n, dim, acc);
-    case KvQuant::Q4: return AccumulateT<KvQuant::Q4>(p, vb, stride, n, dim, acc);
-  }
-}
-
 }  // namespace HWY_NAMESPACE
 }  // namespace towers::simd
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace towers::simd {
-HWY_EXPORT(DotMany);
-HWY_EXPORT(Accumulate);
 HWY_EXPORT(DotGroup);
 HWY_EXPORT(AccumulateGroup);
-
-namespace {
-using namespace kvq;  // NOLINT
-
-constexpr float kF16Max = 65504.0f;
-
-HWY_INLINE uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-HWY_INLINE float bits_f32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Round to nearest, ties to even, for |x| < 2^22 (the default rounding mode; no libm call).
-HWY_INLINE float round_even(float x) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  return (x + kMagic) - kMagic;
-}
-
-// Exact f16 -> f32 (what F16C's vcvtph2ps and Highway's PromoteTo compute).
-HWY_INLINE float f16_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  const uint32_t ex = (h >> 10) & 31, man = h & 1023;
-  if (ex == 0) {
-    const float v = static_cast<float>(man) * (1.0f / 16777216.0f);  // man * 2^-24, exact
-    return sign ? -v : v;
-  }
-  if (ex == 31) return bits_f32(sign | 0x7F800000u | (man << 13));
-  return bits_f32(sign | ((ex - 15 + 127) << 23) | (man << 13));
-}
-
-// f32 -> f16, round to nearest even; |f| <= 65504 (callers saturate), finite.
-HWY_INLINE uint16_t f32_to_f16(float f) {
-  const uint32_t x = f32_bits(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t a = x & 0x7FFFFFFFu;
-  if (a < 0x38800000u) {  // below 2^-14: f16 subnormal (or zero); units of 2^-24
-    const float m = round_even(bits_f32(a) * 16777216.0f);  // exact scaling, then RNE; <= 1024
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(m));
-  }
-  uint32_t h = (((a >> 23) - 127 + 15) << 10) | ((a >> 13) & 1023);
-  const uint32_t rem = a & 0x1FFF;
-  // Round half to even, branch-free (the branch would be a coin flip); a carry into the exponent
-  // is correct.
-  h += static_cast<uint32_t>(rem > 0x1000) | (static_cast<uint32_t>(rem == 0x1000) & h & 1u);
-  return static_cast<uint16_t>(sign | h);
-}
-
-// Largest f16 <= f, smallest f16 >= f (|f| <= 65504, so neither overflows to inf).
-uint16_t f16_down(float f) {
-  uint16_t h = f32_to_f16(f);
-  if (f16_to_f32(h) > f) {
-    if (h == 0x0000) h = 0x8001;
-    else if (h & 0x8000) ++h;
-    else --h;
-  }
-  return h;
-}
-uint16_t f16_up(float f) {
-  uint16_t h = f32_to_f16(f);
-  if (f16_to_f32(h) < f) {
-    if (h == 0x8000) h = 0x0001;
-    else if (h & 0x8000) --h;
-    else ++h;
-  }
-  return h;
-}
-
-// NaN -> 0, then clamp to the f16 range.
-HWY_INLINE float sanitize(float x) {
-  const float v = x == x ? x : 0.0f;
-  return std::min(std::max(v, -kF16Max), kF16Max);
-}
-
-void put_f16(uint8_t* dst, uint16_t h) { std::memcpy(dst, &h, 2); }
-uint16_t get_f16(const uint8_t* src) {
-  uint16_t h;
-  std::memcpy(&h, src, 2);
-  return h;
-}
-
-// Where element e's low 4 bits (nibble plane) and high 2 bits (Q6's 2-bit plane) are.
-struct CodePos {
-  int byte, shift;
-};
-CodePos nibble_pos(int e, int dim) {
-  const int fp = dim / 16;  // whole pairs of groups: byte 8P + k = element k (low) | 8 + k (high)
-  if (e < 16 * fp) return {8 * (e / 16) + e % 8, 4 * ((e % 16) / 8)};
-  const int t = e - 16 * fp;  // a last single group: sequential
-  return {8 * fp + t / 2, 4 * (t % 2)};
-}
-CodePos high_pos(int e, int dim) {
-  const int fq = dim / 32;  // whole blocks: byte 8Q + k = elements k, 8+k, 16+k, 24+k at bits 0,2,4,6
-  if (e < 32 * fq) return {8 * (e / 32) + e % 8, 2 * ((e % 32) / 8)};
-  const int t = e - 32 * fq;  // the last, partial block: sequential
-  return {8 * fq + t / 4, 2 * (t % 4)};
-}
-
-// Codes of one asymmetric block of len elements (levels = 15 or 63); writes d, m; codes to c[].
-void quantize_asym(const float* x, int len, int levels, uint8_t* dm, uint8_t* c) {
-  float xs[kKvBlock];
-  float mn = kF16Max, mx = -kF16Max;  // len >= 1
-  for (int i = 0; i < len; ++i) {
-    xs[i] = sanitize(x[i]);
-    mn = std::min(mn, xs[i]);
-    mx = std::max(mx, xs[i]);
-  }
-  const uint16_t mh = f16_down(mn);
-  const float m = f16_to_f32(mh);
-  const uint16_t dh = f16_up((mx - m) / static_cast<float>(levels));
-  const float d = f16_to_f32(dh);
-  put_f16(dm, dh);
-  put_f16(dm + 2, mh);
-  const float top = static_cast<float>(levels);
-  for (int i = 0; i < len; ++i) {
-    const float r = d > 0.0f ? round_even((xs[i] - m) / d) : 0.0f;
-    c[i] = static_cast<uint8_t>(std::min(std::max(r, 0.0f), top));
-  }
-}
-
-}  // namespace
-
-const char* kv_quant_name(KvQuant q) {
-  switch (q) {
-    case KvQuant::F32: return "f32";
-    case KvQuant::F16: return "f16";
-    case KvQuant::Q8: return "q8";
-    case KvQuant::Q6: return "q6";
-    case KvQuant::Q4: return "q4";
-  }
-  return "?";
-}
-
-bool kv_quant_ok(KvQuant q, int dim) {
-  return static_cast<uint8_t>(q) <= static_cast<uint8_t>(KvQuant::Q4) && dim >= kKvMinDim &&
-         dim <= kKvMaxDim && dim % 8 == 0;
-}
-
-size_t kv_vec_bytes(KvQuant q, int dim) {
-  if (!kv_quant_ok(q, dim)) return 0;
-  const size_t D = static_cast<size_t>(dim), hdr = header_bytes(q, dim);
-  switch (q) {
-    case KvQuant::F32: return 4 * D;
-    case KvQuant::F16: return 2 * D;
-    case KvQuant::Q8: return hdr + D;
-    case KvQuant::Q6: return hdr + D / 2 + D / 4;
-    case KvQuant::Q4: return hdr + D / 2;
-  }
-  return 0;
-}
-
-void kv_quantize(KvQuant q, const float* x, void* dst, int dim) {
-  if (!kv_quant_ok(q, dim)) return;
-  auto* out = static_cast<uint8_t*>(dst);
-  const int nb = n_blocks(dim);
-  const size_t hdr = header_bytes(q, dim);
-  switch (q) {
-    case KvQuant::F32:
-      std::memcpy(out, x, sizeof(float) * size_t(dim));
-      return;
-    case KvQuant::F16:
-      for (int i = 0; i < dim; ++i) put_f16(out + 2 * i, f32_to_f16(sanitize(x[i])));
-      return;
-    case KvQuant::Q8:
-      for (int b = 0; b < nb; ++b) {
-        const int e0 = b * kKvBlock, len = std::min(dim - e0, kKvBlock);
-        float xs[kKvBlock];
-        float amax = 0.0f;
-        for (int i = 0; i < len; ++i) {
-          xs[i] = sanitize(x[e0 + i]);
-          amax = std::max(amax, std::fabs(xs[i]));
-        }
-        const uint16_t dh = f16_up(amax / 127.0f);
-        const float d = f16_to_f32(dh);
-        put_f16(out + 2 * b, dh);
-        auto* c = reinterpret_cast<int8_t*>(out + hdr + e0);
-        for (int i = 0; i < len; ++i) {
-          const float r = d > 0.0f ? round_even(xs[i] / d) : 0.0f;
-          c[i] = static_cast<int8_t>(std::min(std::max(r, -127.0f), 127.0f));
-        }
-      }
-      return;
-    case KvQuant::Q6:
-    case KvQuant::Q4: {
-      const int levels = q == KvQuant::Q6 ? 63 : 15;
-      uint8_t codes[kKvMaxDim];
-      for (int b = 0; b < nb; ++b) {
-        const int e0 = b * kKvBlock;
-        quantize_asym(x + e0, std::min(dim - e0, kKvBlock), levels, out + 4 * b, codes + e0);
-      }
-      // Nibble plane: runs of 16 (byte 8R + k = element 16R + k | 16R + 8 + k << 4), then a last
-      // group of 8 in order.
-      uint8_t* lo = out + hdr;
-      const int runs = dim / 16;
-      for (int r = 0; r < runs; ++r) {
-        for (int k = 0; k < 8; ++k) {
-          lo[8 * r + k] = static_cast<uint8_t>((codes[16 * r + k] & 15) | ((codes[16 * r + 8 + k] & 15) << 4));
-        }
-      }
-      for (int e = 16 * runs; e < dim; e += 2) {
-        lo[e / 2] = static_cast<uint8_t>((codes[e] & 15) | ((codes[e + 1] & 15) << 4));
-      }
-      if (q == KvQuant::Q6) {
-        // 2-bit plane: whole blocks (byte 8Q + k = elements 32Q + k + 8g at bits 2g), then the last
-        // partial block in order, four per byte.
-        uint8_t* hi = lo + dim / 2;
-        const int whole = dim / 32;
-        for (int Q = 0; Q < whole; ++Q) {
-          for (int k = 0; k < 8; ++k) {
-            const uint8_t* c = codes + 32 * Q + k;
-            hi[8 * Q + k] = static_cast<uint8_t>((c[0] >> 4) | ((c[8] >> 4) << 2) | ((c[16] >> 4) << 4) | ((c[24] >> 4) << 6));
-          }
-        }
-        for (int e = 32 * whole; e < dim; e += 4) {
-          const uint8_t* c = codes + e;
-          hi[e / 4] = static_cast<uint8_t>((c[0] >> 4) | ((c[1] >> 4) << 2) | ((c[2] >> 4) << 4) | ((c[3] >> 4) << 6));
-        }
-      }
-      return;
-    }
-  }
-}
-
-void kv_dequantize(KvQuant q, const void* src, float* x, int dim) {
-  if (!kv_quant_ok(q, dim)) return;
-  const auto* in = static_cast<const uint8_t*>(src);
-  const size_t hdr = header_bytes(q, dim);
-  switch (q) {
-    case KvQuant::F32:
-      std::memcpy(x, in, sizeof(float) * size_t(dim));
-      return;
-    case KvQuant::F16:
-      for (int i = 0; i < dim; ++i) x[i] = f16_to_f32(get_f16(in + 2 * i));
-      return;
-    case KvQuant::Q8: {
-      const auto* c = reinterpret_cast<const int8_t*>(in + hdr);
-      for (int i = 0; i < dim; ++i) x[i] = f16_to_f32(get_f16(in + 2 * (i / kKvBlock))) * static_cast<float>(c[i]);
-      return;
-    }
-    case KvQuant::Q6:
-    case KvQuant::Q4: {
-      const uint8_t* lo = in + hdr;
-      const uint8_t* hi = lo + dim / 2;
-      for (int i = 0; i < dim; ++i) {
-        const int b = i / kKvBlock;
-        const float d = f16_to_f32(get_f16(in + 4 * b)), m = f16_to_f32(get_f16(in + 4 * b + 2));
-        const CodePos lp = nibble_pos(i, dim);
-        int c = (lo[lp.byte] >> lp.shift) & 15;
-        if (q == KvQuant::Q6) {
-          const CodePos hp = high_pos(i, dim);
-          c |= ((hi[hp.byte] >> hp.shift) & 3) << 4;
-        }
-        x[i] = m + d * static_cast<float>(c);  // d*c is exact (11 x 6 significant bits)
-      }
-      return;
-    }
-  }
-}
-
-void kv_dot_many(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores) {
-  if (!kv_quant_ok(q, dim) || n <= 0) return;
-  HWY_DYNAMIC_DISPATCH(DotMany)(q, qv, k, stride, n, dim, scores);
-}
-
-void kv_accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
-  if (!kv_quant_ok(q, dim) || n <= 0) return;
-  HWY_DYNAMIC_DISPATCH(Accumulate)(q, p, v, stride, n, dim, acc);
-}
 
 void kv_dot_group(KvQuant q, const float* qv, int n_q, const void* k, size_t stride, int n, int dim, float* scores,
                   size_t score_stride, int n_ahead) {
@@ -1030,7 +515,5 @@ void kv_accumulate_group(KvQuant q, const float* p, size_t p_stride, int n_q, co
   if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
   HWY_DYNAMIC_DISPATCH(AccumulateGroup)(q, p, p_stride, n_q, v, stride, n, std::max(n_ahead, 0), dim, acc);
 }
-
-
 }  // namespace towers::simd
 #endif
