@@ -266,17 +266,8 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
       TOWERS_EACH_P(TOWERS_SC)
 #undef TOWERS_SC
     }
-    // Min term: sum_j min_j * bsum_j (the activation's 32-element sums), mins stored as pairs.
-    const uint8_t* HWY_RESTRICT mn = blk + kQ4KMins + 2 * sl;
-    for (size_t k = 0; k < 4; ++k) {
-      const auto mv = hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(du8, mn + 32 * k)));
-#define TOWERS_MIN(i) m##i = hn::ReorderWidenMulAccumulate(d32, mv, PairAt(d16, A[i].bs + 8 * b + 2 * k), m##i, u##i);
-      TOWERS_EACH_P(TOWERS_MIN)
-#undef TOWERS_MIN
-    }
-#define TOWERS_FIN(i) m##i = hn::RearrangeToOddPlusEven(m##i, u##i);
-    TOWERS_EACH_P(TOWERS_FIN)
-#undef TOWERS_FIN
+    // Min term: sum_j min_j * bsum_j (the activation's 32-element sums).
+    Q4KMinSums<R>(d32, blk + kQ4KMins + 2 * sl, A, b, m0, m1, m2, m3, m4, m5, m6, m7);
   }
 }
 #undef TOWERS_ACT_AT

@@ -204,20 +204,7 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
 #undef TOWERS_SC
     }
     // Min term as in PackedSums (int16 madd of the mins with the 32-element sums).
-    const hn::Repartition<int16_t, D32> d16;
-    const hn::RebindToUnsigned<decltype(d16)> du16;
-    const hn::Rebind<uint8_t, decltype(d16)> du8;
-    const uint8_t* HWY_RESTRICT mn = blk + kQ4KMins;
-    TOWERS_ZERO8(u, z)
-    for (size_t k = 0; k < 4; ++k) {
-      const auto mv = hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(du8, mn + 32 * k)));
-#define TOWERS_MIN(i) m##i = hn::ReorderWidenMulAccumulate(d32, mv, PairAt(d16, A[i].bs + 8 * b + 2 * k), m##i, u##i);
-      TOWERS_EACH_P(TOWERS_MIN)
-#undef TOWERS_MIN
-    }
-#define TOWERS_FIN(i) m##i = hn::RearrangeToOddPlusEven(m##i, u##i);
-    TOWERS_EACH_P(TOWERS_FIN)
-#undef TOWERS_FIN
+    Q4KMinSums<R>(d32, blk + kQ4KMins, A, b, m0, m1, m2, m3, m4, m5, m6, m7);
   }
 }
 #else

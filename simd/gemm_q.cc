@@ -34,11 +34,15 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using namespace qd;  // NOLINT
 
-#define TOWERS_ACT_PTRS(i)                    \
-  const int16_t* HWY_RESTRICT aq##i = A[i].q; \
-  const float* HWY_RESTRICT ad##i = A[i].d;   \
-  (void)aq##i;                                \
-  (void)ad##i;
+// The pointers of activation rows 0..3 (A always has kMaxR entries; unused ones repeat row 0):
+// aq_i, ad_i (both layouts), ds_i (A32) and bs_i (A256).
+#define TOWERS_ACT_PTRS(i)                     \
+  const int16_t* HWY_RESTRICT aq##i = A[i].q;  \
+  const float* HWY_RESTRICT ad##i = A[i].d;    \
+  const float* HWY_RESTRICT ds##i = A[i].ds;   \
+  const int16_t* HWY_RESTRICT bs##i = A[i].bs; \
+  (void)aq##i, (void)ad##i, (void)ds##i, (void)bs##i;
+#define TOWERS_ACT_PTRS4 TOWERS_ACT_PTRS(0) TOWERS_ACT_PTRS(1) TOWERS_ACT_PTRS(2) TOWERS_ACT_PTRS(3)
 
 // ---------------------------------------------------------------------------------------------
 // Q4_0, Q4_1, Q5_0, Q8_0 (blocks of 32) against A32 activations.
@@ -108,15 +112,7 @@ HWY_NOINLINE void RowLegacy(const BlockOf<kType>* HWY_RESTRICT w, const ActRow* 
   const hn::CappedTag<int16_t, kCap> d16;
   const hn::Repartition<float, decltype(d16)> df;
 
-  TOWERS_ACT_PTRS(0)
-  TOWERS_ACT_PTRS(1)
-  TOWERS_ACT_PTRS(2)
-  TOWERS_ACT_PTRS(3)
-  const float* HWY_RESTRICT ds0 = A[0].ds;
-  const float* HWY_RESTRICT ds1 = A[1].ds;
-  const float* HWY_RESTRICT ds2 = A[2].ds;
-  const float* HWY_RESTRICT ds3 = A[3].ds;
-  (void)ds1, (void)ds2, (void)ds3;
+  TOWERS_ACT_PTRS4
 
   auto accA0 = hn::Zero(df), accA1 = accA0, accA2 = accA0, accA3 = accA0;
   auto accB0 = accA0, accB1 = accA0, accB2 = accA0, accB3 = accA0;
@@ -180,15 +176,7 @@ HWY_NOINLINE void RowK45(const BlockOf<kType>* HWY_RESTRICT w, const ActRow* A, 
   const hn::Repartition<float, decltype(m16)> mf;
   const size_t NM = hn::Lanes(m16);
 
-  TOWERS_ACT_PTRS(0)
-  TOWERS_ACT_PTRS(1)
-  TOWERS_ACT_PTRS(2)
-  TOWERS_ACT_PTRS(3)
-  const int16_t* HWY_RESTRICT bs0 = A[0].bs;
-  const int16_t* HWY_RESTRICT bs1 = A[1].bs;
-  const int16_t* HWY_RESTRICT bs2 = A[2].bs;
-  const int16_t* HWY_RESTRICT bs3 = A[3].bs;
-  (void)bs1, (void)bs2, (void)bs3;
+  TOWERS_ACT_PTRS4
 
   auto acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   auto macc0 = hn::Zero(mf), macc1 = macc0, macc2 = macc0, macc3 = macc0;
@@ -280,10 +268,7 @@ HWY_NOINLINE void RowQ6K(const BlockQ6_K* HWY_RESTRICT w, const ActRow* A, size_
   const hn::Repartition<float, decltype(d16)> df;
   const size_t N = hn::Lanes(d16);
 
-  TOWERS_ACT_PTRS(0)
-  TOWERS_ACT_PTRS(1)
-  TOWERS_ACT_PTRS(2)
-  TOWERS_ACT_PTRS(3)
+  TOWERS_ACT_PTRS4
 
   auto acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   const auto k15 = hn::Set(du16, uint16_t{15});
@@ -401,6 +386,7 @@ void GemmQ(uint32_t type, const void* w, size_t row_stride, size_t rows, const v
   }
 }
 
+#undef TOWERS_ACT_PTRS4
 #undef TOWERS_ACT_PTRS
 
 }  // namespace HWY_NAMESPACE

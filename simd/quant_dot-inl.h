@@ -1,6 +1,7 @@
 // Per-target helpers shared by the quantized-dot kernels (gemm_q.cc, gemm_packed.cc and
 // gemm_packed_vnni-inl.h): f16 loads, int16 scale pairs and activation pairs broadcast to all lanes,
-// and the expansion of one statement per activation row. Included once per Highway target.
+// the packed Q4_K min term, and the expansion of one statement per activation row. Included once per
+// Highway target.
 
 // The row expansions are plain macros (defined once for all targets).
 #ifndef TOWERS_SIMD_QUANT_DOT_ROWS
@@ -51,6 +52,7 @@
 #include <hwy/highway.h>
 
 #include "simd/ggml_blocks.h"
+#include "simd/quant_layout.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace towers::simd {
@@ -90,6 +92,29 @@ HWY_INLINE hn::Vec<D16> PairAt(D16 d16, const int16_t* HWY_RESTRICT p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return hn::BitCast(d16, hn::Set(d32, v));
+}
+
+// Q4_K's min term in the packed kernels, for up to 8 activation rows: m_i += sum_j min_j * bsum_j
+// (exact int32 lanes, one per row of the slice), with the slice's mins as pairs at mn (4 chunks of
+// 32 bytes; chunk k, row r: the mins of sub-blocks 2k and 2k + 1) and bsum_j A256's 32-element sums
+// of block b.
+template <size_t R, class D32, class V32>
+HWY_INLINE void Q4KMinSums(D32 d32, const uint8_t* HWY_RESTRICT mn, const qd::ActRow* A, size_t b,
+                           TOWERS_V8(m)) {
+  const hn::Repartition<int16_t, D32> d16;
+  const hn::RebindToUnsigned<decltype(d16)> du16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const auto z = hn::Zero(d32);
+  TOWERS_ZERO8(u, z)
+  for (size_t k = 0; k < 4; ++k) {
+    const auto mv = hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(du8, mn + 32 * k)));
+#define TOWERS_MIN(i) m##i = hn::ReorderWidenMulAccumulate(d32, mv, PairAt(d16, A[i].bs + 8 * b + 2 * k), m##i, u##i);
+    TOWERS_EACH_P(TOWERS_MIN)
+#undef TOWERS_MIN
+  }
+#define TOWERS_FIN(i) m##i = hn::RearrangeToOddPlusEven(m##i, u##i);
+  TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
 }
 
 }  // namespace HWY_NAMESPACE
