@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
-// simd/quant_dot.cc also compiles Highway's AVX3_DL target; so must the target lists here.
+// The quant_dot files also compile Highway's AVX3_DL target; so must the target lists here.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL 1
 #endif
