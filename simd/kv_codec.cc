@@ -107,23 +107,9 @@ const char* kv_quant_name(KvQuant q) {
   return "?";
 }
 
-bool kv_quant_ok(KvQuant q, int dim) {
-  return static_cast<uint8_t>(q) <= static_cast<uint8_t>(KvQuant::Q4) && dim >= kKvMinDim &&
-         dim <= kKvMaxDim && dim % 8 == 0;
-}
+bool kv_quant_ok(KvQuant q, int dim) { return quant_ok(q, dim); }
 
-size_t kv_vec_bytes(KvQuant q, int dim) {
-  if (!kv_quant_ok(q, dim)) return 0;
-  const size_t D = static_cast<size_t>(dim), hdr = header_bytes(q, dim);
-  switch (q) {
-    case KvQuant::F32: return 4 * D;
-    case KvQuant::F16: return 2 * D;
-    case KvQuant::Q8: return hdr + D;
-    case KvQuant::Q6: return hdr + D / 2 + D / 4;
-    case KvQuant::Q4: return hdr + D / 2;
-  }
-  return 0;
-}
+size_t kv_vec_bytes(KvQuant q, int dim) { return vec_bytes(q, dim); }
 
 void kv_quantize(KvQuant q, const float* x, void* dst, int dim) {
   if (!kv_quant_ok(q, dim)) return;

@@ -1,6 +1,9 @@
 // The attention kernels of the quantized KV vectors (layouts and rationale in kv_quant.h): scores and
-// weighted sums straight from the codes, for the query heads of one GQA group at a time. Highway code
-// with run-time dispatch. (The scalar codec is kv_codec.cc.)
+// weighted sums straight from the codes, for one query (kv_dot_many, kv_accumulate) and for the query
+// heads of one GQA group (the group kernels, whose passes of a single query use the one-query
+// kernels: they run four vectors side by side, which one query's group pass cannot, and measured
+// 1.1-2x faster; bench/README.md, issue 15). Highway code with run-time dispatch. (The scalar codec is
+// kv_codec.cc.)
 #include "simd/kv_quant.h"
 
 #include <algorithm>
@@ -148,15 +151,232 @@ HWY_INLINE void DecodeBlock(const uint8_t* HWY_RESTRICT c, const uint8_t* HWY_RE
 }
 
 // ---------------------------------------------------------------------------------------------
+// Scores. Four vectors at a time (independent dependency chains; each query load serves four), by
+// the same code whatever the group: a call with fewer than four left repeats its last vector and
+// drops the extra results, so every score comes out of exactly the same operations.
+
+#define TOWERS_KV_R4(X) X(0) X(1) X(2) X(3)
+
+// t_r += q . codes of block (e0, NG) of vector r, for the four vectors.
+template <KvQuant kQ, int NG>
+HWY_INLINE void BlockDot4(const float* HWY_RESTRICT qv, size_t e0, const uint8_t* HWY_RESTRICT c0,
+                          const uint8_t* HWY_RESTRICT c1, const uint8_t* HWY_RESTRICT c2,
+                          const uint8_t* HWY_RESTRICT c3, size_t D, VF& t0, VF& t1, VF& t2, VF& t3) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  for (size_t h = 0; h < 8; h += N) {
+    const auto q0 = hn::LoadU(df, qv + e0 + h);
+    auto q1 = q0, q2 = q0, q3 = q0;
+    if constexpr (NG > 1) q1 = hn::LoadU(df, qv + e0 + 8 + h);
+    if constexpr (NG > 2) q2 = hn::LoadU(df, qv + e0 + 16 + h);
+    if constexpr (NG > 3) q3 = hn::LoadU(df, qv + e0 + 24 + h);
+#define TOWERS_KV_MAC(r)                                                    \
+  {                                                                         \
+    VF x0, x1, x2, x3;                                                      \
+    DecodeBlock<kQ, NG>(c##r, c##r + D / 2, e0, h, x0, x1, x2, x3);         \
+    t##r = hn::MulAdd(q0, x0, t##r);                                        \
+    if constexpr (NG > 1) t##r = hn::MulAdd(q1, x1, t##r);                  \
+    if constexpr (NG > 2) t##r = hn::MulAdd(q2, x2, t##r);                  \
+    if constexpr (NG > 3) t##r = hn::MulAdd(q3, x3, t##r);                  \
+  }
+    TOWERS_KV_R4(TOWERS_KV_MAC)
+#undef TOWERS_KV_MAC
+  }
+}
+
+template <KvQuant kQ>
+HWY_INLINE void Dot4(const float* HWY_RESTRICT qv, const float* HWY_RESTRICT qsum,
+                     const uint8_t* HWY_RESTRICT v0, const uint8_t* HWY_RESTRICT v1,
+                     const uint8_t* HWY_RESTRICT v2, const uint8_t* HWY_RESTRICT v3, size_t D,
+                     float* HWY_RESTRICT out) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16) {
+    // Two accumulators per vector (even and odd groups), added at the end.
+#define TOWERS_KV_DECL(r) auto a##r = hn::Zero(df), b##r = hn::Zero(df);
+    TOWERS_KV_R4(TOWERS_KV_DECL)
+#undef TOWERS_KV_DECL
+    size_t e = 0;
+    for (; e + 16 <= D; e += 16) {
+      for (size_t h = 0; h < 8; h += N) {
+        const auto qa = hn::LoadU(df, qv + e + h);
+        const auto qb = hn::LoadU(df, qv + e + 8 + h);
+#define TOWERS_KV_MAC(r)                                        \
+  a##r = hn::MulAdd(qa, DecodeGroup<kQ>(v##r, e, h), a##r);     \
+  b##r = hn::MulAdd(qb, DecodeGroup<kQ>(v##r, e + 8, h), b##r);
+        TOWERS_KV_R4(TOWERS_KV_MAC)
+#undef TOWERS_KV_MAC
+      }
+    }
+    if (e < D) {
+      for (size_t h = 0; h < 8; h += N) {
+        const auto qa = hn::LoadU(df, qv + e + h);
+#define TOWERS_KV_MAC(r) a##r = hn::MulAdd(qa, DecodeGroup<kQ>(v##r, e, h), a##r);
+        TOWERS_KV_R4(TOWERS_KV_MAC)
+#undef TOWERS_KV_MAC
+      }
+    }
+#define TOWERS_KV_OUT(r) out[r] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a##r, b##r)));
+    TOWERS_KV_R4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+  } else {
+    constexpr int P = params_per_block(kQ);
+    const int nb = n_blocks(static_cast<int>(D));
+    const size_t hdr = header_bytes(kQ, static_cast<int>(D));
+    HWY_ALIGN float prm[4][2 * kMaxBlocks];
+#define TOWERS_KV_PREP(r)                         \
+  F16ToF32(v##r, P * nb, prm[r]);                 \
+  const uint8_t* HWY_RESTRICT c##r = v##r + hdr;  \
+  auto acc##r = hn::Zero(df);
+    TOWERS_KV_R4(TOWERS_KV_PREP)
+#undef TOWERS_KV_PREP
+    for (int b = 0; b < nb; ++b) {
+      const size_t e0 = size_t(b) * kKvBlock;
+      auto t0 = hn::Zero(df), t1 = t0, t2 = t0, t3 = t0;
+      switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
+        case 4: BlockDot4<kQ, 4>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
+        case 3: BlockDot4<kQ, 3>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
+        case 2: BlockDot4<kQ, 2>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
+        default: BlockDot4<kQ, 1>(qv, e0, c0, c1, c2, c3, D, t0, t1, t2, t3); break;
+      }
+#define TOWERS_KV_SCALE(r) acc##r = hn::MulAdd(hn::Set(df, prm[r][P * b]), t##r, acc##r);
+      TOWERS_KV_R4(TOWERS_KV_SCALE)
+#undef TOWERS_KV_SCALE
+      if constexpr (P == 2) {
+        for (size_t h = 0; h < 8; h += N) {
+          const auto qs = hn::Load(df, qsum + 8 * b + h);
+#define TOWERS_KV_MIN(r) acc##r = hn::MulAdd(hn::Set(df, prm[r][2 * b + 1]), qs, acc##r);
+          TOWERS_KV_R4(TOWERS_KV_MIN)
+#undef TOWERS_KV_MIN
+        }
+      }
+    }
+#define TOWERS_KV_OUT(r) out[r] = hn::GetLane(hn::SumOfLanes(df, acc##r));
+    TOWERS_KV_R4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+  }
+}
+#undef TOWERS_KV_R4
+
+template <KvQuant kQ>
+HWY_NOINLINE void DotManyT(const float* HWY_RESTRICT qv, const uint8_t* HWY_RESTRICT k, size_t stride,
+                           int n, int dim, float* HWY_RESTRICT scores) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t D = static_cast<size_t>(dim);
+  // Lane-wise sums of q over each block (the min term of Q6/Q4), once per call.
+  HWY_ALIGN float qsum[kMaxBlocks * 8];
+  if constexpr (params_per_block(kQ) == 2) {
+    for (int b = 0; b < n_blocks(dim); ++b) {
+      const size_t e0 = size_t(b) * kKvBlock, e1 = std::min(D, e0 + kKvBlock);
+      for (size_t h = 0; h < 8; h += N) {
+        auto s = hn::Zero(df);
+        for (size_t e = e0; e < e1; e += 8) s = hn::Add(s, hn::LoadU(df, qv + e + h));
+        hn::Store(s, df, qsum + 8 * b + h);
+      }
+    }
+  }
+  for (int j = 0; j < n; j += 4) {
+    const int cnt = std::min(4, n - j);
+    const uint8_t* v0 = k + size_t(j) * stride;
+    const uint8_t* v1 = cnt > 1 ? v0 + stride : v0;
+    const uint8_t* v2 = cnt > 2 ? v1 + stride : v1;
+    const uint8_t* v3 = cnt > 3 ? v2 + stride : v2;
+    HWY_ALIGN float out[4];
+    Dot4<kQ>(qv, qsum, v0, v1, v2, v3, D, out);
+    for (int r = 0; r < cnt; ++r) scores[j + r] = out[r];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weighted sums. Tiled by block (up to 4 groups of 8 kept in registers) over a chunk of vectors, so
+// each acc element sees the vectors in ascending order and only acc carries state between them.
+
+// One block (NG groups of 8 starting at element e0), lanes [h, h + Lanes), vectors [j0, j1).
+// F32/F16: w[j] = p[j]. Q8: w[j] = p[j] * d. Q6/Q4: w[j] = (p[j] * d, p[j] * m).
+template <KvQuant kQ, int NG>
+HWY_INLINE void AccBlock(const float* HWY_RESTRICT w, int wstride, const uint8_t* HWY_RESTRICT v,
+                         size_t stride, int j0, int j1, size_t hdr, size_t D, size_t e0, size_t h,
+                         float* HWY_RESTRICT acc) {
+  const DF df;
+  auto a0 = hn::LoadU(df, acc + e0 + h);
+  auto a1 = a0, a2 = a0, a3 = a0;
+  if constexpr (NG > 1) a1 = hn::LoadU(df, acc + e0 + 8 + h);
+  if constexpr (NG > 2) a2 = hn::LoadU(df, acc + e0 + 16 + h);
+  if constexpr (NG > 3) a3 = hn::LoadU(df, acc + e0 + 24 + h);
+  for (int j = j0; j < j1; ++j) {
+    const uint8_t* HWY_RESTRICT c = v + size_t(j) * stride + hdr;
+    const float* wj = w + (j - j0) * wstride;
+    const auto vs = hn::Set(df, wj[0]);
+    VF x0, x1, x2, x3;
+    DecodeBlock<kQ, NG>(c, c + D / 2, e0, h, x0, x1, x2, x3);
+    if constexpr (params_per_block(kQ) == 2) {
+      const auto vm = hn::Set(df, wj[1]);
+      a0 = hn::Add(a0, hn::MulAdd(vs, x0, vm));
+      if constexpr (NG > 1) a1 = hn::Add(a1, hn::MulAdd(vs, x1, vm));
+      if constexpr (NG > 2) a2 = hn::Add(a2, hn::MulAdd(vs, x2, vm));
+      if constexpr (NG > 3) a3 = hn::Add(a3, hn::MulAdd(vs, x3, vm));
+    } else {
+      a0 = hn::MulAdd(vs, x0, a0);
+      if constexpr (NG > 1) a1 = hn::MulAdd(vs, x1, a1);
+      if constexpr (NG > 2) a2 = hn::MulAdd(vs, x2, a2);
+      if constexpr (NG > 3) a3 = hn::MulAdd(vs, x3, a3);
+    }
+  }
+  hn::StoreU(a0, df, acc + e0 + h);
+  if constexpr (NG > 1) hn::StoreU(a1, df, acc + e0 + 8 + h);
+  if constexpr (NG > 2) hn::StoreU(a2, df, acc + e0 + 16 + h);
+  if constexpr (NG > 3) hn::StoreU(a3, df, acc + e0 + 24 + h);
+}
+
+template <KvQuant kQ>
+HWY_NOINLINE void AccumulateT(const float* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT v, size_t stride,
+                              int n, int dim, float* HWY_RESTRICT acc) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t D = static_cast<size_t>(dim);
+  constexpr int P = params_per_block(kQ);
+  const int nb = n_blocks(dim);
+  const size_t hdr = header_bytes(kQ, dim);
+  // Per vector of the chunk: the weights of every block (P per block; F32/F16: p[j] alone).
+  constexpr int kW = P == 0 ? 1 : 2 * kMaxBlocks;
+  HWY_ALIGN float w[kChunk * kW];
+  for (int j0 = 0; j0 < n; j0 += kChunk) {
+    const int j1 = std::min(n, j0 + kChunk);
+    if constexpr (P == 0) {
+      std::memcpy(w, p + j0, sizeof(float) * size_t(j1 - j0));
+    } else {
+      for (int j = j0; j < j1; ++j) {
+        float* wj = w + (j - j0) * kW;
+        F16ToF32(v + size_t(j) * stride, P * nb, wj);
+        for (int i = 0; i < P * nb; ++i) wj[i] = p[j] * wj[i];
+      }
+    }
+    for (int b = 0; b < nb; ++b) {
+      const size_t e0 = size_t(b) * kKvBlock;
+      const float* wb = w + (P == 0 ? 0 : P * b);
+      for (size_t h = 0; h < 8; h += N) {
+        switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
+          case 4: AccBlock<kQ, 4>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+          case 3: AccBlock<kQ, 3>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+          case 2: AccBlock<kQ, 2>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+          default: AccBlock<kQ, 1>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Group kernels: up to four query heads (G) that share one KV head, in one pass over the vectors.
 // Each vector (or block of it) is loaded and decoded once for the G queries instead of once per query.
-// Every (vector, query) score and every (query, element) sum goes through the same operations in the
-// same order whatever G (one query alone is G = 1), so the results are the same bits; only which
-// independent chains run side by side changes.
+// Every (vector, query) score and every (query, element) sum goes through exactly the operations, in
+// the same order, of the single-query kernels above (Dot4 / AccBlock), so the results are the same
+// bits; only which independent chains run side by side changes.
 
 #define TOWERS_KV_G4(X) X(0) X(1) X(2) X(3)
 
-// Lane-wise sums of q over each block (the min term of Q6/Q4), once per call and query.
+// Lane-wise sums of q over each block (the min term of Q6/Q4); the same code as DotManyT's.
 HWY_INLINE void BlockSumsQ(const float* HWY_RESTRICT qv, size_t D, float* HWY_RESTRICT qsum) {
   const DF df;
   const size_t N = hn::Lanes(df);
@@ -170,7 +390,7 @@ HWY_INLINE void BlockSumsQ(const float* HWY_RESTRICT qv, size_t D, float* HWY_RE
   }
 }
 
-// t_g += q_g . codes of block (e0, NG) of one vector, for the G queries.
+// t_g += q_g . codes of block (e0, NG) of one vector, for the G queries (BlockDot4's order per query).
 template <KvQuant kQ, int NG, int G>
 HWY_INLINE void BlockDotG(const float* HWY_RESTRICT q0, const float* HWY_RESTRICT q1,
                           const float* HWY_RESTRICT q2, const float* HWY_RESTRICT q3, size_t e0,
@@ -207,7 +427,7 @@ template <KvQuant kQ, int G>
 HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* HWY_RESTRICT k, size_t stride,
                             int n, int n_ahead, int dim, float* const* HWY_RESTRICT sp) {
   const int n_end = n + n_ahead;
-  const size_t vb = kv_vec_bytes(kQ, dim);
+  const size_t vb = vec_bytes(kQ, dim);
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t D = static_cast<size_t>(dim);
@@ -227,7 +447,7 @@ HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* 
     for (int j = 0; j < n; ++j) {
       const uint8_t* HWY_RESTRICT v = k + size_t(j) * stride;
       PrefetchAhead(k, j, n_end, stride, vb);
-      // Two accumulators per query (even and odd groups of 8), added at the end.
+      // Two accumulators per query (even and odd groups), as Dot4.
       auto a0 = hn::Zero(df), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
       size_t e = 0;
       for (; e + 16 <= D; e += 16) {
@@ -298,12 +518,8 @@ HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* 
   }
 }
 
-// Weighted sums, tiled by block (its groups of 8 kept in registers) over a chunk of vectors, so each
-// acc element sees the vectors in ascending order and only acc carries state between them.
-// Groups [K0, K1) of block (e0, NG), lanes [h, h + Lanes), vectors [j0, j1), for G queries: each
-// vector's groups are decoded once and added to the G accumulators. Per query g and vector j the
-// weights at wp[g] + (j - j0) * wstride are F32/F16: p_g[j]; Q8: p_g[j] * d; Q6/Q4: (p_g[j] * d,
-// p_g[j] * m) for this block.
+// AccBlock for G queries over groups [K0, K1) of block (e0, NG), lanes [h, h + Lanes), vectors [j0, j1):
+// each vector's groups are decoded once and added to the G accumulators (w_g as in AccBlock).
 template <KvQuant kQ, int NG, int K0, int K1, int G>
 HWY_INLINE void AccBlockG(const float* const* HWY_RESTRICT wp, int wstride, const uint8_t* HWY_RESTRICT v,
                           size_t stride, int j0, int j1, size_t hdr, size_t D, size_t e0, size_t h,
@@ -385,12 +601,12 @@ HWY_INLINE void AccBlockPasses(const float* const* wp, int wstride, const uint8_
   }
 }
 
-// acc_g[i] += sum_j p_g[j] * dequant(vector j)[i] for g < G.
+// acc_g[i] += sum_j p_g[j] * dequant(vector j)[i] for g < G; AccumulateT's operations per query.
 template <KvQuant kQ, int G>
 HWY_NOINLINE void AccumulateGroupT(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v,
                                    size_t stride, int n, int n_ahead, int dim, float* const* HWY_RESTRICT ap) {
   const int n_end = n + n_ahead;
-  const size_t vb = kv_vec_bytes(kQ, dim);
+  const size_t vb = vec_bytes(kQ, dim);
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t D = static_cast<size_t>(dim);
@@ -446,7 +662,7 @@ void DotGroupQ(const float* qv, int n_q, const uint8_t* k, size_t stride, int n,
       case 4: DotGroupT<kQ, 4>(qp, k, stride, n, n_ahead, dim, sp); break;
       case 3: DotGroupT<kQ, 3>(qp, k, stride, n, n_ahead, dim, sp); break;
       case 2: DotGroupT<kQ, 2>(qp, k, stride, n, n_ahead, dim, sp); break;
-      default: DotGroupT<kQ, 1>(qp, k, stride, n, n_ahead, dim, sp); break;
+      default: DotManyT<kQ>(qp[0], k, stride, n, dim, sp[0]); break;
     }
   }
 }
@@ -466,7 +682,7 @@ void AccumulateGroupQ(const float* p, size_t p_stride, int n_q, const uint8_t* v
       case 4: AccumulateGroupT<kQ, 4>(pp, v, stride, n, n_ahead, dim, ap); break;
       case 3: AccumulateGroupT<kQ, 3>(pp, v, stride, n, n_ahead, dim, ap); break;
       case 2: AccumulateGroupT<kQ, 2>(pp, v, stride, n, n_ahead, dim, ap); break;
-      default: AccumulateGroupT<kQ, 1>(pp, v, stride, n, n_ahead, dim, ap); break;
+      default: AccumulateT<kQ>(pp[0], v, stride, n, dim, ap[0]); break;
     }
   }
 }
@@ -495,25 +711,62 @@ void AccumulateGroup(KvQuant q, const float* p, size_t p_stride, int n_q, const 
   }
 }
 
+void DotMany(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores) {
+  const auto* kb = static_cast<const uint8_t*>(k);
+  switch (q) {
+    case KvQuant::F32: return DotManyT<KvQuant::F32>(qv, kb, stride, n, dim, scores);
+    case KvQuant::F16: return DotManyT<KvQuant::F16>(qv, kb, stride, n, dim, scores);
+    case KvQuant::Q8: return DotManyT<KvQuant::Q8>(qv, kb, stride, n, dim, scores);
+    case KvQuant::Q6: return DotManyT<KvQuant::Q6>(qv, kb, stride, n, dim, scores);
+    case KvQuant::Q4: return DotManyT<KvQuant::Q4>(qv, kb, stride, n, dim, scores);
+  }
+}
+
+void Accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
+  const auto* vb = static_cast<const uint8_t*>(v);
+  switch (q) {
+    case KvQuant::F32: return AccumulateT<KvQuant::F32>(p, vb, stride, n, dim, acc);
+    case KvQuant::F16: return AccumulateT<KvQuant::F16>(p, vb, stride, n, dim, acc);
+    case KvQuant::Q8: return AccumulateT<KvQuant::Q8>(p, vb, stride, n, dim, acc);
+    case KvQuant::Q6: return AccumulateT<KvQuant::Q6>(p, vb, stride, n, dim, acc);
+    case KvQuant::Q4: return AccumulateT<KvQuant::Q4>(p, vb, stride, n, dim, acc);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace towers::simd
 HWY_AFTER_NAMESPACE();
 
+
 #if HWY_ONCE
 namespace towers::simd {
+HWY_EXPORT(DotMany);
+HWY_EXPORT(Accumulate);
 HWY_EXPORT(DotGroup);
 HWY_EXPORT(AccumulateGroup);
 
+void kv_dot_many(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores) {
+  if (!kvq::quant_ok(q, dim) || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(DotMany)(q, qv, k, stride, n, dim, scores);
+}
+
+void kv_accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
+  if (!kvq::quant_ok(q, dim) || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(Accumulate)(q, p, v, stride, n, dim, acc);
+}
+
 void kv_dot_group(KvQuant q, const float* qv, int n_q, const void* k, size_t stride, int n, int dim, float* scores,
                   size_t score_stride, int n_ahead) {
-  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
+  if (!kvq::quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
   HWY_DYNAMIC_DISPATCH(DotGroup)(q, qv, n_q, k, stride, n, std::max(n_ahead, 0), dim, scores, score_stride);
 }
 
 void kv_accumulate_group(KvQuant q, const float* p, size_t p_stride, int n_q, const void* v, size_t stride, int n,
                          int dim, float* acc, int n_ahead) {
-  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
+  if (!kvq::quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
   HWY_DYNAMIC_DISPATCH(AccumulateGroup)(q, p, p_stride, n_q, v, stride, n, std::max(n_ahead, 0), dim, acc);
 }
+
+
 }  // namespace towers::simd
 #endif

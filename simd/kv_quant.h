@@ -4,8 +4,8 @@
 // One *vector* is one (token, KV head) row of a K or V cache: `dim` = head_dim elements, any multiple
 // of 8 from 8 to 256 (kKvMaxDim). Shared prompt segments store their KV once in one of these formats
 // (deeper, more shared segments get fewer bits: platform Q4, community Q6, bot Q8, transcript F16).
-// Attention never rebuilds a dense f32 cache: kv_dot_group computes q·k straight from the codes and
-// kv_accumulate_group adds p·v straight from the codes, 8 elements at a time in registers.
+// Attention never rebuilds a dense f32 cache: kv_dot_many computes q·k straight from the codes and
+// kv_accumulate adds p·v straight from the codes, 8 elements at a time in registers.
 //
 // ---------------------------------------------------------------------------------------------
 // Byte layouts (little-endian; no alignment required; a caller may put vectors any `stride` >=
@@ -63,20 +63,21 @@
 // so segment files and their hashes do not depend on the CPU that wrote them. NaN inputs become 0.
 //
 // ---------------------------------------------------------------------------------------------
-// Kernels and determinism (per query of a group; n_q = 1 is one query alone).
-// kv_dot_group, per vector j:  score = sum_b ( d_b * sum_{e in b} q_e c_e  +  m_b * sum_{e in b} q_e )
+// Kernels and determinism.
+// kv_dot_many, per vector j:  score = sum_b ( d_b * sum_{e in b} q_e c_e  +  m_b * sum_{e in b} q_e )
 // with the per-block sums of q computed once per call (not per vector). The products q_e c_e are f32
 // fused multiply-adds in 8 lanes (256-bit operations, also on AVX-512; 4 lanes on 128-bit targets),
-// in a fixed order (F32/F16: two chains, even and odd groups of 8). The score of vector j therefore
-// depends only on q and vector j: not on n, on the other vectors or queries, or on how the caller
-// splits the range (n vectors in one call equal n calls with n = 1, bit for bit).
-// kv_accumulate_group, per element e and vector j in ascending order:
+// in a fixed order, four vectors at a time (a last group of fewer repeats its last vector and drops
+// the copies). The score of vector j therefore depends only on q and vector j: not on n, on the
+// other vectors, or on how the caller splits the range (n vectors in one call equal n calls with
+// n = 1, bit for bit).
+// kv_accumulate, per element e and vector j in ascending order:
 //     Q6/Q4:   acc[e] = acc[e] + fma(p_j * d_b, c_e, p_j * m_b)
 //     Q8:      acc[e] = fma(p_j * d_b, c_e, acc[e])
 //     F32/F16: acc[e] = fma(p_j, x_e, acc[e])
 // (the products p_j * d_b, p_j * m_b are f32 scalars, computed the same way in every call)
 // acc is the only state carried between vectors, so splitting [0, n) into consecutive calls, in
-// order, gives the same bits as one call. The weighted sums work block by block over chunks of 64
+// order, gives the same bits as one call. kv_accumulate works block by block over chunks of 64
 // vectors, with a block's 32 accumulators in registers. Results do depend on the Highway target
 // (lane count, FMA availability), like every other reduction in simd/ (docs/numerics.md).
 //
@@ -110,27 +111,22 @@ void kv_quantize(KvQuant q, const float* x, void* dst, int dim);
 // (d*c is exact, so one f32 rounding), F16 exact. The kernels use the same d, m and codes.
 void kv_dequantize(KvQuant q, const void* src, float* x, int dim);
 
-// The n_q query heads of one GQA group (they read the same K/V vectors); query g is at qv + g*dim.
-// scores[g*score_stride + j] = dot(query g, dequant(vector j)) for j < n; vector j starts at k + j*stride.
-// Each vector is loaded and decoded once for up to four queries instead of once per query. Results are
-// bit-identical to calls with each query alone (n_q = 1; the same operations in the same order per
-// query, only independent chains are interleaved).
+// scores[j] = dot(qv, dequant(vector j)) for j < n; vector j starts at k + j*stride.
+void kv_dot_many(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores);
+// acc[i] += sum_j p[j] * dequant(vector j)[i], j ascending; vector j starts at v + j*stride.
+void kv_accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc);
+
+// The same for the n_q query heads of one GQA group (they read the same K/V vectors): query g is at
+// qv + g*dim, its scores go to scores + g*score_stride, its weights are p + g*p_stride and its sums
+// acc + g*dim. Each vector is loaded and decoded once for up to four queries instead of once per query.
+// Results are bit-identical to kv_dot_many / kv_accumulate called for each query alone (the same
+// operations in the same order per query; only independent chains are interleaved).
 // n_ahead: the n_ahead vectors after the last one (at k + (n + i)*stride) exist and are read next
 // (the following block of a span); the kernels prefetch a few vectors ahead, into them too.
 void kv_dot_group(KvQuant q, const float* qv, int n_q, const void* k, size_t stride, int n, int dim, float* scores,
                   size_t score_stride, int n_ahead = 0);
-// acc[g*dim + i] += sum_j p[g*p_stride + j] * dequant(vector j)[i], j ascending, for g < n_q; vector j
-// starts at v + j*stride.
 void kv_accumulate_group(KvQuant q, const float* p, size_t p_stride, int n_q, const void* v, size_t stride, int n,
                          int dim, float* acc, int n_ahead = 0);
-
-// One query alone (the group kernels with n_q = 1).
-inline void kv_dot_many(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores) {
-  kv_dot_group(q, qv, 1, k, stride, n, dim, scores, 0);
-}
-inline void kv_accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
-  kv_accumulate_group(q, p, 0, 1, v, stride, n, dim, acc);
-}
 
 // (Functions other than kv_quant_name/kv_quant_ok/kv_vec_bytes do nothing when !kv_quant_ok.)
 
