@@ -1,9 +1,9 @@
 // The attention kernels of the quantized KV vectors (layouts and rationale in kv_quant.h): scores and
 // weighted sums straight from the codes, for one query (kv_dot_many, kv_accumulate) and for the query
-// heads of one GQA group (the group kernels, whose passes of a single query use the one-query
-// kernels: they run four vectors side by side, which one query's group pass cannot, and measured
-// 1.1-2x faster; bench/README.md, issue 15). Highway code with run-time dispatch. (The scalar codec is
-// kv_codec.cc.)
+// heads of one GQA group (the group kernels, whose passes of a single query use the one-query kernels:
+// those are faster than a one-query pass of the group code, the scores running four vectors side by
+// side; in-process 1.07-1.76x in 19 of 20 cases, bench/README.md issue 15). Highway code with run-time
+// dispatch. (The scalar codec is kv_codec.cc.)
 #include "simd/kv_quant.h"
 
 #include <algorithm>
