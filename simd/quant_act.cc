@@ -29,8 +29,8 @@ void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n
   auto* p = static_cast<uint8_t*>(act);
   int16_t* HWY_RESTRICT q = reinterpret_cast<int16_t*>(p);
   float* HWY_RESTRICT d = reinterpret_cast<float*>(p + o.d);
-  float* HWY_RESTRICT ds = reinterpret_cast<float*>(p + o.ds);     // A32
-  int32_t* HWY_RESTRICT si = reinterpret_cast<int32_t*>(p + o.s);  // A32
+  float* HWY_RESTRICT ds = d + nb;                                   // A32 (o.ds)
+  int32_t* HWY_RESTRICT si = reinterpret_cast<int32_t*>(ds + nb);    // A32 (o.s)
   int16_t* HWY_RESTRICT bs = reinterpret_cast<int16_t*>(p + o.bs);  // A256
   int8_t* HWY_RESTRICT q8 = reinterpret_cast<int8_t*>(p + o.q8);
   const hn::CappedTag<float, 32> df;
