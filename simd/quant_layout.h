@@ -34,7 +34,8 @@ struct ActRow {
   const int8_t* q8;     // the same q as int8 (for the VNNI kernels)
   const int16_t* bs16;  // A256 only: 16 sums of 16 per block (the Q6_K scale groups)
 };
-// Byte offsets of the arrays of a row of n elements (nb = n / 32 for A32, n / 256 for A256).
+// Byte offsets of the arrays of a row of n elements (nb = n / 32 for A32, n / 256 for A256; 0 for the
+// arrays the layout does not have), and its size.
 struct ActOffsets {
   size_t d, ds, s, bs, q8, bs16, bytes;
 };
