@@ -2,25 +2,40 @@
 
 namespace towers {
 
-std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t raw) {
-  switch (raw) {
-    case 0: return GgmlTypeTraits{"F32", 1, 4, true};
-    case 1: return GgmlTypeTraits{"F16", 1, 2, true};
-    case 2: return GgmlTypeTraits{"Q4_0", 32, 18, true};
-    case 3: return GgmlTypeTraits{"Q4_1", 32, 20, true};
-    case 6: return GgmlTypeTraits{"Q5_0", 32, 22, true};
-    case 7: return GgmlTypeTraits{"Q5_1", 32, 24, false};
-    case 8: return GgmlTypeTraits{"Q8_0", 32, 34, true};
-    case 9: return GgmlTypeTraits{"Q8_1", 32, 36, false};
-    case 10: return GgmlTypeTraits{"Q2_K", 256, 84, false};
-    case 11: return GgmlTypeTraits{"Q3_K", 256, 110, false};
-    case 12: return GgmlTypeTraits{"Q4_K", 256, 144, true};
-    case 13: return GgmlTypeTraits{"Q5_K", 256, 176, true};
-    case 14: return GgmlTypeTraits{"Q6_K", 256, 210, true};
-    case 15: return GgmlTypeTraits{"Q8_K", 256, 292, false};
-    case 30: return GgmlTypeTraits{"BF16", 1, 2, true};
-    default: return std::nullopt;
+namespace {
+// Name, and whether dequantize_row (engine/quant.cc) reads the type.
+struct NameSupport {
+  std::string_view name;
+  bool supported;
+};
+std::optional<NameSupport> name_support(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return NameSupport{"F32", true};
+    case GgmlType::F16: return NameSupport{"F16", true};
+    case GgmlType::Q4_0: return NameSupport{"Q4_0", true};
+    case GgmlType::Q4_1: return NameSupport{"Q4_1", true};
+    case GgmlType::Q5_0: return NameSupport{"Q5_0", true};
+    case GgmlType::Q5_1: return NameSupport{"Q5_1", false};
+    case GgmlType::Q8_0: return NameSupport{"Q8_0", true};
+    case GgmlType::Q8_1: return NameSupport{"Q8_1", false};
+    case GgmlType::Q2_K: return NameSupport{"Q2_K", false};
+    case GgmlType::Q3_K: return NameSupport{"Q3_K", false};
+    case GgmlType::Q4_K: return NameSupport{"Q4_K", true};
+    case GgmlType::Q5_K: return NameSupport{"Q5_K", true};
+    case GgmlType::Q6_K: return NameSupport{"Q6_K", true};
+    case GgmlType::Q8_K: return NameSupport{"Q8_K", false};
+    case GgmlType::BF16: return NameSupport{"BF16", true};
   }
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t raw) {
+  const auto t = static_cast<GgmlType>(raw);
+  const auto ns = name_support(t);
+  if (!ns) return std::nullopt;
+  const simd::BlockShape shape = simd::block_shape(t);
+  return GgmlTypeTraits{ns->name, shape.elems, shape.bytes, ns->supported};
 }
 
 std::string_view ggml_type_name(GgmlType t) {

@@ -9,8 +9,8 @@
 // Quantization follows ggml's *_ref quantizers (quantize_row_q4_0_ref, ..., quantize_row_q6_K_ref)
 // step by step, so in practice it also writes the same bytes as ggml.
 //
-// Blocks are read and written byte by byte at fixed offsets: no struct overlays, no alignment
-// assumptions, multi-byte fields are little-endian as in GGUF files.
+// Blocks are the structs of simd/ggml_blocks.h (alignment 1, little-endian fields), so a row may
+// start at any address.
 #include "engine/quant.h"
 
 #include <algorithm>
@@ -18,244 +18,106 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+
+#include "simd/ggml_blocks.h"
 
 namespace towers {
 
-// ---------------------------------------------------------------------------------------------
-// f16 / bf16 scalars
-// ---------------------------------------------------------------------------------------------
-
-// The portable conversion ggml uses when the CPU has no F16C instruction (after Maratyszcza's FP16
-// library); ggml fills its fp16->f32 table with it, and uses the f32->fp16 direction directly.
-float fp16_to_f32(uint16_t h) {
-  const uint32_t w = static_cast<uint32_t>(h) << 16;
-  const uint32_t sign = w & 0x80000000u;
-  const uint32_t two_w = w + w;  // exponent and mantissa at the top, sign shifted out
-
-  // Normal numbers, inf and NaN: move exponent and mantissa into f32 position and rebias with an
-  // exponent offset of 224 followed by a multiply by 2^-112 (which also quiets a signaling NaN).
-  const uint32_t exp_offset = 0xE0u << 23;
-  const float exp_scale = 0x1.0p-112f;
-  const float normalized = std::bit_cast<float>((two_w >> 4) + exp_offset) * exp_scale;
-
-  // Zero and subnormals: put the mantissa into a float of magnitude [0.5, 1) and subtract 0.5.
-  const uint32_t magic_mask = 126u << 23;
-  const float magic_bias = 0.5f;
-  const float denormalized = std::bit_cast<float>((two_w >> 17) | magic_mask) - magic_bias;
-
-  const uint32_t denormalized_cutoff = 1u << 27;
-  const uint32_t bits = sign | (two_w < denormalized_cutoff ? std::bit_cast<uint32_t>(denormalized)
-                                                            : std::bit_cast<uint32_t>(normalized));
-  return std::bit_cast<float>(bits);
-}
-
-uint16_t f32_to_fp16(float f) {
-  // |f| * 2^112 overflows to inf exactly when |f| is too large for a half; the product * 2^-110
-  // is then |f| * 4 (or inf).
-  const float scale_to_inf = 0x1.0p+112f;
-  const float scale_to_zero = 0x1.0p-110f;
-  float base = (std::fabs(f) * scale_to_inf) * scale_to_zero;
-
-  const uint32_t w = std::bit_cast<uint32_t>(f);
-  const uint32_t shl1_w = w + w;
-  const uint32_t sign = w & 0x80000000u;
-  uint32_t bias = shl1_w & 0xFF000000u;
-  if (bias < 0x71000000u) bias = 0x71000000u;  // subnormal halves share the smallest bias
-
-  // Adding a power of two 11 binary places above |f|'s leading bit (or the fixed one used for half
-  // subnormals) makes the float adder round |f| to 10 mantissa bits, nearest even; the half's
-  // exponent and mantissa are then read off the sum's bits.
-  base = std::bit_cast<float>((bias >> 1) + 0x07800000u) + base;
-  const uint32_t bits = std::bit_cast<uint32_t>(base);
-  const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
-  const uint32_t mantissa_bits = bits & 0x00000FFFu;
-  const uint32_t nonsign = exp_bits + mantissa_bits;
-  const bool is_nan = shl1_w > 0xFF000000u;
-  return static_cast<uint16_t>((sign >> 16) | (is_nan ? 0x7E00u : nonsign));
-}
-
-float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
-uint16_t f32_to_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {  // NaN: truncate and force the quiet bit
-    return static_cast<uint16_t>((u >> 16) | 64u);
-  }
-  // Round to nearest, ties to even (overflows to inf like ggml).
-  return static_cast<uint16_t>((u + (0x7FFFu + ((u >> 16) & 1u))) >> 16);
-}
-
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Byte access
-// ---------------------------------------------------------------------------------------------
+using simd::BlockQ4_0;
+using simd::BlockQ4_1;
+using simd::BlockQ4_K;
+using simd::BlockQ5_0;
+using simd::BlockQ5_K;
+using simd::BlockQ6_K;
+using simd::BlockQ8_0;
+using simd::kQK;
+using simd::kQK_K;
 
-inline uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+constexpr int QK = static_cast<int>(kQK);      // elements per block of the simple formats
+constexpr int QK_K = static_cast<int>(kQK_K);  // elements per super-block of the k-quants
+
 inline uint32_t load_u32(const uint8_t* p) {
   return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
-}
-inline void store_u16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
 }
 inline void store_u32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
-inline float load_half(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
-inline void store_half(uint8_t* p, float v) { store_u16(p, f32_to_fp16(v)); }
 
 // ---------------------------------------------------------------------------------------------
-// Block layouts (offsets in bytes). Sizes match ggml_type.cc.
+// Dequantization (one block each; y receives the block's elements). Layouts: simd/ggml_blocks.h.
 // ---------------------------------------------------------------------------------------------
 
-constexpr int QK = 32;    // elements per block of the simple formats
-constexpr int QK_K = 256; // elements per super-block of the k-quants
-
-// block_q4_0 { half d; uint8 qs[16]; }                               18 bytes
-// block_q4_1 { half d; half m; uint8 qs[16]; }                       20 bytes
-// block_q5_0 { half d; uint8 qh[4]; uint8 qs[16]; }                  22 bytes
-// block_q8_0 { half d; int8 qs[32]; }                                34 bytes
-// block_q4_K { half d; half dmin; uint8 scales[12]; uint8 qs[128]; } 144 bytes
-// block_q5_K { half d; half dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]; } 176 bytes
-// block_q6_K { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d; }             210 bytes
-constexpr size_t kQ4_0Bytes = 18, kQ4_1Bytes = 20, kQ5_0Bytes = 22, kQ8_0Bytes = 34;
-constexpr size_t kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210;
-
-// The 8 six-bit (scale, min) pairs of a q4_K/q5_K super-block packed in 12 bytes:
-//   j < 4:  scale = q[j] & 63,                          min = q[j+4] & 63
-//   j >= 4: scale = (q[j+4] & 15) | (q[j-4] >> 6) << 4, min = (q[j+4] >> 4) | (q[j] >> 6) << 4
-inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    min = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
-// Inverse of get_scale_min_k4 for all 8 pairs (each value already in [0, 63]).
-void pack_scale_min_k4(const uint8_t* scales, const uint8_t* mins, uint8_t* q) {
-  std::memset(q, 0, 12);
-  for (int j = 0; j < 8; ++j) {
-    const uint8_t ls = scales[j], lm = mins[j];
-    if (j < 4) {
-      q[j] = static_cast<uint8_t>(q[j] | ls);
-      q[j + 4] = static_cast<uint8_t>(q[j + 4] | lm);
-    } else {
-      q[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
-      q[j - 4] = static_cast<uint8_t>(q[j - 4] | ((ls >> 4) << 6));
-      q[j] = static_cast<uint8_t>(q[j] | ((lm >> 4) << 6));
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Dequantization (one block each; y receives the block's elements)
-// ---------------------------------------------------------------------------------------------
-
-void dequant_q4_0(const uint8_t* b, float* y) {
-  const float d = load_half(b);
-  const uint8_t* qs = b + 2;
+void dequant_q4_0(const BlockQ4_0& b, float* y) {
+  const float d = b.d.to_f32();
   for (int j = 0; j < QK / 2; ++j) {
-    const int x0 = (qs[j] & 0x0F) - 8;
-    const int x1 = (qs[j] >> 4) - 8;
+    const int x0 = (b.qs[j] & 0x0F) - 8;
+    const int x1 = (b.qs[j] >> 4) - 8;
     y[j] = static_cast<float>(x0) * d;
     y[j + QK / 2] = static_cast<float>(x1) * d;
   }
 }
 
-void dequant_q4_1(const uint8_t* b, float* y) {
-  const float d = load_half(b);
-  const float m = load_half(b + 2);
-  const uint8_t* qs = b + 4;
+void dequant_q4_1(const BlockQ4_1& b, float* y) {
+  const float d = b.d.to_f32();
+  const float m = b.m.to_f32();
   for (int j = 0; j < QK / 2; ++j) {
-    const int x0 = qs[j] & 0x0F;
-    const int x1 = qs[j] >> 4;
+    const int x0 = b.qs[j] & 0x0F;
+    const int x1 = b.qs[j] >> 4;
     y[j] = static_cast<float>(x0) * d + m;
     y[j + QK / 2] = static_cast<float>(x1) * d + m;
   }
 }
 
-void dequant_q5_0(const uint8_t* b, float* y) {
-  const float d = load_half(b);
-  const uint32_t qh = load_u32(b + 2);  // bit j = 5th bit of element j
-  const uint8_t* qs = b + 6;
+void dequant_q5_0(const BlockQ5_0& b, float* y) {
+  const float d = b.d.to_f32();
+  const uint32_t qh = load_u32(b.qh);  // bit j = 5th bit of element j
   for (int j = 0; j < QK / 2; ++j) {
     const int h0 = static_cast<int>((qh >> j) & 1u) << 4;
     const int h1 = static_cast<int>((qh >> (j + QK / 2)) & 1u) << 4;
-    const int x0 = ((qs[j] & 0x0F) | h0) - 16;
-    const int x1 = ((qs[j] >> 4) | h1) - 16;
+    const int x0 = ((b.qs[j] & 0x0F) | h0) - 16;
+    const int x1 = ((b.qs[j] >> 4) | h1) - 16;
     y[j] = static_cast<float>(x0) * d;
     y[j + QK / 2] = static_cast<float>(x1) * d;
   }
 }
 
-void dequant_q8_0(const uint8_t* b, float* y) {
-  const float d = load_half(b);
-  for (int j = 0; j < QK; ++j) {
-    y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
-  }
+void dequant_q8_0(const BlockQ8_0& b, float* y) {
+  const float d = b.d.to_f32();
+  for (int j = 0; j < QK; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
 }
 
-// q4_K: 8 sub-blocks of 32; x = (d*scale_j) * q - (dmin*min_j). Sub-blocks 2k and 2k+1 share the
-// 32 bytes qs[32k..32k+31]: low nibbles for 2k, high nibbles for 2k+1.
-void dequant_q4_K(const uint8_t* b, float* y) {
-  const float d = load_half(b);
-  const float dmin = load_half(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* q = b + 16;
+// Q4_K and Q5_K: x = (d * scale_j) * q - dmin * min_j per sub-block j of 32; q5 adds the fifth bits.
+template <class Block>
+void dequant_k45(const Block& b, float* y) {
+  const float d = b.d.to_f32();
+  const float dmin = b.dmin.to_f32();
+  uint8_t sc[8], mn[8];
+  simd::unpack_scale_min_k4(b.scales, sc, mn);
+  const uint8_t* q = b.qs;
   for (int is = 0; is < 8; is += 2) {
-    uint8_t sc, m;
-    get_scale_min_k4(is, scales, sc, m);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-    get_scale_min_k4(is + 1, scales, sc, m);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
-    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+    const float d1 = d * static_cast<float>(sc[is]), m1 = dmin * static_cast<float>(mn[is]);
+    const float d2 = d * static_cast<float>(sc[is + 1]), m2 = dmin * static_cast<float>(mn[is + 1]);
+    int hi1[32] = {}, hi2[32] = {};  // fifth bits, as 16 or 0
+    if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+      for (int l = 0; l < 32; ++l) {
+        hi1[l] = (b.qh[l] >> is) & 1 ? 16 : 0;
+        hi2[l] = (b.qh[l] >> (is + 1)) & 1 ? 16 : 0;
+      }
+    }
+    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((q[l] & 0xF) + hi1[l]) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((q[l] >> 4) + hi2[l]) - m2;
     q += 32;
   }
 }
 
-// q5_K: like q4_K with a fifth bit per element in qh[l]: bit 2k for sub-block 2k, bit 2k+1 for
-// sub-block 2k+1 (element l of each).
-void dequant_q5_K(const uint8_t* b, float* y) {
-  const float d = load_half(b);
-  const float dmin = load_half(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qh = b + 16;
-  const uint8_t* ql = b + 48;
-  for (int is = 0; is < 8; is += 2) {
-    uint8_t sc, m;
-    get_scale_min_k4(is, scales, sc, m);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-    get_scale_min_k4(is + 1, scales, sc, m);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
-    const uint8_t u1 = static_cast<uint8_t>(1u << is), u2 = static_cast<uint8_t>(2u << is);
-    for (int l = 0; l < 32; ++l) {
-      const int v = (ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0);
-      *y++ = d1 * static_cast<float>(v) - m1;
-    }
-    for (int l = 0; l < 32; ++l) {
-      const int v = (ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0);
-      *y++ = d2 * static_cast<float>(v) - m2;
-    }
-    ql += 32;
-  }
-}
-
-// q6_K: 16 sub-blocks of 16 with int8 scales; x = (d*scale) * (q - 32), q 6 bits. Each half of
-// 128 elements uses 64 bytes of ql and 32 of qh: element l (l < 32) of the four quarters is
-//   quarter 0: ql[l] low nibble,    qh[l] bits 0-1
-//   quarter 1: ql[l+32] low nibble, qh[l] bits 2-3
-//   quarter 2: ql[l] high nibble,   qh[l] bits 4-5
-//   quarter 3: ql[l+32] high nibble, qh[l] bits 6-7
-void dequant_q6_K(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
-  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = load_half(b + 208);
+void dequant_q6_K(const BlockQ6_K& b, float* y) {
+  const uint8_t* ql = b.ql;
+  const uint8_t* qh = b.qh;
+  const int8_t* sc = b.scales;
+  const float d = b.d.to_f32();
   for (int half = 0; half < 2; ++half) {
     for (int l = 0; l < 32; ++l) {
       const int is = l / 16;
@@ -424,18 +286,18 @@ float signed_absmax(const float* x, int n) {
 }
 
 // q4_0: d = max / -8 so the extreme value maps to level 0 exactly; q = trunc(x/d + 8.5) clamped.
-void quant_q4_0(const float* x, uint8_t* b) {
+void quant_q4_0(const float* x, BlockQ4_0& b) {
   const float d = signed_absmax(x, QK) / -8;
   const float id = d ? 1.0f / d : 0.0f;
-  store_half(b, d);
+  b.d.set(d);
   for (int j = 0; j < QK / 2; ++j) {
     const int q0 = std::min(15, static_cast<int>(x[j] * id + 8.5f));
     const int q1 = std::min(15, static_cast<int>(x[j + QK / 2] * id + 8.5f));
-    b[2 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    b.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
   }
 }
 
-void quant_q4_1(const float* x, uint8_t* b) {
+void quant_q4_1(const float* x, BlockQ4_1& b) {
   float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
   for (int j = 0; j < QK; ++j) {
     min = std::min(min, x[j]);
@@ -443,45 +305,44 @@ void quant_q4_1(const float* x, uint8_t* b) {
   }
   const float d = (max - min) / 15;
   const float id = d ? 1.0f / d : 0.0f;
-  store_half(b, d);
-  store_half(b + 2, min);
+  b.d.set(d);
+  b.m.set(min);
   for (int j = 0; j < QK / 2; ++j) {
     const int q0 = std::min(15, static_cast<int>((x[j] - min) * id + 0.5f));
     const int q1 = std::min(15, static_cast<int>((x[j + QK / 2] - min) * id + 0.5f));
-    b[4 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    b.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
   }
 }
 
-void quant_q5_0(const float* x, uint8_t* b) {
+void quant_q5_0(const float* x, BlockQ5_0& b) {
   const float d = signed_absmax(x, QK) / -16;
   const float id = d ? 1.0f / d : 0.0f;
-  store_half(b, d);
+  b.d.set(d);
   uint32_t qh = 0;
   for (int j = 0; j < QK / 2; ++j) {
     const int q0 = std::min(31, static_cast<int>(x[j] * id + 16.5f));
     const int q1 = std::min(31, static_cast<int>(x[j + QK / 2] * id + 16.5f));
-    b[6 + j] = static_cast<uint8_t>((q0 & 0xF) | ((q1 & 0xF) << 4));
+    b.qs[j] = static_cast<uint8_t>((q0 & 0xF) | ((q1 & 0xF) << 4));
     qh |= static_cast<uint32_t>(q0 >> 4) << j;
     qh |= static_cast<uint32_t>(q1 >> 4) << (j + QK / 2);
   }
-  store_u32(b + 2, qh);
+  store_u32(b.qh, qh);
 }
 
-void quant_q8_0(const float* x, uint8_t* b) {
+void quant_q8_0(const float* x, BlockQ8_0& b) {
   float amax = 0;
   for (int j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(x[j]));
   const float d = amax / 127;
   const float id = d ? 1.0f / d : 0.0f;
-  store_half(b, d);
-  for (int j = 0; j < QK; ++j) {
-    b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
-  }
+  b.d.set(d);
+  for (int j = 0; j < QK; ++j) b.qs[j] = static_cast<int8_t>(std::round(x[j] * id));
 }
 
 // Shared by q4_K (nmax 15) and q5_K (nmax 31): per-sub-block scale/min search, then 6-bit scales
 // and mins relative to the super-block's d and dmin, then the final levels with those rounded
 // scales. L receives the 256 levels.
-void quant_k_scales(const float* x, int nmax, float rmin, int nstep, uint8_t* b, uint8_t* L) {
+template <class Block>
+void quant_k_scales(const float* x, int nmax, float rmin, int nstep, Block& b, uint8_t* L) {
   float scales[8], mins[8], weights[32];
   uint8_t Laux[32];
   float max_scale = 0, max_min = 0;  // scales are positive since the min is subtracted
@@ -502,38 +363,38 @@ void quant_k_scales(const float* x, int nmax, float rmin, int nstep, uint8_t* b,
     ls[j] = static_cast<uint8_t>(std::clamp(nearest_int(inv_scale * scales[j]), 0, 63));
     lm[j] = static_cast<uint8_t>(std::clamp(nearest_int(inv_min * mins[j]), 0, 63));
   }
-  pack_scale_min_k4(ls, lm, b + 4);
-  store_half(b, max_scale / 63.f);
-  store_half(b + 2, max_min / 63.f);
+  simd::pack_scale_min_k4(ls, lm, b.scales);
+  b.d.set(max_scale / 63.f);
+  b.dmin.set(max_min / 63.f);
 
-  const float d_all = load_half(b), dmin_all = load_half(b + 2);
+  const float d_all = b.d.to_f32(), dmin_all = b.dmin.to_f32();
+  uint8_t sc[8], mn[8];
+  simd::unpack_scale_min_k4(b.scales, sc, mn);
   for (int j = 0; j < 8; ++j) {
-    uint8_t sc, m;
-    get_scale_min_k4(j, b + 4, sc, m);
-    const float d = d_all * static_cast<float>(sc);
+    const float d = d_all * static_cast<float>(sc[j]);
     if (!d) continue;  // keep make_qkx2_quants' levels (they decode to -dm anyway)
-    const float dm = dmin_all * static_cast<float>(m);
+    const float dm = dmin_all * static_cast<float>(mn[j]);
     for (int l = 0; l < 32; ++l) {
       L[32 * j + l] = static_cast<uint8_t>(std::clamp(nearest_int((x[32 * j + l] + dm) / d), 0, nmax));
     }
   }
 }
 
-void quant_q4_K(const float* x, uint8_t* b) {
+void quant_q4_K(const float* x, BlockQ4_K& b) {
   uint8_t L[QK_K];
   quant_k_scales(x, 15, -1.f, 20, b, L);
-  uint8_t* q = b + 16;
+  uint8_t* q = b.qs;
   for (int j = 0; j < QK_K; j += 64) {
     for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
     q += 32;
   }
 }
 
-void quant_q5_K(const float* x, uint8_t* b) {
+void quant_q5_K(const float* x, BlockQ5_K& b) {
   uint8_t L[QK_K];
   quant_k_scales(x, 31, -0.5f, 15, b, L);
-  uint8_t* qh = b + 16;
-  uint8_t* ql = b + 48;
+  uint8_t* qh = b.qh;
+  uint8_t* ql = b.qs;
   std::memset(qh, 0, 32);
   for (int n = 0, pair = 0; n < QK_K; n += 64, ++pair) {
     const uint8_t m1 = static_cast<uint8_t>(1u << (2 * pair)), m2 = static_cast<uint8_t>(2u << (2 * pair));
@@ -553,7 +414,7 @@ void quant_q5_K(const float* x, uint8_t* b) {
   }
 }
 
-void quant_q6_K(const float* x, uint8_t* b) {
+void quant_q6_K(const float* x, BlockQ6_K& b) {
   int8_t L[QK_K];
   float scales[16];
   float max_scale = 0, max_abs_scale = 0;
@@ -566,17 +427,17 @@ void quant_q6_K(const float* x, uint8_t* b) {
     }
   }
   if (max_abs_scale < kGroupMaxEps) {
-    std::memset(b, 0, kQ6_KBytes);
-    store_half(b + 208, 0.f);
+    std::memset(&b, 0, sizeof(b));
+    b.d.set(0.f);
     return;
   }
-  int8_t* sc = reinterpret_cast<int8_t*>(b + 192);
+  int8_t* sc = b.scales;
   const float iscale = -128.f / max_scale;
-  store_half(b + 208, 1 / iscale);
+  b.d.set(1 / iscale);
   for (int ib = 0; ib < 16; ++ib) {
     sc[ib] = static_cast<int8_t>(std::clamp(nearest_int(iscale * scales[ib]), -128, 127));
   }
-  const float d_all = load_half(b + 208);
+  const float d_all = b.d.to_f32();
   for (int j = 0; j < 16; ++j) {
     const float d = d_all * static_cast<float>(sc[j]);
     if (!d) continue;
@@ -585,8 +446,8 @@ void quant_q6_K(const float* x, uint8_t* b) {
       L[16 * j + l] = static_cast<int8_t>(q + 32);
     }
   }
-  uint8_t* ql = b;
-  uint8_t* qh = b + 128;
+  uint8_t* ql = b.ql;
+  uint8_t* qh = b.qh;
   for (int j = 0; j < QK_K; j += 128) {
     for (int l = 0; l < 32; ++l) {
       const int q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
@@ -599,40 +460,40 @@ void quant_q6_K(const float* x, uint8_t* b) {
   }
 }
 
-// Applies a per-block function over a row.
-template <typename Fn>
-void for_blocks_dequant(const void* src, float* dst, size_t n, size_t block_elems, size_t block_bytes, Fn fn) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  for (size_t i = 0; i < n / block_elems; ++i) fn(p + i * block_bytes, dst + i * block_elems);
+// Applies a per-block function over a row of Block structs (n elements, kElems per block).
+template <class Block, size_t kElems>
+void for_blocks_dequant(const void* src, float* dst, size_t n, void (*fn)(const Block&, float*)) {
+  const auto* blocks = static_cast<const Block*>(src);
+  for (size_t i = 0; i < n / kElems; ++i) fn(blocks[i], dst + i * kElems);
 }
 
-template <typename Fn>
-void for_blocks_quant(const float* src, void* dst, size_t n, size_t block_elems, size_t block_bytes, Fn fn) {
-  auto* p = static_cast<uint8_t*>(dst);
-  for (size_t i = 0; i < n / block_elems; ++i) fn(src + i * block_elems, p + i * block_bytes);
+template <class Block, size_t kElems>
+void for_blocks_quant(const float* src, void* dst, size_t n, void (*fn)(const float*, Block&)) {
+  auto* blocks = static_cast<Block*>(dst);
+  for (size_t i = 0; i < n / kElems; ++i) fn(src + i * kElems, blocks[i]);
 }
 
 }  // namespace
 
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(src);
+  const auto* halves = static_cast<const simd::Half*>(src);  // F16 and BF16: two bytes each
   switch (type) {
     case GgmlType::F32:
       std::memcpy(dst, src, n * sizeof(float));
       return;
     case GgmlType::F16:
-      for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(load_u16(p + 2 * i));
+      for (size_t i = 0; i < n; ++i) dst[i] = halves[i].to_f32();
       return;
     case GgmlType::BF16:
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(p + 2 * i));
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(halves[i].bits());
       return;
-    case GgmlType::Q4_0: return for_blocks_dequant(src, dst, n, QK, kQ4_0Bytes, dequant_q4_0);
-    case GgmlType::Q4_1: return for_blocks_dequant(src, dst, n, QK, kQ4_1Bytes, dequant_q4_1);
-    case GgmlType::Q5_0: return for_blocks_dequant(src, dst, n, QK, kQ5_0Bytes, dequant_q5_0);
-    case GgmlType::Q8_0: return for_blocks_dequant(src, dst, n, QK, kQ8_0Bytes, dequant_q8_0);
-    case GgmlType::Q4_K: return for_blocks_dequant(src, dst, n, QK_K, kQ4_KBytes, dequant_q4_K);
-    case GgmlType::Q5_K: return for_blocks_dequant(src, dst, n, QK_K, kQ5_KBytes, dequant_q5_K);
-    case GgmlType::Q6_K: return for_blocks_dequant(src, dst, n, QK_K, kQ6_KBytes, dequant_q6_K);
+    case GgmlType::Q4_0: return for_blocks_dequant<BlockQ4_0, kQK>(src, dst, n, dequant_q4_0);
+    case GgmlType::Q4_1: return for_blocks_dequant<BlockQ4_1, kQK>(src, dst, n, dequant_q4_1);
+    case GgmlType::Q5_0: return for_blocks_dequant<BlockQ5_0, kQK>(src, dst, n, dequant_q5_0);
+    case GgmlType::Q8_0: return for_blocks_dequant<BlockQ8_0, kQK>(src, dst, n, dequant_q8_0);
+    case GgmlType::Q4_K: return for_blocks_dequant<BlockQ4_K, kQK_K>(src, dst, n, dequant_k45<BlockQ4_K>);
+    case GgmlType::Q5_K: return for_blocks_dequant<BlockQ5_K, kQK_K>(src, dst, n, dequant_k45<BlockQ5_K>);
+    case GgmlType::Q6_K: return for_blocks_dequant<BlockQ6_K, kQK_K>(src, dst, n, dequant_q6_K);
     default:
       // Unsupported (callers check first): make any accidental use loud rather than plausible.
       std::fill(dst, dst + n, std::numeric_limits<float>::quiet_NaN());
@@ -641,24 +502,24 @@ void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
 }
 
 void quantize_row(GgmlType type, const float* src, void* dst, size_t n) {
-  auto* p = static_cast<uint8_t*>(dst);
+  auto* halves = static_cast<simd::Half*>(dst);  // F16 and BF16: two bytes each
   switch (type) {
     case GgmlType::F32:
       std::memcpy(dst, src, n * sizeof(float));
       return;
     case GgmlType::F16:
-      for (size_t i = 0; i < n; ++i) store_u16(p + 2 * i, f32_to_fp16(src[i]));
+      for (size_t i = 0; i < n; ++i) halves[i].set_bits(f32_to_fp16(src[i]));
       return;
     case GgmlType::BF16:
-      for (size_t i = 0; i < n; ++i) store_u16(p + 2 * i, f32_to_bf16(src[i]));
+      for (size_t i = 0; i < n; ++i) halves[i].set_bits(f32_to_bf16(src[i]));
       return;
-    case GgmlType::Q4_0: return for_blocks_quant(src, dst, n, QK, kQ4_0Bytes, quant_q4_0);
-    case GgmlType::Q4_1: return for_blocks_quant(src, dst, n, QK, kQ4_1Bytes, quant_q4_1);
-    case GgmlType::Q5_0: return for_blocks_quant(src, dst, n, QK, kQ5_0Bytes, quant_q5_0);
-    case GgmlType::Q8_0: return for_blocks_quant(src, dst, n, QK, kQ8_0Bytes, quant_q8_0);
-    case GgmlType::Q4_K: return for_blocks_quant(src, dst, n, QK_K, kQ4_KBytes, quant_q4_K);
-    case GgmlType::Q5_K: return for_blocks_quant(src, dst, n, QK_K, kQ5_KBytes, quant_q5_K);
-    case GgmlType::Q6_K: return for_blocks_quant(src, dst, n, QK_K, kQ6_KBytes, quant_q6_K);
+    case GgmlType::Q4_0: return for_blocks_quant<BlockQ4_0, kQK>(src, dst, n, quant_q4_0);
+    case GgmlType::Q4_1: return for_blocks_quant<BlockQ4_1, kQK>(src, dst, n, quant_q4_1);
+    case GgmlType::Q5_0: return for_blocks_quant<BlockQ5_0, kQK>(src, dst, n, quant_q5_0);
+    case GgmlType::Q8_0: return for_blocks_quant<BlockQ8_0, kQK>(src, dst, n, quant_q8_0);
+    case GgmlType::Q4_K: return for_blocks_quant<BlockQ4_K, kQK_K>(src, dst, n, quant_q4_K);
+    case GgmlType::Q5_K: return for_blocks_quant<BlockQ5_K, kQK_K>(src, dst, n, quant_q5_K);
+    case GgmlType::Q6_K: return for_blocks_quant<BlockQ6_K, kQK_K>(src, dst, n, quant_q6_K);
     default: {
       // Unsupported: write zero bytes if the geometry is known (callers check support first).
       const auto tr = ggml_type_traits(static_cast<uint32_t>(type));

@@ -7,13 +7,15 @@
 #include <cstdint>
 
 #include "engine/ggml_type.h"
+#include "simd/f16.h"
 
 namespace towers {
 
-float fp16_to_f32(uint16_t h);
-uint16_t f32_to_fp16(float f);  // round to nearest even, like ggml's GGML_FP32_TO_FP16
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);  // round to nearest even; NaN stays NaN
+// The scalar f16/bf16 conversions these formats use (defined once, in simd/f16.h).
+using simd::bf16_to_f32;
+using simd::f32_to_bf16;
+using simd::f32_to_fp16;
+using simd::fp16_to_f32;
 
 // n must be a multiple of the type's block size. src points at row_bytes(type, n) bytes.
 void dequantize_row(GgmlType type, const void* src, float* dst, size_t n);

@@ -1,9 +1,12 @@
-// Quantized KV vectors (layouts and rationale in kv_quant.h). Quantize/dequantize are scalar and
-// target-independent; the two attention kernels are Highway code with run-time dispatch.
+// The attention kernels of the quantized KV vectors (layouts and rationale in kv_quant.h): scores and
+// weighted sums straight from the codes, for one query (kv_dot_many, kv_accumulate) and for the query
+// heads of one GQA group (the group kernels, whose passes of a single query use the one-query kernels:
+// those are faster than a one-query pass of the group code, the scores running four vectors side by
+// side; in-process 1.07-1.76x in 19 of 20 cases, bench/README.md issue 15). Highway code with run-time
+// dispatch. (The scalar codec is kv_codec.cc.)
 #include "simd/kv_quant.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
@@ -12,20 +15,14 @@
 #include <hwy/highway.h>
 #include <hwy/cache_control.h>
 
-// Geometry shared by all targets (defined once).
+#include "simd/kv_layout.h"
+
+// Constants shared by all targets (defined once).
 #ifndef TOWERS_SIMD_KV_QUANT_SHARED
 #define TOWERS_SIMD_KV_QUANT_SHARED
 namespace towers::simd::kvq {
-constexpr int kMaxBlocks = kKvMaxDim / kKvBlock;
-// Vectors whose parameters are converted to f32 together by kv_accumulate.
+// Vectors whose parameters are converted to f32 together by the weighted sums.
 constexpr int kChunk = 64;
-
-inline int n_blocks(int dim) { return (dim + kKvBlock - 1) / kKvBlock; }
-// f16 parameters per block.
-constexpr int params_per_block(KvQuant q) {
-  return q == KvQuant::Q8 ? 1 : (q == KvQuant::Q6 || q == KvQuant::Q4) ? 2 : 0;
-}
-inline size_t header_bytes(KvQuant q, int dim) { return size_t(2 * params_per_block(q) * n_blocks(dim)); }
 // The group kernels prefetch the vector this many rows ahead of the one they read. Attention walks
 // one KV head's vectors, one row (all KV heads) apart: a few hundred bytes out of every row, so the
 // hardware prefetchers see a sparse strided stream that stops at every 4 KiB. bench_attention (cold,
@@ -430,7 +427,7 @@ template <KvQuant kQ, int G>
 HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* HWY_RESTRICT k, size_t stride,
                             int n, int n_ahead, int dim, float* const* HWY_RESTRICT sp) {
   const int n_end = n + n_ahead;
-  const size_t vb = kv_vec_bytes(kQ, dim);
+  const size_t vb = vec_bytes(kQ, dim);
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t D = static_cast<size_t>(dim);
@@ -609,7 +606,7 @@ template <KvQuant kQ, int G>
 HWY_NOINLINE void AccumulateGroupT(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v,
                                    size_t stride, int n, int n_ahead, int dim, float* const* HWY_RESTRICT ap) {
   const int n_end = n + n_ahead;
-  const size_t vb = kv_vec_bytes(kQ, dim);
+  const size_t vb = vec_bytes(kQ, dim);
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t D = static_cast<size_t>(dim);
@@ -740,6 +737,7 @@ void Accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, 
 }  // namespace towers::simd
 HWY_AFTER_NAMESPACE();
 
+
 #if HWY_ONCE
 namespace towers::simd {
 HWY_EXPORT(DotMany);
@@ -747,287 +745,25 @@ HWY_EXPORT(Accumulate);
 HWY_EXPORT(DotGroup);
 HWY_EXPORT(AccumulateGroup);
 
-namespace {
-using namespace kvq;  // NOLINT
-
-constexpr float kF16Max = 65504.0f;
-
-HWY_INLINE uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-HWY_INLINE float bits_f32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Round to nearest, ties to even, for |x| < 2^22 (the default rounding mode; no libm call).
-HWY_INLINE float round_even(float x) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  return (x + kMagic) - kMagic;
-}
-
-// Exact f16 -> f32 (what F16C's vcvtph2ps and Highway's PromoteTo compute).
-HWY_INLINE float f16_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  const uint32_t ex = (h >> 10) & 31, man = h & 1023;
-  if (ex == 0) {
-    const float v = static_cast<float>(man) * (1.0f / 16777216.0f);  // man * 2^-24, exact
-    return sign ? -v : v;
-  }
-  if (ex == 31) return bits_f32(sign | 0x7F800000u | (man << 13));
-  return bits_f32(sign | ((ex - 15 + 127) << 23) | (man << 13));
-}
-
-// f32 -> f16, round to nearest even; |f| <= 65504 (callers saturate), finite.
-HWY_INLINE uint16_t f32_to_f16(float f) {
-  const uint32_t x = f32_bits(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t a = x & 0x7FFFFFFFu;
-  if (a < 0x38800000u) {  // below 2^-14: f16 subnormal (or zero); units of 2^-24
-    const float m = round_even(bits_f32(a) * 16777216.0f);  // exact scaling, then RNE; <= 1024
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(m));
-  }
-  uint32_t h = (((a >> 23) - 127 + 15) << 10) | ((a >> 13) & 1023);
-  const uint32_t rem = a & 0x1FFF;
-  // Round half to even, branch-free (the branch would be a coin flip); a carry into the exponent
-  // is correct.
-  h += static_cast<uint32_t>(rem > 0x1000) | (static_cast<uint32_t>(rem == 0x1000) & h & 1u);
-  return static_cast<uint16_t>(sign | h);
-}
-
-// Largest f16 <= f, smallest f16 >= f (|f| <= 65504, so neither overflows to inf).
-uint16_t f16_down(float f) {
-  uint16_t h = f32_to_f16(f);
-  if (f16_to_f32(h) > f) {
-    if (h == 0x0000) h = 0x8001;
-    else if (h & 0x8000) ++h;
-    else --h;
-  }
-  return h;
-}
-uint16_t f16_up(float f) {
-  uint16_t h = f32_to_f16(f);
-  if (f16_to_f32(h) < f) {
-    if (h == 0x8000) h = 0x0001;
-    else if (h & 0x8000) --h;
-    else ++h;
-  }
-  return h;
-}
-
-// NaN -> 0, then clamp to the f16 range.
-HWY_INLINE float sanitize(float x) {
-  const float v = x == x ? x : 0.0f;
-  return std::min(std::max(v, -kF16Max), kF16Max);
-}
-
-void put_f16(uint8_t* dst, uint16_t h) { std::memcpy(dst, &h, 2); }
-uint16_t get_f16(const uint8_t* src) {
-  uint16_t h;
-  std::memcpy(&h, src, 2);
-  return h;
-}
-
-// Where element e's low 4 bits (nibble plane) and high 2 bits (Q6's 2-bit plane) are.
-struct CodePos {
-  int byte, shift;
-};
-CodePos nibble_pos(int e, int dim) {
-  const int fp = dim / 16;  // whole pairs of groups: byte 8P + k = element k (low) | 8 + k (high)
-  if (e < 16 * fp) return {8 * (e / 16) + e % 8, 4 * ((e % 16) / 8)};
-  const int t = e - 16 * fp;  // a last single group: sequential
-  return {8 * fp + t / 2, 4 * (t % 2)};
-}
-CodePos high_pos(int e, int dim) {
-  const int fq = dim / 32;  // whole blocks: byte 8Q + k = elements k, 8+k, 16+k, 24+k at bits 0,2,4,6
-  if (e < 32 * fq) return {8 * (e / 32) + e % 8, 2 * ((e % 32) / 8)};
-  const int t = e - 32 * fq;  // the last, partial block: sequential
-  return {8 * fq + t / 4, 2 * (t % 4)};
-}
-
-// Codes of one asymmetric block of len elements (levels = 15 or 63); writes d, m; codes to c[].
-void quantize_asym(const float* x, int len, int levels, uint8_t* dm, uint8_t* c) {
-  float xs[kKvBlock];
-  float mn = kF16Max, mx = -kF16Max;  // len >= 1
-  for (int i = 0; i < len; ++i) {
-    xs[i] = sanitize(x[i]);
-    mn = std::min(mn, xs[i]);
-    mx = std::max(mx, xs[i]);
-  }
-  const uint16_t mh = f16_down(mn);
-  const float m = f16_to_f32(mh);
-  const uint16_t dh = f16_up((mx - m) / static_cast<float>(levels));
-  const float d = f16_to_f32(dh);
-  put_f16(dm, dh);
-  put_f16(dm + 2, mh);
-  const float top = static_cast<float>(levels);
-  for (int i = 0; i < len; ++i) {
-    const float r = d > 0.0f ? round_even((xs[i] - m) / d) : 0.0f;
-    c[i] = static_cast<uint8_t>(std::min(std::max(r, 0.0f), top));
-  }
-}
-
-}  // namespace
-
-const char* kv_quant_name(KvQuant q) {
-  switch (q) {
-    case KvQuant::F32: return "f32";
-    case KvQuant::F16: return "f16";
-    case KvQuant::Q8: return "q8";
-    case KvQuant::Q6: return "q6";
-    case KvQuant::Q4: return "q4";
-  }
-  return "?";
-}
-
-bool kv_quant_ok(KvQuant q, int dim) {
-  return static_cast<uint8_t>(q) <= static_cast<uint8_t>(KvQuant::Q4) && dim >= kKvMinDim &&
-         dim <= kKvMaxDim && dim % 8 == 0;
-}
-
-size_t kv_vec_bytes(KvQuant q, int dim) {
-  if (!kv_quant_ok(q, dim)) return 0;
-  const size_t D = static_cast<size_t>(dim), hdr = header_bytes(q, dim);
-  switch (q) {
-    case KvQuant::F32: return 4 * D;
-    case KvQuant::F16: return 2 * D;
-    case KvQuant::Q8: return hdr + D;
-    case KvQuant::Q6: return hdr + D / 2 + D / 4;
-    case KvQuant::Q4: return hdr + D / 2;
-  }
-  return 0;
-}
-
-void kv_quantize(KvQuant q, const float* x, void* dst, int dim) {
-  if (!kv_quant_ok(q, dim)) return;
-  auto* out = static_cast<uint8_t*>(dst);
-  const int nb = n_blocks(dim);
-  const size_t hdr = header_bytes(q, dim);
-  switch (q) {
-    case KvQuant::F32:
-      std::memcpy(out, x, sizeof(float) * size_t(dim));
-      return;
-    case KvQuant::F16:
-      for (int i = 0; i < dim; ++i) put_f16(out + 2 * i, f32_to_f16(sanitize(x[i])));
-      return;
-    case KvQuant::Q8:
-      for (int b = 0; b < nb; ++b) {
-        const int e0 = b * kKvBlock, len = std::min(dim - e0, kKvBlock);
-        float xs[kKvBlock];
-        float amax = 0.0f;
-        for (int i = 0; i < len; ++i) {
-          xs[i] = sanitize(x[e0 + i]);
-          amax = std::max(amax, std::fabs(xs[i]));
-        }
-        const uint16_t dh = f16_up(amax / 127.0f);
-        const float d = f16_to_f32(dh);
-        put_f16(out + 2 * b, dh);
-        auto* c = reinterpret_cast<int8_t*>(out + hdr + e0);
-        for (int i = 0; i < len; ++i) {
-          const float r = d > 0.0f ? round_even(xs[i] / d) : 0.0f;
-          c[i] = static_cast<int8_t>(std::min(std::max(r, -127.0f), 127.0f));
-        }
-      }
-      return;
-    case KvQuant::Q6:
-    case KvQuant::Q4: {
-      const int levels = q == KvQuant::Q6 ? 63 : 15;
-      uint8_t codes[kKvMaxDim];
-      for (int b = 0; b < nb; ++b) {
-        const int e0 = b * kKvBlock;
-        quantize_asym(x + e0, std::min(dim - e0, kKvBlock), levels, out + 4 * b, codes + e0);
-      }
-      // Nibble plane: runs of 16 (byte 8R + k = element 16R + k | 16R + 8 + k << 4), then a last
-      // group of 8 in order.
-      uint8_t* lo = out + hdr;
-      const int runs = dim / 16;
-      for (int r = 0; r < runs; ++r) {
-        for (int k = 0; k < 8; ++k) {
-          lo[8 * r + k] = static_cast<uint8_t>((codes[16 * r + k] & 15) | ((codes[16 * r + 8 + k] & 15) << 4));
-        }
-      }
-      for (int e = 16 * runs; e < dim; e += 2) {
-        lo[e / 2] = static_cast<uint8_t>((codes[e] & 15) | ((codes[e + 1] & 15) << 4));
-      }
-      if (q == KvQuant::Q6) {
-        // 2-bit plane: whole blocks (byte 8Q + k = elements 32Q + k + 8g at bits 2g), then the last
-        // partial block in order, four per byte.
-        uint8_t* hi = lo + dim / 2;
-        const int whole = dim / 32;
-        for (int Q = 0; Q < whole; ++Q) {
-          for (int k = 0; k < 8; ++k) {
-            const uint8_t* c = codes + 32 * Q + k;
-            hi[8 * Q + k] = static_cast<uint8_t>((c[0] >> 4) | ((c[8] >> 4) << 2) | ((c[16] >> 4) << 4) | ((c[24] >> 4) << 6));
-          }
-        }
-        for (int e = 32 * whole; e < dim; e += 4) {
-          const uint8_t* c = codes + e;
-          hi[e / 4] = static_cast<uint8_t>((c[0] >> 4) | ((c[1] >> 4) << 2) | ((c[2] >> 4) << 4) | ((c[3] >> 4) << 6));
-        }
-      }
-      return;
-    }
-  }
-}
-
-void kv_dequantize(KvQuant q, const void* src, float* x, int dim) {
-  if (!kv_quant_ok(q, dim)) return;
-  const auto* in = static_cast<const uint8_t*>(src);
-  const size_t hdr = header_bytes(q, dim);
-  switch (q) {
-    case KvQuant::F32:
-      std::memcpy(x, in, sizeof(float) * size_t(dim));
-      return;
-    case KvQuant::F16:
-      for (int i = 0; i < dim; ++i) x[i] = f16_to_f32(get_f16(in + 2 * i));
-      return;
-    case KvQuant::Q8: {
-      const auto* c = reinterpret_cast<const int8_t*>(in + hdr);
-      for (int i = 0; i < dim; ++i) x[i] = f16_to_f32(get_f16(in + 2 * (i / kKvBlock))) * static_cast<float>(c[i]);
-      return;
-    }
-    case KvQuant::Q6:
-    case KvQuant::Q4: {
-      const uint8_t* lo = in + hdr;
-      const uint8_t* hi = lo + dim / 2;
-      for (int i = 0; i < dim; ++i) {
-        const int b = i / kKvBlock;
-        const float d = f16_to_f32(get_f16(in + 4 * b)), m = f16_to_f32(get_f16(in + 4 * b + 2));
-        const CodePos lp = nibble_pos(i, dim);
-        int c = (lo[lp.byte] >> lp.shift) & 15;
-        if (q == KvQuant::Q6) {
-          const CodePos hp = high_pos(i, dim);
-          c |= ((hi[hp.byte] >> hp.shift) & 3) << 4;
-        }
-        x[i] = m + d * static_cast<float>(c);  // d*c is exact (11 x 6 significant bits)
-      }
-      return;
-    }
-  }
-}
-
 void kv_dot_many(KvQuant q, const float* qv, const void* k, size_t stride, int n, int dim, float* scores) {
-  if (!kv_quant_ok(q, dim) || n <= 0) return;
+  if (!kvq::quant_ok(q, dim) || n <= 0) return;
   HWY_DYNAMIC_DISPATCH(DotMany)(q, qv, k, stride, n, dim, scores);
 }
 
 void kv_accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
-  if (!kv_quant_ok(q, dim) || n <= 0) return;
+  if (!kvq::quant_ok(q, dim) || n <= 0) return;
   HWY_DYNAMIC_DISPATCH(Accumulate)(q, p, v, stride, n, dim, acc);
 }
 
 void kv_dot_group(KvQuant q, const float* qv, int n_q, const void* k, size_t stride, int n, int dim, float* scores,
                   size_t score_stride, int n_ahead) {
-  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
+  if (!kvq::quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
   HWY_DYNAMIC_DISPATCH(DotGroup)(q, qv, n_q, k, stride, n, std::max(n_ahead, 0), dim, scores, score_stride);
 }
 
 void kv_accumulate_group(KvQuant q, const float* p, size_t p_stride, int n_q, const void* v, size_t stride, int n,
                          int dim, float* acc, int n_ahead) {
-  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
+  if (!kvq::quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
   HWY_DYNAMIC_DISPATCH(AccumulateGroup)(q, p, p_stride, n_q, v, stride, n, std::max(n_ahead, 0), dim, acc);
 }
 

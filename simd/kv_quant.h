@@ -1,4 +1,5 @@
-// Quantized KV-cache vectors and the two attention kernels that read them in place.
+// Quantized KV-cache vectors and the two attention kernels that read them in place (the scalar codec
+// is kv_codec.cc, the kernels kv_quant.cc).
 //
 // One *vector* is one (token, KV head) row of a K or V cache: `dim` = head_dim elements, any multiple
 // of 8 from 8 to 256 (kKvMaxDim). Shared prompt segments store their KV once in one of these formats

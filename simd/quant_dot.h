@@ -1,5 +1,7 @@
 // Quantized weights (ggml block formats) times quantized activations: integer dot products per block,
 // scaled and accumulated in f32. Dispatched at run time to the best Highway target of this CPU.
+// Implemented by quant_act.cc (quantize_act), gemm_q.cc, pack_rows.cc and gemm_packed.cc (with its
+// VNNI path in gemm_packed_vnni-inl.h); the ggml blocks are simd/ggml_blocks.h.
 //
 // Weight types (GGUF type ids): Q4_0=2, Q4_1=3, Q5_0=6, Q8_0=8, Q4_K=12, Q5_K=13, Q6_K=14, in ggml's
 // exact block layouts.
@@ -43,7 +45,7 @@ size_t act_bytes(uint32_t weight_type, size_t n);
 void quantize_act(uint32_t weight_type, const float* x, void* act, size_t n);
 // True for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K.
 bool has_quant_dot(uint32_t weight_type);
-// Name of the Highway target these kernels dispatch to (this file also compiles AVX3_DL, which
+// Name of the Highway target these kernels dispatch to (their files also compile AVX3_DL, which
 // simd::target_name()'s kernels do not; e.g. "AVX3_DL" on AVX-512 VNNI CPUs).
 const char* quant_dot_target();
 
@@ -82,7 +84,7 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // Any vector width reads a contiguous slice of each chunk (its rows), so the layout does not depend
 // on the Highway target. Kernels: Highway's int16 madd (ReorderWidenMulAccumulate) with one int16
 // activation pair broadcast per chunk, 8 tokens per unpacked block on AVX3/AVX3_DL (32 registers;
-// Q6_K: 4) and 4 elsewhere. On AVX3_DL (AVX-512 VNNI; compiled by this file only, see
+// Q6_K: 4) and 4 elsewhere. On AVX3_DL (AVX-512 VNNI; compiled by the quant_dot files only, see
 // quant_dot_target) Q4_0, Q8_0, Q4_K and Q6_K use vpdpbusd instead (Q6_K: the 6-bit codes unsigned,
 // minus 32 * A256's 16-element sums, times the group scale; 8 tokens per block): one 64-byte load covers chunks p and
 // p+1, a vpermw gives each row's int32 lane its 4 bytes (elements 2p..2p+3 of the chunk's element

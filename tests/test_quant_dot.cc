@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
-// simd/quant_dot.cc also compiles Highway's AVX3_DL target; so must the target lists here.
+// The quant_dot files also compile Highway's AVX3_DL target; so must the target lists here.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL 1
 #endif
@@ -401,6 +401,70 @@ struct PackedScope {
   ~PackedScope() { g_packed = false; }
 };
 }  // namespace
+
+namespace {
+// Element e of packed row r (of one group), dequantized from the layout documented in quant_dot.h
+// with ggml's float operations; blk points at the packed block of that element.
+float f16_at(const uint8_t* p) { return fp16_to_f32(static_cast<uint16_t>(p[0] | p[1] << 8)); }
+float packed_element(GgmlType t, const uint8_t* blk, size_t r, size_t e) {
+  const size_t R = simd::kPackRows;
+  const float d = f16_at(blk + 2 * r);
+  switch (t) {
+    case GgmlType::Q4_0: {  // chunk p = (e % 16) / 2 holds quant bytes 2p, 2p+1 of each row
+      const uint8_t byte = blk[2 * R + 32 * ((e % 16) / 2) + 2 * r + e % 2];
+      return static_cast<float>((e < 16 ? byte & 15 : byte >> 4) - 8) * d;
+    }
+    case GgmlType::Q8_0:
+      return static_cast<float>(static_cast<int8_t>(blk[2 * R + 32 * (e / 2) + 2 * r + e % 2])) * d;
+    case GgmlType::Q6_K: {  // group g of 16 elements: 4 chunks of low nibbles, 2 of top bits
+      const size_t g = e / 16, i = e % 16, hi = i / 8, p = (i % 8) / 2, k = i % 2;
+      const int8_t sc = static_cast<int8_t>(blk[2 * R + 16 * g + r]);
+      const uint8_t* grp = blk + 2 * R + 16 * R + 192 * g;
+      const int lo4 = (grp[32 * p + 2 * r + k] >> (4 * hi)) & 15;
+      const int top2 = (grp[128 + 32 * (p / 2) + 2 * r + k] >> (4 * (p % 2) + 2 * hi)) & 3;
+      return d * static_cast<float>(sc) * static_cast<float>((lo4 | top2 << 4) - 32);
+    }
+    default: {  // Q4_K: sub-block j = e / 32; part c = e / 64 holds quant bytes 32c + 2p + k
+      const size_t j = e / 32, c = e / 64, i = e % 32, p = i / 2, k = i % 2;
+      const float dmin = f16_at(blk + 2 * R + 2 * r);
+      const uint8_t sc = blk[4 * R + R * j + r], mn = blk[12 * R + 32 * (j / 2) + 2 * r + j % 2];
+      const uint8_t byte = blk[20 * R + 512 * c + 32 * p + 2 * r + k];
+      const int q = j % 2 ? byte >> 4 : byte & 15;
+      return d * static_cast<float>(sc) * static_cast<float>(q) - dmin * static_cast<float>(mn);
+    }
+  }
+}
+}  // namespace
+
+// pack_rows on its own (gemm_packed is tested through it below): every element of every row, read
+// back from the packed bytes as quant_dot.h documents them, is the ggml row's element, bit for bit.
+TEST_CASE("quant_dot packed: pack_rows writes the documented layout") {
+  std::mt19937 rng(97);
+  for (GgmlType t : kPackedTypes) {
+    CAPTURE(ggml_type_name(t));
+    const size_t n = 3 * 256, rows = 32, groups = rows / simd::kPackRows, nb = n / block_elems(t);
+    auto ws = randn(rng, rows * n, 0.05f);
+    for (size_t i = 0; i < n; ++i) ws[7 * n + i] += 0.03f;  // a row with non-zero mins
+    const Weights w = make_weights(t, ws, rows, n);
+    const size_t gb = simd::packed_group_bytes(id(t), n);
+    REQUIRE(gb % nb == 0);
+    std::vector<uint8_t> packed(groups * gb);
+    simd::pack_rows(id(t), w.row(0), w.stride, groups, n, packed.data());
+    size_t mismatches = 0;
+    for (size_t g = 0; g < groups; ++g) {
+      for (size_t r = 0; r < simd::kPackRows; ++r) {
+        for (size_t e = 0; e < n; ++e) {
+          const size_t b = e / block_elems(t);
+          const uint8_t* blk = packed.data() + g * gb + b * (gb / nb);
+          const float got = packed_element(t, blk, r, e % block_elems(t));
+          const float want = w.deq[(g * simd::kPackRows + r) * n + e];
+          mismatches += std::memcmp(&got, &want, sizeof(float)) != 0;
+        }
+      }
+    }
+    CHECK(mismatches == 0);
+  }
+}
 
 TEST_CASE("quant_dot packed: matches the scalar references") {
   PackedScope scope;

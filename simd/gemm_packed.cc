@@ -1,0 +1,441 @@
+// gemm_packed (simd/quant_dot.h): packed groups of 16 rows (pack_rows.cc) times quantized activation
+// rows. Per block, exact int32 sums for every (row, token) (PackedSums, or PackedSumsVnni on AVX3_DL),
+// then acc += (sum as f32) * (d_w * d_x) in f32: the only rounding steps (PackedGroup).
+#include "simd/quant_dot.h"
+
+// Also compile Highway's AVX3_DL target (Icelake-class AVX-512 with VNNI and VBMI2): the packed
+// kernels use vpdpbusd there (gemm_packed_vnni-inl.h). The other quant_dot files define it too, so
+// quant_dot_target names the target of all of them; the other kernels keep Highway's defaults.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL 1
+#endif
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/gemm_packed.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/cache_control.h>
+
+#include "simd/gemm_packed_vnni-inl.h"
+#include "simd/quant_dot-inl.h"
+#include "simd/quant_layout.h"
+
+HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3_DL
+#pragma GCC target("avx512vnni")  // see gemm_packed_vnni-inl.h
+#endif
+namespace towers::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace qd;  // NOLINT
+
+// ---------------------------------------------------------------------------------------------
+// int32 lane r of a slice = row r. Activation pairs (two int16 = one int32) are broadcast to all
+// lanes; weights are unpacked once per block and applied to up to kPackR (8 with AVX-512's 32
+// registers, else 4) activation rows. Per (row, token) and block, every type computes exact int32
+// sums and then acc += (sum as f32) * (d_w * d_x); Q4_K adds a second such term, its min sum times
+// (-dmin_w * d_x). The SCALAR target runs the same arithmetic with plain loops.
+
+#if HWY_TARGET == HWY_SCALAR
+constexpr size_t kPackR = 4;
+
+// The f16 of row r in the array of kPackRows f16 at byte offset `at` of a packed block.
+HWY_INLINE float PackedF16(const uint8_t* blk, size_t at, size_t r) {
+  return LoadF16(*reinterpret_cast<const Half*>(blk + at + 2 * r));
+}
+
+// Exact int32 sums of row r of one packed block (index b) with activation row a: sum (the d_w
+// term) and msum (Q4_K's min term; 0 for the other types).
+template <GgmlType kType>
+HWY_INLINE void ScalarPackedSums(const uint8_t* HWY_RESTRICT blk, size_t r, const ActRow& a, size_t b,
+                                 int32_t& sum, int32_t& msum) {
+  sum = 0;
+  msum = 0;
+  if constexpr (kType == kQ6_K) {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScales);
+    const int16_t* x = a.q + b * 256;
+    for (size_t g = 0; g < 16; ++g) {
+      const uint8_t* ql = blk + kQ6KGroups + g * kQ6KGroupBytes;
+      const uint8_t* qh = ql + 128;
+      int32_t gs = 0;
+      for (size_t p = 0; p < 4; ++p) {
+        for (size_t k = 0; k < 2; ++k) {
+          const int L = ql[32 * p + 2 * r + k];
+          const int H = qh[32 * (p / 2) + 2 * r + k] >> (4 * (p % 2));
+          const int lo = (L & 15) | ((H & 3) << 4), hi = (L >> 4) | (((H >> 2) & 3) << 4);
+          gs += (lo - 32) * x[16 * g + 2 * p + k] + (hi - 32) * x[16 * g + 8 + 2 * p + k];
+        }
+      }
+      sum += gs * sc[16 * g + r];
+    }
+  } else if constexpr (kType == kQ4_K) {
+    const int16_t* x = a.q + b * 256;
+    for (size_t c = 0; c < 4; ++c) {
+      int32_t lo = 0, hi = 0;
+      for (size_t p = 0; p < 16; ++p) {
+        for (size_t k = 0; k < 2; ++k) {
+          const uint8_t byte = blk[kQ4KQuants + 512 * c + 32 * p + 2 * r + k];
+          lo += (byte & 15) * x[64 * c + 2 * p + k];
+          hi += (byte >> 4) * x[64 * c + 32 + 2 * p + k];
+        }
+      }
+      sum += lo * blk[kQ4KScales + 16 * (2 * c) + r] + hi * blk[kQ4KScales + 16 * (2 * c + 1) + r];
+    }
+    for (size_t j = 0; j < 8; ++j) msum += blk[kQ4KMins + 32 * (j / 2) + 2 * r + j % 2] * a.bs[8 * b + j];
+  } else {
+    const uint8_t* qs = blk + kPackedQs;
+    const int16_t* x = a.q + b * 32;
+    for (size_t p = 0; p < (kType == kQ8_0 ? 16 : 8); ++p) {
+      for (size_t k = 0; k < 2; ++k) {
+        const uint8_t byte = qs[32 * p + 2 * r + k];
+        if constexpr (kType == kQ8_0) {
+          sum += static_cast<int8_t>(byte) * x[2 * p + k];
+        } else {
+          sum += (byte & 15) * x[2 * p + k] + (byte >> 4) * x[16 + 2 * p + k];
+        }
+      }
+    }
+    if constexpr (kType == kQ4_0) sum -= 8 * a.s[b];
+  }
+}
+
+template <GgmlType kType, size_t R>
+HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
+                              float* HWY_RESTRICT y, size_t ldy) {
+  constexpr size_t kGB = kPackRows * packed_block_bytes(kType);
+  for (size_t i = 0; i < R; ++i) {
+    for (size_t r = 0; r < kPackRows; ++r) {
+      float acc = 0.f;
+      for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = grp + b * kGB;
+        int32_t sum, msum;
+        ScalarPackedSums<kType>(blk, r, A[i], b, sum, msum);
+        const float dx = A[i].d[b];
+        acc = acc + static_cast<float>(sum) * (PackedF16(blk, kPackedD, r) * dx);
+        if constexpr (kType == kQ4_K) {
+          acc = acc + static_cast<float>(msum) * (-PackedF16(blk, kQ4KDmin, r) * dx);
+        }
+      }
+      y[i * ldy + r] = acc;
+    }
+  }
+}
+#else
+// Up to 8 activation rows per unpacked weight block where there are 32 vector registers (16 rows x
+// 8 tokens = 8 int32 accumulators per slice), else 4. Only the order of work depends on it.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr size_t kPackR = 8;
+#else
+constexpr size_t kPackR = 4;
+#endif
+
+#define TOWERS_ACT_AT(i) const int16_t* HWY_RESTRICT aq##i = A[i].q + e; (void)aq##i;
+// Exact int32 sums of one slice (rows sl.., one int32 lane each) of packed block b with up to 8
+// activation rows: s_i for the d_w term, m_i for Q4_K's min term (zero for the other types).
+template <GgmlType kType, size_t R, class D32, class V32>
+HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, const ActRow* A,
+                           size_t b, TOWERS_V8(s), TOWERS_V8(m)) {
+  const hn::Repartition<int16_t, D32> d16;
+  const hn::RebindToUnsigned<decltype(d16)> du16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const auto k15 = hn::Set(du16, uint16_t{15});
+  const size_t e = b * act_block(kType);
+  TOWERS_ALL8(TOWERS_ACT_AT)
+  const auto z = hn::Zero(d32);
+  s0 = z, s1 = z, s2 = z, s3 = z, s4 = z, s5 = z, s6 = z, s7 = z;
+  m0 = z, m1 = z, m2 = z, m3 = z, m4 = z, m5 = z, m6 = z, m7 = z;
+  TOWERS_ZERO8(u, z)
+  if constexpr (kType == kQ8_0) {
+    const hn::Rebind<int8_t, decltype(d16)> di8;
+    const int8_t* HWY_RESTRICT qs = reinterpret_cast<const int8_t*>(blk + kPackedQs) + 2 * sl;
+    for (size_t p = 0; p < 16; ++p) {
+      const auto w = hn::PromoteTo(d16, hn::LoadU(di8, qs + 32 * p));
+#define TOWERS_MAC(i) s##i = hn::ReorderWidenMulAccumulate(d32, w, PairAt(d16, aq##i + 2 * p), s##i, u##i);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+#define TOWERS_FIN(i) s##i = hn::RearrangeToOddPlusEven(s##i, u##i);
+    TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+  } else if constexpr (kType == kQ4_0) {
+    const uint8_t* HWY_RESTRICT qs = blk + kPackedQs + 2 * sl;
+    for (size_t p = 0; p < 8; ++p) {
+      const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qs + 32 * p));
+      const auto lo = hn::BitCast(d16, hn::And(bytes, k15));       // elements 2p, 2p+1
+      const auto hi = hn::BitCast(d16, hn::ShiftRight<4>(bytes));  // elements 2p+16, 2p+17
+#define TOWERS_MAC(i)                                                                    \
+  s##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + 2 * p), s##i, u##i); \
+  s##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + 16 + 2 * p), s##i, u##i);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+    // sum (q - 8) * x = sum q * x - 8 * sum x, exactly in int32.
+#define TOWERS_FIN(i) s##i = hn::Sub(hn::RearrangeToOddPlusEven(s##i, u##i), hn::Set(d32, 8 * A[i].s[b]));
+    TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+  } else if constexpr (kType == kQ6_K) {
+    // Per 16-element scale group: int32 sums of (q - 32) * x, times the row's int8 scale.
+    const hn::Rebind<int8_t, D32> di8x32;
+    const auto k48 = hn::Set(du16, uint16_t{48});
+    const auto k32 = hn::Set(du16, uint16_t{32});
+    const int8_t* HWY_RESTRICT sc = reinterpret_cast<const int8_t*>(blk + kQ6KScales) + sl;
+    const uint8_t* HWY_RESTRICT q = blk + kQ6KGroups + 2 * sl;
+    for (size_t g = 0; g < 16; ++g) {
+      const uint8_t* HWY_RESTRICT ql = q + g * kQ6KGroupBytes;
+      const uint8_t* HWY_RESTRICT qh = ql + 128;
+      TOWERS_ZERO8(g, z)
+      TOWERS_ZERO8(gu, z)
+      const size_t eg = 16 * g;
+      for (size_t ph = 0; ph < 2; ++ph) {
+        const auto H = hn::PromoteTo(du16, hn::LoadU(du8, qh + 32 * ph));
+        for (size_t pl = 0; pl < 2; ++pl) {
+          const size_t p = 2 * ph + pl;
+          const auto L = hn::PromoteTo(du16, hn::LoadU(du8, ql + 32 * p));
+          const auto Hs = pl ? hn::ShiftRight<4>(H) : H;
+          const auto lo = hn::BitCast(
+              d16, hn::Sub(hn::Or(hn::And(L, k15), hn::And(hn::ShiftLeft<4>(Hs), k48)), k32));
+          const auto hi = hn::BitCast(
+              d16, hn::Sub(hn::Or(hn::ShiftRight<4>(L), hn::And(hn::ShiftLeft<2>(Hs), k48)), k32));
+#define TOWERS_MAC(i)                                                                           \
+  g##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + eg + 2 * p), g##i, gu##i); \
+  g##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + eg + 8 + 2 * p), g##i, gu##i);
+          TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+        }
+      }
+      const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, sc + 16 * g));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(g##i, gu##i), scv));
+      TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+    }
+  } else {
+    static_assert(kType == kQ4_K);
+    // Per 32-element sub-block j: int32 sums of q * x (q in 0..15), times the row's 6-bit scale
+    // (|sum| <= 15 * 127 * 32, times 63, times 8 sub-blocks < 2^31). Chunk p of part c holds
+    // sub-block 2c's elements 2p, 2p+1 (low nibbles) and sub-block 2c+1's (high nibbles).
+    const hn::Rebind<uint8_t, D32> du8x32;
+    const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales + sl;
+    const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants + 2 * sl;
+    // Up to 4 tokens: both sub-blocks of a part at once (each chunk unpacked once).
+    if constexpr (R <= 4) for (size_t c = 0; c < 4; ++c) {
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(h, z)
+      TOWERS_ZERO8(lu, z)
+      TOWERS_ZERO8(hu, z)
+      const uint8_t* HWY_RESTRICT qc = q + 512 * c;
+      const size_t ec = 64 * c;
+      for (size_t p = 0; p < 16; ++p) {
+        const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qc + 32 * p));
+        const auto lo = hn::BitCast(d16, hn::And(bytes, k15));
+        const auto hi = hn::BitCast(d16, hn::ShiftRight<4>(bytes));
+#define TOWERS_MAC(i)                                                                               \
+  l##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + ec + 2 * p), l##i, lu##i);      \
+  h##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + ec + 32 + 2 * p), h##i, hu##i);
+        TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+      const auto scl = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c));
+      const auto sch = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c + 16));
+#define TOWERS_SC(i)                                                                  \
+  s##i = hn::Add(s##i, hn::Add(hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scl), \
+                               hn::Mul(hn::RearrangeToOddPlusEven(h##i, hu##i), sch)));
+      TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+    }
+    // 5 to 8 tokens: one sub-block j = 2c + half at a time (the low or high nibbles of part c's
+    // chunks), so fewer accumulators are live (no spills); the chunks are unpacked once per half.
+    if constexpr (R > 4) for (size_t j = 0; j < 8; ++j) {
+      const size_t c = j / 2, half = j % 2;
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(lu, z)
+      const uint8_t* HWY_RESTRICT qc = q + 512 * c;
+      const size_t ej = 64 * c + 32 * half;
+      for (size_t p = 0; p < 16; ++p) {
+        const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qc + 32 * p));
+        const auto w = hn::BitCast(d16, half ? hn::ShiftRight<4>(bytes) : hn::And(bytes, k15));
+#define TOWERS_MAC(i) l##i = hn::ReorderWidenMulAccumulate(d32, w, PairAt(d16, aq##i + ej + 2 * p), l##i, lu##i);
+        TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+      const auto scj = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 16 * j));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scj));
+      TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+    }
+    // Min term: sum_j min_j * bsum_j (the activation's 32-element sums).
+    Q4KMinSums<R>(d32, blk + kQ4KMins + 2 * sl, A, b, m0, m1, m2, m3, m4, m5, m6, m7);
+  }
+}
+#undef TOWERS_ACT_AT
+
+constexpr size_t kPrefetchBytes = 4096;  // how far ahead PackedGroup prefetches weights (decode)
+
+// acc (one slice of a token's 16 rows) += (s as f32) * (dw * dx): the only f32 rounding steps.
+template <class DF, class V32>
+HWY_INLINE void AccumulateSlice(DF df, float* HWY_RESTRICT acc, V32 s, hn::Vec<DF> dw, float dx) {
+  hn::Store(hn::MulAdd(hn::ConvertTo(df, s), hn::Mul(dw, hn::Set(df, dx)), hn::Load(df, acc)), df, acc);
+}
+
+template <GgmlType kType, size_t R>
+HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
+                              float* HWY_RESTRICT y, size_t ldy) {
+  const hn::CappedTag<int32_t, kPackRows> d32;
+  const hn::Rebind<float, decltype(d32)> df;
+  const hn::Rebind<hwy::float16_t, decltype(d32)> dh;
+  const size_t NR = hn::Lanes(d32);  // rows per slice
+  using V32 = hn::Vec<decltype(d32)>;
+  constexpr size_t kGB = kPackRows * packed_block_bytes(kType);
+  // Exact int32 sums of slice sl of block b (blk) for every token (the target's best kernel).
+  auto block_sums = [&](const uint8_t* HWY_RESTRICT blk, size_t sl, size_t b, TOWERS_V8(s), TOWERS_V8(m)) {
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = hn::Zero(d32);
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = s0;
+#if HWY_TARGET == HWY_AVX3_DL
+    if constexpr (kVnni<kType>) {
+      PackedSumsVnni<kType, R>(d32, blk, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+      return;
+    }
+#endif
+    PackedSums<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+  };
+  // Decode streams each weight byte once: ask for the bytes 4 KiB ahead (past the group's end, the
+  // next group's). Measured with 1 GB of packed Q4_0 (2 threads, 6 interleaved pairs): +6% at 2
+  // threads, +25% at 1; 1 KiB, 8 KiB and 16 KiB ahead were worse. Prefill is compute-bound (R > 2)
+  // and skips it. A prefetch never faults, even past the buffer.
+  auto prefetch = [](const uint8_t* blk) {
+    if constexpr (R <= 2) {
+      for (size_t o = 0; o < kGB; o += 64) hwy::Prefetch(blk + kPrefetchBytes + o);
+    }
+  };
+  if (R <= 2 && NR == kPackRows) {
+    // Decode, and one slice holds all 16 rows (AVX-512): the accumulators stay in registers.
+    // (Through memory, each block's multiply-add waited on the previous block's store: a dependency
+    // chain per block. With more tokens the extra registers made the kernels spill.) The operations
+    // are those of AccumulateSlice, in the same order: the same bits.
+    auto a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (size_t b = 0; b < nb; ++b) {
+      const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
+      prefetch(blk);
+      const auto* HWY_RESTRICT f16 = reinterpret_cast<const hwy::float16_t*>(blk + kPackedD);
+      V32 s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7;
+      block_sums(blk, 0, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+      const auto dw = hn::PromoteTo(df, hn::LoadU(dh, f16));
+#define TOWERS_ACC(i) a##i = hn::MulAdd(hn::ConvertTo(df, s##i), hn::Mul(dw, hn::Set(df, A[i].d[b])), a##i);
+      TOWERS_EACH_P(TOWERS_ACC)
+#undef TOWERS_ACC
+      if constexpr (kType == kQ4_K) {
+        const auto ndmin = hn::Neg(hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows)));
+#define TOWERS_ACC(i) a##i = hn::MulAdd(hn::ConvertTo(df, m##i), hn::Mul(ndmin, hn::Set(df, A[i].d[b])), a##i);
+        TOWERS_EACH_P(TOWERS_ACC)
+#undef TOWERS_ACC
+      }
+    }
+#define TOWERS_OUT(i) hn::StoreU(a##i, df, y + (i) * ldy);
+    TOWERS_EACH_P(TOWERS_OUT)
+#undef TOWERS_OUT
+    return;
+  }
+  HWY_ALIGN float acc[kMaxPackR * kPackRows];
+  for (size_t i = 0; i < R * kPackRows; ++i) acc[i] = 0.f;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* HWY_RESTRICT blk = grp + b * kGB;
+    prefetch(blk);
+    const auto* HWY_RESTRICT f16 = reinterpret_cast<const hwy::float16_t*>(blk + kPackedD);
+    for (size_t sl = 0; sl < kPackRows; sl += NR) {
+      V32 s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7;
+      block_sums(blk, sl, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+      const auto dw = hn::PromoteTo(df, hn::LoadU(dh, f16 + sl));
+#define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, s##i, dw, A[i].d[b]);
+      TOWERS_EACH_P(TOWERS_ACC)
+#undef TOWERS_ACC
+      if constexpr (kType == kQ4_K) {
+        const auto ndmin = hn::Neg(hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows + sl)));
+#define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, m##i, ndmin, A[i].d[b]);
+        TOWERS_EACH_P(TOWERS_ACC)
+#undef TOWERS_ACC
+      }
+    }
+  }
+  for (size_t i = 0; i < R; ++i) std::memcpy(y + i * ldy, acc + i * kPackRows, kPackRows * sizeof(float));
+}
+#endif  // HWY_TARGET == HWY_SCALAR
+
+template <GgmlType kType>
+void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, size_t act_stride,
+                    size_t T, size_t n, float* y, size_t ldy) {
+  const size_t nb = n / act_block(kType);
+  const size_t gbytes = nb * kPackRows * packed_block_bytes(kType);
+  // Token tiles whose activations stay in L2 while the groups stream past them (order only).
+  constexpr size_t kActBudget = 256 * 1024;
+  // Q6_K's madd kernel spills with 8 tokens (its 6-bit unpacking needs more registers): 4.
+  constexpr size_t kR = kType == kQ6_K && !kVnni<kType> ? std::min<size_t>(kPackR, 4) : kPackR;
+  constexpr size_t kMaxSteps = 32;  // token steps per tile (bounds the tile's ActRow table)
+  const size_t tb = std::min(kMaxSteps * kR, std::max<size_t>(kR, (kActBudget / act_stride) / kR * kR));
+  // The activation rows of one token tile, kR at a time (built once per tile, not once per group).
+  std::array<ActRow, kMaxPackR> tiles[kMaxSteps];
+  for (size_t t0 = 0; t0 < T; t0 += tb) {
+    const size_t t1 = std::min(T, t0 + tb);
+    for (size_t t = t0; t < t1; t += kR) {
+      const size_t cnt = std::min(kR, t1 - t);
+      for (size_t i = 0; i < kMaxPackR; ++i) {
+        tiles[(t - t0) / kR][i] = act_row(kType, act + (t + (i < cnt ? i : 0)) * act_stride, n);
+      }
+    }
+    for (size_t g = 0; g < groups; ++g) {
+      const uint8_t* grp = packed + g * gbytes;
+      for (size_t t = t0; t < t1; t += kR) {
+        const size_t cnt = std::min(kR, t1 - t);
+        const ActRow* A = tiles[(t - t0) / kR].data();
+        float* yo = y + t * ldy + g * kPackRows;
+        switch (cnt) {
+          case 8: PackedGroup<kType, kR == 8 ? 8 : 1>(grp, A, nb, yo, ldy); break;
+          case 7: PackedGroup<kType, kR == 8 ? 7 : 1>(grp, A, nb, yo, ldy); break;
+          case 6: PackedGroup<kType, kR == 8 ? 6 : 1>(grp, A, nb, yo, ldy); break;
+          case 5: PackedGroup<kType, kR == 8 ? 5 : 1>(grp, A, nb, yo, ldy); break;
+          case 4: PackedGroup<kType, 4>(grp, A, nb, yo, ldy); break;
+          case 3: PackedGroup<kType, 3>(grp, A, nb, yo, ldy); break;
+          case 2: PackedGroup<kType, 2>(grp, A, nb, yo, ldy); break;
+          default: PackedGroup<kType, 1>(grp, A, nb, yo, ldy); break;
+        }
+      }
+    }
+  }
+}
+
+void GemmPacked(uint32_t type, const void* packed, size_t groups, const void* act, size_t act_stride,
+                size_t T, size_t n, float* y, size_t ldy) {
+  const auto* pb = static_cast<const uint8_t*>(packed);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  switch (static_cast<GgmlType>(type)) {
+    case kQ4_0: return GemmPackedType<kQ4_0>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ8_0: return GemmPackedType<kQ8_0>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ4_K: return GemmPackedType<kQ4_K>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ6_K: return GemmPackedType<kQ6_K>(pb, groups, ab, act_stride, T, n, y, ldy);
+    default: return;
+  }
+}
+
+
+const char* QuantDotTarget() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace towers::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace towers::simd {
+HWY_EXPORT(GemmPacked);
+HWY_EXPORT(QuantDotTarget);
+
+const char* quant_dot_target() { return HWY_DYNAMIC_DISPATCH(QuantDotTarget)(); }
+
+void gemm_packed(uint32_t t, const void* packed, size_t groups, const void* act, size_t act_stride,
+                 size_t T, size_t n, float* y, size_t ldy) {
+  if (!has_packed(t) || groups == 0 || T == 0) return;
+  HWY_DYNAMIC_DISPATCH(GemmPacked)(t, packed, groups, act, act_stride, T, n, y, ldy);
+}
+}  // namespace towers::simd
+#endif

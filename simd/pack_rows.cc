@@ -1,0 +1,103 @@
+// The packing transforms of simd/quant_dot.h: ggml rows (simd/ggml_blocks.h) into groups of
+// kPackRows = 16 rows, block by block, in the layouts gemm_packed reads. Scalar, target-independent
+// (run once at load time).
+#include <cstring>
+
+#include "simd/quant_dot.h"
+#include "simd/quant_layout.h"
+
+namespace towers::simd {
+
+namespace {
+using namespace qd;  // NOLINT
+
+// Calls pack_one(ggml block, packed block, r) for block b of row r of every group g, the packed
+// block being block b of group g (kPackRows * packed_block_bytes(t) bytes each).
+template <class Block, class PackOne>
+void pack_groups(GgmlType t, const uint8_t* src, size_t row_stride, size_t groups, size_t n, uint8_t* dst,
+                 PackOne pack_one) {
+  const size_t nb = n / act_block(t), pb = kPackRows * packed_block_bytes(t);
+  for (size_t g = 0; g < groups; ++g) {
+    for (size_t b = 0; b < nb; ++b) {
+      for (size_t r = 0; r < kPackRows; ++r) {
+        const auto* row = reinterpret_cast<const Block*>(src + (g * kPackRows + r) * row_stride);
+        pack_one(row[b], dst + (g * nb + b) * pb, r);
+      }
+    }
+  }
+}
+
+// Element e (0..255) of a Q6_K block as its unsigned 6-bit code (the layout in ggml_blocks.h).
+int q6k_code(const BlockQ6_K& blk, size_t e) {
+  const size_t h = e / 128, l = e % 128, quarter = l / 32, ll = l % 32;
+  const uint8_t L = blk.ql[64 * h + ll + 32 * (quarter & 1)];
+  const int lo4 = quarter >= 2 ? L >> 4 : L & 15;
+  const int hi2 = (blk.qh[32 * h + ll] >> (2 * quarter)) & 3;
+  return lo4 | hi2 << 4;
+}
+
+void pack_q6k(const BlockQ6_K& blk, uint8_t* o, size_t r) {
+  std::memcpy(o + kPackedD + 2 * r, blk.d.bytes, 2);
+  for (size_t sg = 0; sg < 16; ++sg) o[kQ6KScales + kPackRows * sg + r] = static_cast<uint8_t>(blk.scales[sg]);
+  for (size_t sg = 0; sg < 16; ++sg) {
+    uint8_t* ql = o + kQ6KGroups + sg * kQ6KGroupBytes;
+    uint8_t* qh = ql + 128;
+    for (size_t p = 0; p < 4; ++p) {
+      for (size_t k = 0; k < 2; ++k) {
+        const int lo = q6k_code(blk, 16 * sg + 2 * p + k), hi = q6k_code(blk, 16 * sg + 8 + 2 * p + k);
+        ql[32 * p + 2 * r + k] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+        uint8_t& h = qh[32 * (p / 2) + 2 * r + k];
+        if (p % 2 == 0) h = 0;
+        h |= static_cast<uint8_t>(((lo >> 4) | (hi >> 4) << 2) << (4 * (p % 2)));
+      }
+    }
+  }
+}
+
+void pack_q4k(const BlockQ4_K& blk, uint8_t* o, size_t r) {
+  std::memcpy(o + kPackedD + 2 * r, blk.d.bytes, 2);
+  std::memcpy(o + kQ4KDmin + 2 * r, blk.dmin.bytes, 2);
+  uint8_t sc[8], mn[8];
+  unpack_scale_min_k4(blk.scales, sc, mn);
+  for (size_t j = 0; j < 8; ++j) {
+    o[kQ4KScales + kPackRows * j + r] = sc[j];
+    o[kQ4KMins + 2 * kPackRows * (j / 2) + 2 * r + j % 2] = mn[j];
+  }
+  for (size_t c = 0; c < 4; ++c) {
+    for (size_t p = 0; p < 16; ++p) {
+      std::memcpy(o + kQ4KQuants + 512 * c + 32 * p + 2 * r, blk.qs + 32 * c + 2 * p, 2);
+    }
+  }
+}
+
+// Q4_0 and Q8_0: d, then the quant bytes in pairs (the chunks of quant_dot.h).
+template <class Block>
+void pack_legacy(const Block& blk, uint8_t* o, size_t r) {
+  std::memcpy(o + kPackedD + 2 * r, blk.d.bytes, 2);
+  for (size_t p = 0; p < sizeof(blk.qs) / 2; ++p) std::memcpy(o + kPackedQs + 32 * p + 2 * r, blk.qs + 2 * p, 2);
+}
+}  // namespace
+
+bool has_packed(uint32_t t) {
+  const GgmlType type = static_cast<GgmlType>(t);
+  return type == kQ4_0 || type == kQ8_0 || type == kQ4_K || type == kQ6_K;
+}
+
+size_t packed_group_bytes(uint32_t t, size_t n) {
+  const GgmlType type = static_cast<GgmlType>(t);
+  return has_packed(t) ? kPackRows * qd::packed_block_bytes(type) * (n / qd::act_block(type)) : 0;
+}
+
+void pack_rows(uint32_t t, const void* w, size_t row_stride, size_t groups, size_t n, void* out) {
+  const auto* src = static_cast<const uint8_t*>(w);
+  auto* dst = static_cast<uint8_t*>(out);
+  switch (static_cast<GgmlType>(t)) {
+    case GgmlType::Q4_0: return pack_groups<BlockQ4_0>(kQ4_0, src, row_stride, groups, n, dst, pack_legacy<BlockQ4_0>);
+    case GgmlType::Q8_0: return pack_groups<BlockQ8_0>(kQ8_0, src, row_stride, groups, n, dst, pack_legacy<BlockQ8_0>);
+    case GgmlType::Q4_K: return pack_groups<BlockQ4_K>(kQ4_K, src, row_stride, groups, n, dst, pack_q4k);
+    case GgmlType::Q6_K: return pack_groups<BlockQ6_K>(kQ6_K, src, row_stride, groups, n, dst, pack_q6k);
+    default: return;
+  }
+}
+
+}  // namespace towers::simd

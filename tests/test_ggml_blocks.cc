@@ -1,0 +1,115 @@
+// simd/ggml_blocks.h: the block structs have ggml's byte offsets (as ggml-quants.c indexes them), the
+// geometry engine/ggml_type reports comes from them, and the 6-bit scale/min packing of Q4_K/Q5_K is
+// ggml's get_scale_min_k4 (written out here per element) and its inverse.
+#include <cstddef>
+#include <cstdint>
+#include <random>
+
+#include <doctest/doctest.h>
+
+#include "engine/ggml_type.h"
+#include "simd/ggml_blocks.h"
+
+using namespace towers;
+using namespace towers::simd;
+
+namespace {
+
+// ggml's get_scale_min_k4, element by element.
+void ggml_scale_min(int j, const uint8_t* q, int& scale, int& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ggml_blocks: field offsets are ggml's") {
+  // The byte offsets ggml-quants.c's readers use (x[i].d, x[i].qs, ... from the block start).
+  CHECK(offsetof(BlockQ4_0, qs) == 2);
+  CHECK(offsetof(BlockQ4_1, m) == 2);
+  CHECK(offsetof(BlockQ4_1, qs) == 4);
+  CHECK(offsetof(BlockQ5_0, qh) == 2);
+  CHECK(offsetof(BlockQ5_0, qs) == 6);
+  CHECK(offsetof(BlockQ5_1, qh) == 4);
+  CHECK(offsetof(BlockQ5_1, qs) == 8);
+  CHECK(offsetof(BlockQ8_0, qs) == 2);
+  CHECK(offsetof(BlockQ8_1, qs) == 4);
+  CHECK(offsetof(BlockQ2_K, qs) == 16);
+  CHECK(offsetof(BlockQ2_K, d) == 80);
+  CHECK(offsetof(BlockQ3_K, scales) == 96);
+  CHECK(offsetof(BlockQ3_K, d) == 108);
+  CHECK(offsetof(BlockQ4_K, dmin) == 2);
+  CHECK(offsetof(BlockQ4_K, scales) == 4);
+  CHECK(offsetof(BlockQ4_K, qs) == 16);
+  CHECK(offsetof(BlockQ5_K, qh) == 16);
+  CHECK(offsetof(BlockQ5_K, qs) == 48);
+  CHECK(offsetof(BlockQ6_K, qh) == 128);
+  CHECK(offsetof(BlockQ6_K, scales) == 192);
+  CHECK(offsetof(BlockQ6_K, d) == 208);
+  CHECK(offsetof(BlockQ8_K, bsums) == 260);
+  // Alignment 1: a block may start at any byte of a mapped file.
+  CHECK(alignof(BlockQ4_0) == 1);
+  CHECK(alignof(BlockQ6_K) == 1);
+  CHECK(alignof(BlockQ8_K) == 1);
+}
+
+TEST_CASE("ggml_blocks: ggml_type_traits reports the structs' geometry") {
+  // Every id GGUF numbers 0..39: known ones have the struct's shape, the others none.
+  for (uint32_t raw = 0; raw < 40; ++raw) {
+    CAPTURE(raw);
+    const auto tr = ggml_type_traits(raw);
+    const BlockShape shape = block_shape(static_cast<GgmlType>(raw));
+    CHECK(tr.has_value() == (shape.elems != 0));
+    if (!tr) continue;
+    CHECK(tr->block_elems == shape.elems);
+    CHECK(tr->block_bytes == shape.bytes);
+  }
+  CHECK(block_shape(GgmlType::Q4_K).bytes == 144);
+  CHECK(block_shape(GgmlType::Q6_K).elems == 256);
+  CHECK(row_bytes(GgmlType::Q8_0, 64) == 68);
+}
+
+TEST_CASE("ggml_blocks: Half is two little-endian bytes") {
+  Half h{};
+  h.set(1.0f);
+  CHECK(h.bytes[0] == 0x00);
+  CHECK(h.bytes[1] == 0x3C);
+  CHECK(h.bits() == 0x3C00);
+  CHECK(h.to_f32() == 1.0f);
+  h.set_bits(0xC000);
+  CHECK(h.to_f32() == -2.0f);
+}
+
+TEST_CASE("ggml_blocks: unpack_scale_min_k4 is ggml's get_scale_min_k4; pack_scale_min_k4 inverts it") {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255), six(0, 63);
+  for (int trial = 0; trial < 20000; ++trial) {
+    uint8_t q[kKScaleBytes];
+    for (auto& b : q) b = static_cast<uint8_t>(byte(rng));
+    uint8_t sc[8], mn[8];
+    unpack_scale_min_k4(q, sc, mn);
+    for (int j = 0; j < 8; ++j) {
+      int want_sc, want_mn;
+      ggml_scale_min(j, q, want_sc, want_mn);
+      REQUIRE(sc[j] == want_sc);
+      REQUIRE(mn[j] == want_mn);
+    }
+    // Any 8 + 8 six-bit values survive pack then unpack.
+    uint8_t ls[8], lm[8], packed[kKScaleBytes], sc2[8], mn2[8];
+    for (int j = 0; j < 8; ++j) {
+      ls[j] = static_cast<uint8_t>(six(rng));
+      lm[j] = static_cast<uint8_t>(six(rng));
+    }
+    pack_scale_min_k4(ls, lm, packed);
+    unpack_scale_min_k4(packed, sc2, mn2);
+    for (int j = 0; j < 8; ++j) {
+      REQUIRE(sc2[j] == ls[j]);
+      REQUIRE(mn2[j] == lm[j]);
+    }
+  }
+}
