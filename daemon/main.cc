@@ -13,6 +13,7 @@
 #include "daemon/http_server.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/routes.h"
 #include "daemon/scheduler.h"
 #include "daemon/service.h"
 #include "daemon/state_store.h"
@@ -198,10 +199,14 @@ int main(int argc, char** argv) {
   std::string model_id = std::filesystem::path(cfg.model_path).stem().string();
   Service svc{cfg, m, pool, scheduler, catalog, metrics, prompts, model_id};
   if (cfg.cold_enabled) svc.compressor = &compressor;
+  ho.on_response = [&metrics](std::string_view method, std::string_view path, int status, double seconds) {
+    metrics.request_done(route_label(path), method_label(method), status, seconds);
+  };
   HttpServer server(ho, [&svc](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
     handle_request(svc, req, *out);
   });
   if (Status st = server.start(); !st.ok()) return die(1, st.message());
+  svc.http = &server;
   svc.ready = true;
   log_info("listening on " + cfg.socket_path + (cfg.tcp_listen.empty() ? "" : " and " + cfg.tcp_listen) +
            (cfg.tcp_listen.empty() || !ho.api_key.empty() ? "" : " (TCP without server.api_key_file: any local user may connect)"));

@@ -35,6 +35,7 @@ struct Service {
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
   Compressor* compressor = nullptr;  // the cold tier's background compressor
+  const HttpServer* http = nullptr;  // its connection counters, for /metrics
 };
 
 void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out);
