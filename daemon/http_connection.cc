@@ -365,6 +365,7 @@ void Connection::response_complete() {
 }
 
 void Connection::linger() {
+  if (!edge_->lingering || !edge_->lingering(this)) return close(false);
   set_phase(Phase::Linger);
   error_code ec;
   socket_.shutdown(asio::socket_base::shutdown_send, ec);

@@ -48,8 +48,10 @@ struct Edge {
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> header_timeouts{0}, body_timeouts{0}, idle_timeouts{0}, dropped_slow_readers{0},
       client_disconnects{0};
-  // Called on the connection's strand once it is closed.
+  // Called on the connection's strand once it is closed; and when it has answered for the last
+  // time (false: too many linger already, close at once).
   std::function<void(Connection*)> closed;
+  std::function<bool(Connection*)> lingering;
 };
 
 // A connection refused before any request: the answer it gets once its header is in.

@@ -26,19 +26,29 @@ using Acceptor = asio::basic_socket_acceptor<asio::generic::stream_protocol>;
 
 namespace {
 
-// File descriptors kept for everything but connections (model, state log, warm-tier files,
-// io_uring, epoll, eventfds, listening sockets).
-constexpr long kFdReserve = 32;
-// Connections being refused at once, per kind (peer refused / over a limit); beyond it a refused
-// connection is closed without an answer.
+// File descriptors kept for everything but connections (an idle towerd holds about 12: state log
+// and lock, io_uring, epoll, eventfd, timerfd, listening sockets; warm-tier files come and go).
+constexpr long kFdReserve = 24;
+// Connections being refused (per kind: peer refused, over a limit) or lingering after their last
+// answer, at once; beyond it a refused connection is closed without an answer and a finished one
+// closed without lingering.
 constexpr int kLaneCap = 8;
 constexpr auto kFdBackoff = std::chrono::milliseconds(100);  // accept paused when out of descriptors
+constexpr auto kFdLogEvery = std::chrono::seconds(10);
 constexpr int64_t kTcpKey = -1;                               // every TCP peer counts as one "uid"
+// An idle connection may be closed for a newcomer once it has been idle this long: a client that
+// just connected has its request on the way, and one that was just answered may be sending the next.
+constexpr auto kReclaimAfter = std::chrono::milliseconds(500);
 
 bool out_of_descriptors(const error_code& ec) {
   return ec == asio::error::no_descriptors || ec.value() == ENFILE || ec == asio::error::no_buffer_space ||
          ec == asio::error::no_memory;
 }
+
+// What a registered connection occupies: a connection slot (counted in the total and its key's
+// share), or one of the small lanes beside them.
+enum class Slot { Admitted, RefusingPeer, RefusingLimit, Lingering };
+constexpr int kLanes = 4;
 
 }  // namespace
 
@@ -54,39 +64,54 @@ struct HttpServer::Impl {
     std::unique_ptr<Acceptor> acceptor;
     bool tcp;
     asio::steady_timer backoff;
-    bool exhausted = false;  // in an out-of-descriptors episode (logged once)
+    Clock::time_point fd_logged{};  // out of descriptors: logged at most every kFdLogEvery
+    uint64_t fd_failures = 0;       // since that log line
   };
   std::vector<std::unique_ptr<Listener>> listeners;
 
+  struct Entry {
+    std::shared_ptr<Connection> conn;
+    Slot slot;
+  };
   mutable std::mutex mu;
   std::condition_variable idle;
-  std::unordered_map<Connection*, std::shared_ptr<Connection>> conns;  // admitted ones and lanes
-  std::unordered_map<Connection*, bool> lanes;                          // lane -> refused peer?
-  std::map<int64_t, int> per_key;
-  int open = 0, lane_count[2] = {0, 0};
+  std::unordered_map<Connection*, Entry> conns;  // every connection not closed yet
+  std::map<int64_t, int> per_key;                // admitted connections by key
+  int count[kLanes] = {0, 0, 0, 0};              // by Slot
   int limit = 0, per_limit = 0;
   std::set<uint32_t> refused_uids_logged;
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> accepted{0}, refused_peer{0}, refused_limit{0}, reclaimed{0}, fd_exhausted{0};
 
-  explicit Impl(HttpServerOptions o)
-      : peers(o.allowed_uids, o.allowed_gids, o.socket_gid) {
+  explicit Impl(HttpServerOptions o) : peers(o.allowed_uids, o.allowed_gids, o.socket_gid) {
     edge->options = std::move(o);
+    edge->closed = [this](Connection* c) {
+      std::lock_guard lock(mu);
+      forget_locked(c);
+    };
+    edge->lingering = [this](Connection* c) {
+      std::lock_guard lock(mu);
+      auto it = conns.find(c);
+      if (it == conns.end() || count[static_cast<int>(Slot::Lingering)] >= kLaneCap) return false;
+      move_locked(it->second, Slot::Lingering);  // answered: its slot serves someone else now
+      return true;
+    };
   }
 
   static int64_t key_of(const Connection& c) { return c.tcp() ? kTcpKey : c.uid(); }
 
   void set_limits() {
     limit = std::max(1, opt.max_connections);
+    const long lanes = 3 * kLaneCap;  // refusals of both kinds and lingering ones
     rlimit r{};
     if (::getrlimit(RLIMIT_NOFILE, &r) == 0) {
-      const rlim_t want = static_cast<rlim_t>(limit + kFdReserve + 2 * kLaneCap);
+      const rlim_t want = static_cast<rlim_t>(limit + kFdReserve + lanes);
       if (r.rlim_cur < want && r.rlim_cur < r.rlim_max) {
         r.rlim_cur = std::min(want, r.rlim_max);
         ::setrlimit(RLIMIT_NOFILE, &r);
         ::getrlimit(RLIMIT_NOFILE, &r);
       }
-      const long room = static_cast<long>(r.rlim_cur) - kFdReserve - 2 * kLaneCap;
+      const long room = static_cast<long>(r.rlim_cur) - kFdReserve - lanes;
       if (room < limit) {
         limit = static_cast<int>(std::max(4L, room));
         log_warn("server.max_connections " + std::to_string(opt.max_connections) + " lowered to " +
@@ -113,22 +138,22 @@ struct HttpServer::Impl {
       }
       // Retrying at once would spin: the socket stays readable. Make room or wait.
       fd_exhausted++;
+      l.fd_failures++;
       const bool freed = reclaim_any();
-      if (!l.exhausted) {
-        l.exhausted = true;
-        log_warn("out of file descriptors (" + ec.message() + ") with " + std::to_string(stats_open()) +
-                 " connections open: " + (freed ? "closed an idle one" : "accepting paused") +
-                 "; raise ulimit -n or lower server.max_connections");
+      if (Clock::now() - l.fd_logged >= kFdLogEvery) {
+        l.fd_logged = Clock::now();
+        log_warn("out of file descriptors (" + ec.message() + "): " + std::to_string(l.fd_failures) +
+                 " accepts failed, " + std::to_string(open_count()) + " connections open; " +
+                 (freed ? "closing an idle connection or a refusal" : "accepting paused") +
+                 " (raise ulimit -n or lower server.max_connections)");
+        l.fd_failures = 0;
       }
-      l.backoff.expires_after(freed ? std::chrono::milliseconds(1) : kFdBackoff);
+      // A freed descriptor is back once the victim's strand closed it: a short pause, not a spin.
+      l.backoff.expires_after(freed ? std::chrono::milliseconds(2) : kFdBackoff);
       l.backoff.async_wait([this, &l](error_code e) {
         if (!e) accept(l);
       });
       return;
-    }
-    if (l.exhausted) {
-      l.exhausted = false;
-      log_info("accepting connections again");
     }
     accepted++;
     admit(l.tcp, std::move(socket));
@@ -149,25 +174,26 @@ struct HttpServer::Impl {
     if (!tcp && (uid < 0 || !peers.allowed(static_cast<uint32_t>(uid), static_cast<uint32_t>(gid)))) {
       refused_peer++;
       log_refused_peer(uid, gid);
-      return start_lane(conn, true,
-                        {403, "permission_error",
-                         "uid " + std::to_string(uid) +
-                             " may not use this daemon (server.allowed_uids, allowed_gids, socket_group)"});
+      return start_refusal(conn, Slot::RefusingPeer,
+                           {403, "permission_error",
+                            "uid " + std::to_string(uid) +
+                                " may not use this daemon (server.allowed_uids, allowed_gids, socket_group)"});
     }
     const int64_t key = key_of(*conn);
     std::shared_ptr<Connection> victim;
     bool admitted = false;
     {
       std::lock_guard lock(mu);
-      const bool key_full = per_key[key] >= per_limit, total_full = open >= limit;
+      const bool key_full = per_key[key] >= per_limit;
+      const bool total_full = count[static_cast<int>(Slot::Admitted)] >= limit;
       if (key_full || total_full) {
-        victim = oldest_idle_locked(key_full ? std::optional<int64_t>(key) : std::nullopt);
+        victim = oldest_locked(Slot::Admitted, key_full ? std::optional<int64_t>(key) : std::nullopt);
         if (victim) forget_locked(victim.get());
       }
       if ((!key_full && !total_full) || victim) {
-        conns[conn.get()] = conn;
+        conns[conn.get()] = {conn, Slot::Admitted};
         per_key[key]++;
-        open++;
+        count[static_cast<int>(Slot::Admitted)]++;
         admitted = true;
       }
     }
@@ -177,40 +203,47 @@ struct HttpServer::Impl {
     }
     if (admitted) return asio::post(conn->executor(), [conn] { conn->start(); });
     refused_limit++;
-    start_lane(conn, false,
-               {503, "overloaded_error",
-                "too many connections (server.max_connections " + std::to_string(limit) +
-                    ", max_connections_per_uid " + std::to_string(per_limit) + "); retry shortly",
-                1});
+    start_refusal(conn, Slot::RefusingLimit,
+                  {503, "overloaded_error",
+                   "too many connections (server.max_connections " + std::to_string(limit) +
+                       ", max_connections_per_uid " + std::to_string(per_limit) + "); retry shortly",
+                   1});
   }
 
   // A refused connection gets its request header read and answered, unless too many are already.
-  void start_lane(const std::shared_ptr<Connection>& conn, bool peer, Refused why) {
+  void start_refusal(const std::shared_ptr<Connection>& conn, Slot slot, Refused why) {
     {
       std::lock_guard lock(mu);
-      if (lane_count[peer] >= kLaneCap) return;  // dropped: the socket closes with conn
-      lane_count[peer]++;
-      conns[conn.get()] = conn;
-      lanes[conn.get()] = peer;
+      if (count[static_cast<int>(slot)] >= kLaneCap) return;  // dropped: the socket closes with conn
+      count[static_cast<int>(slot)]++;
+      conns[conn.get()] = {conn, slot};
     }
     asio::post(conn->executor(), [conn, why = std::move(why)]() mutable { conn->start_refusal(std::move(why)); });
   }
 
-  // The connection idle longest (nothing of a request received), of one key or of any.
-  std::shared_ptr<Connection> oldest_idle_locked(std::optional<int64_t> key) const {
+  // Admitted: the connection idle longest (nothing of a request received, for kReclaimAfter), of
+  // one key or of any. Another slot: the oldest in it.
+  std::shared_ptr<Connection> oldest_locked(Slot slot, std::optional<int64_t> key = std::nullopt) const {
     std::shared_ptr<Connection> best;
-    for (const auto& [p, c] : conns) {
-      if (lanes.count(p) || c->phase() != Phase::Await || (key && key_of(*c) != *key)) continue;
-      if (!best || c->phase_since() < best->phase_since()) best = c;
+    const auto before = Clock::now() - kReclaimAfter;
+    for (const auto& [p, e] : conns) {
+      const Connection& c = *e.conn;
+      if (e.slot != slot || (key && key_of(c) != *key)) continue;
+      if (slot == Slot::Admitted && (c.phase() != Phase::Await || c.phase_since() > before)) continue;
+      if (!best || c.phase_since() < best->phase_since()) best = e.conn;
     }
     return best;
   }
 
+  // Out of descriptors: an idle connection goes, else a lingering one, else a refusal (its client
+  // sees a reset instead of a 403/503), so that accepting can go on.
   bool reclaim_any() {
     std::shared_ptr<Connection> victim;
     {
       std::lock_guard lock(mu);
-      victim = oldest_idle_locked(std::nullopt);
+      for (Slot s : {Slot::Admitted, Slot::Lingering, Slot::RefusingLimit, Slot::RefusingPeer}) {
+        if ((victim = oldest_locked(s))) break;
+      }
       if (victim) forget_locked(victim.get());
     }
     if (!victim) return false;
@@ -219,19 +252,26 @@ struct HttpServer::Impl {
     return true;
   }
 
+  void leave_slot_locked(const Entry& e) {
+    if (e.slot == Slot::Admitted) {
+      const int64_t key = key_of(*e.conn);
+      if (--per_key[key] == 0) per_key.erase(key);
+    }
+    count[static_cast<int>(e.slot)]--;
+    idle.notify_all();
+  }
+
+  void move_locked(Entry& e, Slot to) {
+    leave_slot_locked(e);
+    count[static_cast<int>(to)]++;
+    e.slot = to;
+  }
+
   void forget_locked(Connection* c) {
     auto it = conns.find(c);
     if (it == conns.end()) return;
-    if (auto l = lanes.find(c); l != lanes.end()) {
-      lane_count[l->second]--;
-      lanes.erase(l);
-    } else {
-      per_key[key_of(*c)]--;
-      if (per_key[key_of(*c)] == 0) per_key.erase(key_of(*c));
-      open--;
-    }
+    leave_slot_locked(it->second);
     conns.erase(it);
-    idle.notify_all();
   }
 
   void log_refused_peer(int uid, int gid) {
@@ -246,32 +286,28 @@ struct HttpServer::Impl {
     else log_debug(line);
   }
 
-  int stats_open() const {
+  int open_count() const {
     std::lock_guard lock(mu);
-    return open;
+    return count[static_cast<int>(Slot::Admitted)];
   }
 };
 
 HttpServer::HttpServer(HttpServerOptions options, Handler handler) : impl_(std::make_unique<Impl>(std::move(options))) {
   impl_->edge->handler = std::move(handler);
-  Impl* impl = impl_.get();
-  impl_->edge->closed = [impl](Connection* c) {
-    std::lock_guard lock(impl->mu);
-    impl->forget_locked(c);
-  };
 }
 
 HttpServer::~HttpServer() {
   stop_accepting();
   {
     std::lock_guard lock(impl_->mu);
-    for (auto& [p, c] : impl_->conns) c->close_async();
+    for (auto& [p, e] : impl_->conns) e.conn->close_async();
   }
   impl_->work.reset();
   wait_idle(std::chrono::milliseconds(1000));
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->edge->closed = nullptr;
+  impl_->edge->lingering = nullptr;
 }
 
 Status HttpServer::start() {
@@ -337,22 +373,20 @@ void HttpServer::stop_accepting() {
   std::error_code fec;
   if (!impl_->listeners.empty()) std::filesystem::remove(impl_->opt.socket_path, fec);
   std::lock_guard lock(impl_->mu);
-  for (auto& [p, c] : impl_->conns) c->stop_async();
+  for (auto& [p, e] : impl_->conns) e.conn->stop_async();
 }
 
 int HttpServer::wait_idle(std::chrono::milliseconds timeout) {
   std::unique_lock lock(impl_->mu);
-  impl_->idle.wait_for(lock, timeout, [&] { return impl_->open == 0; });
-  return impl_->open;
+  const int& open = impl_->count[static_cast<int>(Slot::Admitted)];
+  impl_->idle.wait_for(lock, timeout, [&] { return open == 0; });
+  return open;
 }
 
 HttpServerStats HttpServer::stats() const {
   const Impl& i = *impl_;
   HttpServerStats s;
-  {
-    std::lock_guard lock(i.mu);
-    s.open = i.open;
-  }
+  s.open = i.open_count();
   s.limit = i.limit;
   s.accepted = i.accepted;
   s.refused_peer = i.refused_peer;

@@ -2,9 +2,12 @@
 """A well-behaved client that measures how long towerd takes to answer it.
 
   http_probe.py ADDRESS [--count N] [--path PATH] [--header 'Name: value' ...] [--timeout S]
+                       [--show-header NAME]
 Sends N requests (GET PATH, default /healthz), each on a new connection, one after the other, and
-prints one JSON line: {"statuses": [...], "max_ms": ..., "median_ms": ...}. A request that gets no
-answer within the timeout (default 5 s) counts as status "timeout" and as the timeout's latency.
+prints one JSON line: {"statuses": [...], "max_ms": ..., "median_ms": ...} (with --show-header,
+also "headers": that header's value in each answer). A request that gets no answer within the
+timeout (default 5 s) counts as status "timeout" and as the timeout's latency; a connection the
+server refused or reset counts as the error's name.
 """
 import argparse
 import json
@@ -13,7 +16,15 @@ import statistics
 import time
 
 
-def request(address, path, headers, timeout):
+def header_value(data, name):
+    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == name.lower().encode():
+            return v.strip().decode()
+    return None
+
+
+def request(address, path, headers, timeout, show):
     start = time.monotonic()
     try:
         if ":" in address and not address.startswith("/"):
@@ -35,11 +46,12 @@ def request(address, path, headers, timeout):
                 data += chunk
         line = data.split(b"\r\n", 1)[0].split()
         status = line[1].decode() if len(line) > 1 else "empty"
+        shown = header_value(data, show) if show else None
     except socket.timeout:
-        status = "timeout"
+        status, shown = "timeout", None
     except OSError as e:
-        status = type(e).__name__
-    return status, (time.monotonic() - start) * 1000
+        status, shown = type(e).__name__, None
+    return status, (time.monotonic() - start) * 1000, shown
 
 
 def main():
@@ -49,11 +61,14 @@ def main():
     p.add_argument("--path", default="/healthz")
     p.add_argument("--header", action="append", default=[])
     p.add_argument("--timeout", type=float, default=5)
+    p.add_argument("--show-header")
     a = p.parse_args()
-    results = [request(a.address, a.path, a.header, a.timeout) for _ in range(a.count)]
+    results = [request(a.address, a.path, a.header, a.timeout, a.show_header) for _ in range(a.count)]
     ms = [r[1] for r in results]
-    print(json.dumps({"statuses": [r[0] for r in results], "max_ms": round(max(ms), 2),
-                      "median_ms": round(statistics.median(ms), 2)}), flush=True)
+    out = {"statuses": [r[0] for r in results], "max_ms": round(max(ms), 2), "median_ms": round(statistics.median(ms), 2)}
+    if a.show_header:
+        out["headers"] = [r[2] for r in results]
+    print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":
