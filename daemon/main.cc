@@ -71,7 +71,10 @@ int main(int argc, char** argv) {
   if (!model.empty()) cfg.model_path = model;
   if (!socket.empty()) cfg.socket_path = socket;
   if (!state_dir.empty()) cfg.state_dir = state_dir;
-  if (!listen.empty()) cfg.tcp_listen = listen;
+  if (!listen.empty()) {
+    if (auto a = parse_listen_address(listen); !a.ok()) return die(2, "--listen: " + a.error());
+    cfg.tcp_listen = listen;
+  }
   if (threads >= 0) cfg.threads = threads;
   if (Status st = validate(cfg); !st.ok()) return die(2, "invalid config: " + st.message());
   int socket_gid = -1;
