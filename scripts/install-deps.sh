@@ -12,6 +12,7 @@ PKGS=(
   curl                 # tests/daemon and scripts/run.sh talk to towerd with curl --unix-socket
   libxxhash-dev        # XXH3-64: checksums of segment files, model fingerprints (GB/s, vs ~0.5 for a table CRC)
   zstd                 # tests/cli/check_codec.sh compares the codec with zstd -19 (not linked)
+  python3-prometheus-client  # tests/daemon/check_edge_metrics.sh parses /metrics with a real parser
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
