@@ -48,18 +48,21 @@ void Metrics::request_done(std::string_view route, std::string_view method, int 
   if (route != "/healthz" && route != "/metrics") push(latencies_, lat_next_, seconds);
 }
 
-void Metrics::generation_done(int prompt_tokens, int cached_tokens, int completion_tokens, double first_token_s,
-                              std::string_view finish) {
+void Metrics::generation_done(int prompt_tokens, int cached_tokens, int completion_tokens, double first_token_s) {
   std::lock_guard lock(mu_);
   s_.generations++;
   s_.prompt_tokens += prompt_tokens;
   s_.cached_tokens += cached_tokens;
   s_.completion_tokens += completion_tokens;
-  s_.finishes[std::string(finish)]++;
   if (first_token_s >= 0) {
     push(ttfts_, ttft_next_, first_token_s);
     s_.ttft.observe(first_token_s);
   }
+}
+
+void Metrics::generation_finished(std::string_view finish) {
+  std::lock_guard lock(mu_);
+  s_.finishes[std::string(finish)]++;
 }
 
 void Metrics::token_interval(double seconds) {

@@ -36,9 +36,11 @@ class Metrics {
   Metrics();
   // An answered HTTP request: route label (routes.h), method label, status, seconds to its last byte.
   void request_done(std::string_view route, std::string_view method, int status, double seconds);
-  // The scheduler, when a generation ends (finish: eos, stop, length, context, cancelled, timeout, error).
-  void generation_done(int prompt_tokens, int cached_tokens, int completion_tokens, double first_token_s,
-                       std::string_view finish);
+  // The scheduler, when a generation that ran ends.
+  void generation_done(int prompt_tokens, int cached_tokens, int completion_tokens, double first_token_s);
+  // The API, when a generation request ends, run or not (eos, stop, length, context, timeout,
+  // cancelled, error).
+  void generation_finished(std::string_view finish);
   // The scheduler, for every token of a sequence after its first: seconds since its previous token.
   void token_interval(double seconds);
   void batch_step(size_t sequences, size_t tokens);

@@ -331,7 +331,7 @@ void Scheduler::finish(Seq& s, std::string reason) {
   }
   s.out.total_s = since(s.job->enqueued);
   metrics_.generation_done(static_cast<int>(s.out.prompt.size()), static_cast<int>(s.out.cached_tokens),
-                           static_cast<int>(s.out.tokens.size()), s.out.first_token_s, s.out.finish_reason);
+                           static_cast<int>(s.out.tokens.size()), s.out.first_token_s);
   if (s.job->on_finish) s.job->on_finish(s.out, s.lease.tower ? &s.lease : nullptr);
   if (s.lease.tower) pool_.release(s.lease);
 }
