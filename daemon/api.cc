@@ -32,6 +32,25 @@ void send_error(HttpResponder& out, const ApiStatus& e) {
   out.send(r.http_status, "application/json", dump(r.body) + "\n", headers);
 }
 
+namespace {
+// The job that runs `work` later and sends its error if it returns one.
+std::function<void()> answering(HttpResponder& out, Answer work) {
+  return [out = out.shared_from_this(), work = std::move(work)] {
+    if (ApiStatus e = work(*out); !e.ok()) send_error(*out, e);
+  };
+}
+}  // namespace
+
+ApiStatus answer_on_scheduler(Service& svc, HttpResponder& out, Answer work) {
+  svc.scheduler.post(answering(out, std::move(work)));
+  return {};
+}
+
+ApiStatus answer_offloaded(Service& svc, HttpResponder& out, Answer work) {
+  svc.offload->post(answering(out, std::move(work)));
+  return {};
+}
+
 ApiStatus wrong_method(const char* allowed) {
   return ApiStatus(Status::InvalidArgument(std::string("use ") + allowed), "", "method_not_allowed");
 }
@@ -205,7 +224,8 @@ void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out) {
   if (st.ok() && !handled) {
     st = ApiStatus(Status::NotFound("no such endpoint: " + req.method + " " + req.path), "", "endpoint_not_found");
   }
-  if (st.ok() && !out.responded()) st = Status::Error("the handler sent no response");
+  // Ok without an answer yet: it comes later (a generation, model work); a responder dropped
+  // unanswered sends a 500 (daemon/http_server.h).
   if (!st.ok()) {
     const int status = error_reply(st).http_status;
     api::send_error(out, st);

@@ -56,9 +56,13 @@ std::string response_head(int status, std::string_view content_type, bool keep_a
   return h;
 }
 
-std::string error_body(const std::string& message, const std::string& type, int code) {
-  nlohmann::json j = {{"error", {{"message", message}, {"type", type}, {"code", code}}}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+std::string error_response(const ApiStatus& e) {
+  const ErrorReply r = error_reply(e);
+  HttpResponder::Headers headers;
+  if (r.retry_after > 0) headers.emplace_back("Retry-After", std::to_string(r.retry_after));
+  if (r.http_status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
+  const std::string body = r.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return response_head(r.http_status, "application/json", false, static_cast<long>(body.size()), headers) + body;
 }
 
 // ---- Connection: strand side ----
@@ -99,7 +103,7 @@ void Connection::start() {
   read_some();
 }
 
-void Connection::start_refusal(Refused why) {
+void Connection::start_refusal(ApiStatus why) {
   refused_ = std::move(why);
   new_parser(kRefusalHeaderLimit);
   set_phase(Phase::Refuse);
@@ -128,8 +132,9 @@ void Connection::on_deadline() {
       return close(false);
     case Phase::Body:
       edge_->body_timeouts++;
-      return answer_and_close(408, "invalid_request_error",
-                              "the request body did not arrive within server.body_timeout_seconds");
+      return answer_and_close(ApiStatus(
+          Status::InvalidArgument("the request body did not arrive within server.body_timeout_seconds"), "",
+          "request_timeout"));
     case Phase::Respond:  // a write made no progress: the client stopped reading
       edge_->dropped_slow_readers++;
       log_debug("dropped a connection whose client stopped reading");
@@ -192,15 +197,12 @@ void Connection::parse() {
     if (ec) return refuse_now();
     return read_some();
   }
-  if (ec == http::error::body_limit) {
-    return answer_and_close(413, "invalid_request_error",
-                            "request body exceeds limits.max_body_bytes (" +
-                                std::to_string(edge_->options.max_body_bytes) + " bytes)");
-  }
+  if (ec == http::error::body_limit) return answer_and_close(too_large());
   if (ec == http::error::header_limit) {
-    return answer_and_close(431, "invalid_request_error", "request header larger than 64 KiB");
+    return answer_and_close(
+        ApiStatus(Status::InvalidArgument("request header larger than 64 KiB"), "", "request_header_too_large"));
   }
-  if (ec) return answer_and_close(400, "invalid_request_error", "malformed HTTP request: " + ec.message());
+  if (ec) return answer_and_close(Status::InvalidArgument("malformed HTTP request: " + ec.message()));
   if (parser_->is_done()) return dispatch();
   read_some();
 }
@@ -218,15 +220,11 @@ void Connection::header_done() {
   if (tcp_) {
     TcpRequestView v{sv(req.method_string()), sv(req[http::field::host]), sv(req[http::field::origin]),
                      sv(req[http::field::authorization]), sv(req[http::field::content_type]), has_body};
-    if (auto r = check_tcp_request(v, edge_->options.allowed_origins, edge_->options.api_key)) {
-      return answer_and_close(r->status, r->type, r->message);
+    if (ApiStatus r = check_tcp_request(v, edge_->options.allowed_origins, edge_->options.api_key); !r.ok()) {
+      return answer_and_close(r);
     }
   }
-  if (length && *length > edge_->options.max_body_bytes) {
-    return answer_and_close(413, "invalid_request_error",
-                            "request body exceeds limits.max_body_bytes (" +
-                                std::to_string(edge_->options.max_body_bytes) + " bytes)");
-  }
+  if (length && *length > edge_->options.max_body_bytes) return answer_and_close(too_large());
   set_phase(Phase::Body);
   arm(edge_->options.body_timeout);
   parser_->eager(true);
@@ -273,25 +271,25 @@ void Connection::dispatch() {
   } catch (const std::exception& e) {
     log_error(req.method + " " + req.path + ": internal error: " + e.what());
     if (!ex->responded()) {
-      ex->send(500, "application/json", error_body(std::string("internal error: ") + e.what(), "server_error", 500), {});
+      const ErrorReply r = error_reply(Status::Error(std::string("internal error: ") + e.what()));
+      ex->send(r.http_status, "application/json", r.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", {});
     }
   }
 }
 
-void Connection::refuse_now() {
-  Refused r = std::move(*refused_);
-  refused_.reset();
-  answer_and_close(r.status, r.type, r.message, r.retry_after);
+void Connection::refuse_now() { answer_and_close(refused_); }
+
+ApiStatus Connection::too_large() const {
+  return ApiStatus(Status::ResourceExhausted("request body exceeds limits.max_body_bytes (" +
+                                             std::to_string(edge_->options.max_body_bytes) + " bytes)"),
+                   "", "request_too_large");
 }
 
-void Connection::answer_and_close(int status, const std::string& type, const std::string& message, int retry_after) {
+void Connection::answer_and_close(const ApiStatus& why) {
   const bool counted = phase_ != Phase::Refuse;  // a refused peer's request is not a served request
   set_phase(Phase::Respond);
   disarm();
-  HttpResponder::Headers headers;
-  if (retry_after > 0) headers.emplace_back("Retry-After", std::to_string(retry_after));
-  if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
-  const std::string body = error_body(message, type, status);
+  const int status = error_reply(why).http_status;
   std::string method, path;
   {
     std::lock_guard lock(out_mu_);
@@ -299,7 +297,7 @@ void Connection::answer_and_close(int status, const std::string& type, const std
     out_ = Out::Complete;
     must_close_ = true;
     keep_alive_ = false;
-    std::string bytes = response_head(status, "application/json", false, static_cast<long>(body.size()), headers) + body;
+    std::string bytes = error_response(why);
     queued_bytes_ += bytes.size();
     outbox_.push_back(std::move(bytes));
     method = method_;
@@ -466,8 +464,7 @@ void Connection::abandoned(uint64_t seq) {
     std::lock_guard lock(out_mu_);
     if (closed_ || seq != seq_) return;
     if (out_ == Out::Pending) {
-      const std::string body = error_body("the request produced no response", "server_error", 500);
-      outbox_.push_back(response_head(500, "application/json", false, static_cast<long>(body.size())) + body);
+      outbox_.push_back(error_response(Status::Error("the request produced no response")));
       status_ = 500;
     } else if (out_ != Out::Streaming) {
       return;  // answered

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 
+#include "daemon/api_error.h"
 #include "daemon/http_guard.h"
 #include "daemon/http_server.h"
 
@@ -54,19 +55,12 @@ struct Edge {
   std::function<bool(Connection*)> lingering;
 };
 
-// A connection refused before any request: the answer it gets once its header is in.
-struct Refused {
-  int status;
-  std::string type, message;
-  int retry_after = 0;
-};
-
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Socket socket, std::shared_ptr<Edge> edge, bool tcp, int uid, int gid);
   // On the strand (posted by the server): start serving, or start a refusal.
   void start();
-  void start_refusal(Refused why);
+  void start_refusal(ApiStatus why);  // the answer it gets once its header is in
   // Any thread: close now (server stop, room needed for a new connection).
   void close_async();
   // Any thread: close if idle, else after the current response (server stop).
@@ -96,7 +90,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void header_done();
   void dispatch();
   void refuse_now();
-  void answer_and_close(int status, const std::string& type, const std::string& message, int retry_after = 0);
+  void answer_and_close(const ApiStatus& why);
+  ApiStatus too_large() const;
   void flush();
   void on_written(boost::system::error_code ec, size_t n);
   void response_complete();
@@ -115,7 +110,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = false, writing_ = false, first_request_ = true;
   boost::beast::flat_buffer in_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
-  std::optional<Refused> refused_;
+  ApiStatus refused_;
   size_t lingered_ = 0;
   Clock::time_point request_start_;
 
@@ -157,6 +152,7 @@ class Exchange final : public HttpResponder {
 // "HTTP/1.1 503 Service Unavailable\r\n..." through the blank line. content_length < 0: chunked.
 std::string response_head(int status, std::string_view content_type, bool keep_alive, long content_length,
                           const HttpResponder::Headers& headers = {});
-std::string error_body(const std::string& message, const std::string& type, int code);
+// A whole error response (daemon/api_error.h's mapping), closing the connection.
+std::string error_response(const ApiStatus& e);
 
 }  // namespace towers::daemon::http_detail

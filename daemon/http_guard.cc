@@ -102,37 +102,40 @@ bool is_loopback_host(std::string_view host) {
   return !ec && addr.is_loopback();
 }
 
-std::optional<Refusal> check_tcp_request(const TcpRequestView& r, const std::vector<std::string>& allowed_origins,
-                                         std::string_view api_key) {
+ApiStatus check_tcp_request(const TcpRequestView& r, const std::vector<std::string>& allowed_origins,
+                            std::string_view api_key) {
   if (!is_loopback_host(r.host)) {
-    return Refusal{403, "permission_error",
-                   "Host \"" + std::string(r.host.substr(0, 100)) +
-                       "\" is not a loopback name; towerd's TCP listener answers only requests for localhost"};
+    return ApiStatus(Status::PermissionDenied("Host \"" + std::string(r.host.substr(0, 100)) +
+                                              "\" is not a loopback name; towerd's TCP listener answers only "
+                                              "requests for localhost"),
+                     "", "host_not_allowed");
   }
   if (!r.origin.empty() &&
       std::find(allowed_origins.begin(), allowed_origins.end(), trim(r.origin)) == allowed_origins.end()) {
-    return Refusal{403, "permission_error",
-                   "Origin \"" + std::string(r.origin.substr(0, 100)) +
-                       "\" is not allowed (server.allowed_origins); requests from web pages are refused"};
+    return ApiStatus(Status::PermissionDenied("Origin \"" + std::string(r.origin.substr(0, 100)) +
+                                              "\" is not allowed (server.allowed_origins); requests from web "
+                                              "pages are refused"),
+                     "", "origin_not_allowed");
   }
   if (!api_key.empty()) {
     std::string_view auth = trim(r.authorization);
     const bool bearer = auth.size() > 7 && iequals(auth.substr(0, 7), "Bearer ");
     if (!bearer || !same_secret(trim(auth.substr(7)), api_key)) {
-      return Refusal{401, "authentication_error",
-                     "this TCP listener needs \"Authorization: Bearer <key>\" with the key of server.api_key_file"};
+      return ApiStatus(Status::PermissionDenied("this TCP listener needs \"Authorization: Bearer <key>\" with the "
+                                                "key of server.api_key_file"),
+                       "", "invalid_api_key");
     }
   }
   const bool writes = r.method == "POST" || r.method == "PUT" || r.method == "PATCH";
   if (writes && r.has_body) {
     std::string_view media = trim(r.content_type.substr(0, r.content_type.find(';')));
     if (!iequals(media, "application/json")) {
-      return Refusal{415, "invalid_request_error",
-                     "request bodies must be sent as Content-Type: application/json, got \"" +
-                         std::string(r.content_type.substr(0, 100)) + "\""};
+      return ApiStatus(Status::InvalidArgument("request bodies must be sent as Content-Type: application/json, got \"" +
+                                               std::string(r.content_type.substr(0, 100)) + "\""),
+                       "", "unsupported_media_type");
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 Result<std::string> load_api_key(const std::filesystem::path& path) {

@@ -16,11 +16,11 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "daemon/api_error.h"
 #include "engine/status.h"
 
 namespace towers::daemon {
@@ -50,12 +50,10 @@ struct TcpRequestView {
   std::string_view method, host, origin, authorization, content_type;
   bool has_body = false;
 };
-struct Refusal {
-  int status;
-  std::string type, message;
-};
-std::optional<Refusal> check_tcp_request(const TcpRequestView& r, const std::vector<std::string>& allowed_origins,
-                                         std::string_view api_key);
+// Ok, or why the request is refused (403 permission_denied, 401 invalid_api_key, 415
+// unsupported_media_type: daemon/api_error.h).
+ApiStatus check_tcp_request(const TcpRequestView& r, const std::vector<std::string>& allowed_origins,
+                            std::string_view api_key);
 
 // "localhost", "127.0.0.1", "[::1]", with or without a port.
 bool is_loopback_host(std::string_view host_header);

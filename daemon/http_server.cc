@@ -175,9 +175,9 @@ struct HttpServer::Impl {
       refused_peer++;
       log_refused_peer(uid, gid);
       return start_refusal(conn, Slot::RefusingPeer,
-                           {403, "permission_error",
-                            "uid " + std::to_string(uid) +
-                                " may not use this daemon (server.allowed_uids, allowed_gids, socket_group)"});
+                           Status::PermissionDenied("uid " + std::to_string(uid) +
+                                                    " may not use this daemon (server.allowed_uids, allowed_gids, "
+                                                    "socket_group)"));
     }
     const int64_t key = key_of(*conn);
     std::shared_ptr<Connection> victim;
@@ -204,14 +204,12 @@ struct HttpServer::Impl {
     if (admitted) return asio::post(conn->executor(), [conn] { conn->start(); });
     refused_limit++;
     start_refusal(conn, Slot::RefusingLimit,
-                  {503, "overloaded_error",
-                   "too many connections (server.max_connections " + std::to_string(limit) +
-                       ", max_connections_per_uid " + std::to_string(per_limit) + "); retry shortly",
-                   1});
+                  Status::Unavailable("too many connections (server.max_connections " + std::to_string(limit) +
+                                      ", max_connections_per_uid " + std::to_string(per_limit) + "); retry shortly"));
   }
 
   // A refused connection gets its request header read and answered, unless too many are already.
-  void start_refusal(const std::shared_ptr<Connection>& conn, Slot slot, Refused why) {
+  void start_refusal(const std::shared_ptr<Connection>& conn, Slot slot, ApiStatus why) {
     {
       std::lock_guard lock(mu);
       if (count[static_cast<int>(slot)] >= kLaneCap) return;  // dropped: the socket closes with conn

@@ -45,8 +45,9 @@ struct HttpRequest {
 
 // How a handler answers: one whole response, or a stream (Server-Sent Events) of chunks. Every
 // method is thread-safe and non-blocking: bytes are queued for the connection's I/O thread. The
-// first of send/start_stream wins; later ones are ignored (send) or return false.
-class HttpResponder {
+// first of send/start_stream wins; later ones are ignored (send) or return false. The server owns
+// every responder through a shared_ptr: code that answers later keeps shared_from_this().
+class HttpResponder : public std::enable_shared_from_this<HttpResponder> {
  public:
   using Headers = std::vector<std::pair<std::string, std::string>>;
   virtual ~HttpResponder() = default;

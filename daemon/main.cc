@@ -202,6 +202,8 @@ int main(int argc, char** argv) {
   std::string model_id = std::filesystem::path(cfg.model_path).stem().string();
   Service svc{cfg, m, pool, scheduler, catalog, metrics, prompts, model_id};
   if (cfg.cold_enabled) svc.compressor = &compressor;
+  Offload offload;
+  svc.offload = &offload;
   ho.on_response = [&metrics](std::string_view method, std::string_view path, int status, double seconds) {
     metrics.request_done(route_label(path), method_label(method), status, seconds);
   };

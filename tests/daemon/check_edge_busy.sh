@@ -23,8 +23,10 @@ busy() { [ "$(active)" -ge 1 ]; }
 idle() { [ "$(active)" = 0 ]; }
 
 # Four streams keep the model busy.
+streams=()
 for i in 1 2 3 4; do
   api -N http://localhost/v1/chat/completions -d "${long/SEED/$i}" >"$tmp/stream$i" &
+  streams+=($!)
 done
 wait_for "the model busy" busy
 for path in /healthz /metrics /v1/pool /v1/segments /v1/segments/plat /v1/sessions /v1/sessions/s0; do
@@ -39,7 +41,7 @@ echo "model busy: PUT /v1/segments/plat2 (a prefill of its own) -> $t s"
 [ "${t%% *}" = 200 ] || fail "PUT /v1/segments/plat2: $t"
 awk -v s="${t#* }" 'BEGIN { exit !(s < 1) }' || fail "defining a segment waited for the generations: $t s"
 busy || fail "the generations ended before the measurements did; nothing was measured under load"
-wait
+wait "${streams[@]}"
 for i in 1 2 3 4; do grep -q '^data: \[DONE\]' "$tmp/stream$i" || fail "stream $i did not finish"; done
 wait_for "the model idle" idle
 
