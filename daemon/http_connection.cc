@@ -49,8 +49,8 @@ std::string response_head(int status, std::string_view content_type, bool keep_a
                   std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\nServer: towerd\r\n";
   if (!content_type.empty()) h += "Content-Type: " + clean(content_type) + "\r\n";
   if (content_length >= 0) h += "Content-Length: " + std::to_string(content_length) + "\r\n";
-  else h += "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
-  h += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+  else h += content_length == kChunked ? "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n" : "Cache-Control: no-cache\r\n";
+  h += keep_alive && content_length != kUntilClose ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   for (const auto& [k, v] : headers) h += clean(k) + ": " + clean(v) + "\r\n";
   h += "\r\n";
   return h;
@@ -253,7 +253,10 @@ void Connection::dispatch() {
   req.peer_uid = uid_;
   req.peer_gid = gid_;
   req.tcp = tcp_;
-  const bool keep_alive = msg.keep_alive() && !edge_->stopping;
+  const bool http11 = msg.version() >= 11;  // 1.0: no chunks, no keep-alive
+  const Exchange::Framing framing{msg.keep_alive() && http11 && !edge_->stopping, http11,
+                                  msg.method() != http::verb::head};
+  const bool keep_alive = framing.keep_alive;
   uint64_t seq;
   {
     std::lock_guard lock(out_mu_);
@@ -265,7 +268,7 @@ void Connection::dispatch() {
     on_close_.clear();
   }
   read_some();  // sees a disconnect while the response is produced
-  auto ex = std::make_shared<Exchange>(weak_from_this(), seq, keep_alive);
+  auto ex = std::make_shared<Exchange>(weak_from_this(), seq, framing);
   try {
     edge_->handler(req, ex);
   } catch (const std::exception& e) {
@@ -494,21 +497,26 @@ void Exchange::send(int status, std::string_view content_type, std::string body,
   done_ = true;
   auto c = conn_.lock();
   if (!c) return;
-  std::string bytes = response_head(status, content_type, keep_alive_, static_cast<long>(body.size()), headers);
-  bytes += body;
+  std::string bytes =
+      response_head(status, content_type, framing_.keep_alive, static_cast<long>(body.size()), headers);
+  if (framing_.body) bytes += body;
   c->queue(seq_, Connection::Part::Whole, std::move(bytes), status);
 }
 
 bool Exchange::start_stream(int status, std::string_view content_type) {
   if (responded_.exchange(true)) return false;
   auto c = conn_.lock();
-  return c && c->queue(seq_, Connection::Part::StreamHead, response_head(status, content_type, keep_alive_, -1), status);
+  return c && c->queue(seq_, Connection::Part::StreamHead,
+                       response_head(status, content_type, framing_.keep_alive, framing_.chunked ? kChunked : kUntilClose),
+                       status);
 }
 
 bool Exchange::write_chunk(std::string_view data) {
   auto c = conn_.lock();
   if (!c || !responded_) return false;
   if (data.empty()) return !c->gone(seq_);  // an empty chunk would end the stream
+  if (!framing_.body) return true;
+  if (!framing_.chunked) return c->queue(seq_, Connection::Part::Chunk, std::string(data));
   char size[20];
   std::snprintf(size, sizeof size, "%zx\r\n", data.size());
   std::string bytes = size;
@@ -519,7 +527,9 @@ bool Exchange::write_chunk(std::string_view data) {
 
 void Exchange::end_stream() {
   if (!responded_ || done_.exchange(true)) return;
-  if (auto c = conn_.lock()) c->queue(seq_, Connection::Part::StreamEnd, "0\r\n\r\n");
+  if (auto c = conn_.lock()) {
+    c->queue(seq_, Connection::Part::StreamEnd, framing_.chunked && framing_.body ? "0\r\n\r\n" : "");
+  }
 }
 
 bool Exchange::client_gone() const {

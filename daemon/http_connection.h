@@ -132,7 +132,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 // The HttpResponder of one request: a handle on its connection.
 class Exchange final : public HttpResponder {
  public:
-  Exchange(std::weak_ptr<Connection> c, uint64_t seq, bool keep_alive) : conn_(std::move(c)), seq_(seq), keep_alive_(keep_alive) {}
+  // What the request allows: keep-alive, chunked streams (HTTP/1.1; a 1.0 client gets the stream
+  // delimited by the close), a body (not for HEAD).
+  struct Framing {
+    bool keep_alive = true, chunked = true, body = true;
+  };
+  Exchange(std::weak_ptr<Connection> c, uint64_t seq, Framing f) : conn_(std::move(c)), seq_(seq), framing_(f) {}
   ~Exchange() override;
   void send(int status, std::string_view content_type, std::string body, const Headers& headers) override;
   bool start_stream(int status, std::string_view content_type) override;
@@ -145,11 +150,13 @@ class Exchange final : public HttpResponder {
  private:
   std::weak_ptr<Connection> conn_;
   const uint64_t seq_;
-  const bool keep_alive_;
+  const Framing framing_;
   std::atomic<bool> responded_{false}, done_{false};
 };
 
-// "HTTP/1.1 503 Service Unavailable\r\n..." through the blank line. content_length < 0: chunked.
+// "HTTP/1.1 503 Service Unavailable\r\n..." through the blank line. content_length: the body's
+// size, or kChunked, or kUntilClose (the body ends when the connection closes).
+constexpr long kChunked = -1, kUntilClose = -2;
 std::string response_head(int status, std::string_view content_type, bool keep_alive, long content_length,
                           const HttpResponder::Headers& headers = {});
 // A whole error response (daemon/api_error.h's mapping), closing the connection.

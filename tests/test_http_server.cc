@@ -225,3 +225,27 @@ TEST_CASE("stopping closes idle connections; answered requests were counted") {
   CHECK(server.wait_idle(5s) == 0);
   CHECK(!std::filesystem::exists(f.path));
 }
+
+TEST_CASE("HTTP/1.0: a stream without chunks, ended by the close; HEAD: no body") {
+  Fixture f;
+  f.serve([](const HttpRequest&, std::shared_ptr<HttpResponder> out) {
+    out->start_stream(200, "text/event-stream");
+    out->write_chunk("data: a\n\n");
+    out->write_chunk("data: b\n\n");
+    out->end_stream();
+  });
+  Client c(f.path);
+  c.send("GET /x HTTP/1.0\r\n\r\n");
+  const std::string r = c.read_all();  // ends: the server closes
+  CHECK(r.find("Transfer-Encoding") == std::string::npos);
+  CHECK(r.find("Connection: close") != std::string::npos);
+  CHECK(r.substr(r.find("\r\n\r\n") + 4) == "data: a\n\ndata: b\n\n");
+
+  Fixture g;
+  g.serve([](const HttpRequest&, std::shared_ptr<HttpResponder> out) { out->send(200, "text/plain", "body"); });
+  Client h(g.path);
+  h.send("HEAD /x HTTP/1.1\r\nHost: x\r\n\r\nGET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string two = h.read_until("\r\n\r\nbody");
+  CHECK(two.find("Content-Length: 4\r\n") != std::string::npos);
+  CHECK(two.find("\r\n\r\nHTTP/1.1 200") != std::string::npos);  // the HEAD answer had no body
+}
