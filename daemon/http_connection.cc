@@ -418,6 +418,7 @@ bool Connection::queue(uint64_t seq, Part part, std::string bytes, int status) {
         if (out_ != Out::Streaming) return false;
         if (queued_bytes_ + bytes.size() > kMaxQueuedStream) {
           drop = true;
+          closed_ = true;  // from now on, for the responder: gone; close() fires on_close
           break;
         }
         break;

@@ -36,7 +36,7 @@ TEST_CASE("exposition histograms are cumulative and end with +Inf, _sum and _cou
         "d_seconds_count{route=\"/v1/pool\"} 4\n");
 }
 
-TEST_CASE("route labels come from the route table; other paths and methods are \"other\"") {
+TEST_CASE("route labels come from the route table and other paths and methods are \"other\"") {
   CHECK(route_label("/v1/sessions/abc/messages") == "/v1/sessions/{id}/messages");
   CHECK(route_label("/v1/segments/plat") == "/v1/segments/{name}");
   CHECK(route_label("/v1/segments") == "/v1/segments");

@@ -135,7 +135,7 @@ TEST_CASE("on_close fires when the client disconnects mid-response, not after a 
   CHECK(closes_after_answer == 0);
 }
 
-TEST_CASE("a dropped responder answers 500; a throwing handler too") {
+TEST_CASE("a dropped responder answers 500 and so does a throwing handler") {
   Fixture f;
   f.serve([](const HttpRequest& req, std::shared_ptr<HttpResponder>) {
     if (req.path == "/throw") throw std::runtime_error("boom");
@@ -206,7 +206,7 @@ TEST_CASE("bodies: over the limit refused before reading, 100-continue answered,
   CHECK(ok.read_until("got 10").find("got 10") != std::string::npos);
 }
 
-TEST_CASE("stopping closes idle connections; answered requests were counted") {
+TEST_CASE("stopping closes idle connections and answered requests were counted") {
   Fixture f;
   std::atomic<int> answered{0};
   HttpServerOptions o;
@@ -226,7 +226,7 @@ TEST_CASE("stopping closes idle connections; answered requests were counted") {
   CHECK(!std::filesystem::exists(f.path));
 }
 
-TEST_CASE("HTTP/1.0: a stream without chunks, ended by the close; HEAD: no body") {
+TEST_CASE("HTTP/1.0 streams without chunks end with the close and HEAD answers have no body") {
   Fixture f;
   f.serve([](const HttpRequest&, std::shared_ptr<HttpResponder> out) {
     out->start_stream(200, "text/event-stream");
