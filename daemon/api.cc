@@ -4,9 +4,9 @@
 //   GET/PUT /v1/policy      {"eviction":"lru"|"lindy"|"token-lru","ram_budget":"2G"|bytes} (runtime; SIGHUP rereads the file)
 //   GET /metrics            Prometheus text format
 #include <algorithm>
-#include <sstream>
 
 #include "daemon/log.h"
+#include "daemon/metrics_text.h"
 #include "daemon/service.h"
 
 namespace towers::daemon {
@@ -30,6 +30,25 @@ void send_error(HttpResponder& out, const ApiStatus& e) {
   std::vector<std::pair<std::string, std::string>> headers;
   if (r.retry_after > 0) headers.push_back({"Retry-After", std::to_string(r.retry_after)});
   out.send(r.http_status, "application/json", dump(r.body) + "\n", headers);
+}
+
+namespace {
+// The job that runs `work` later and sends its error if it returns one.
+std::function<void()> answering(HttpResponder& out, Answer work) {
+  return [out = out.shared_from_this(), work = std::move(work)] {
+    if (ApiStatus e = work(*out); !e.ok()) send_error(*out, e);
+  };
+}
+}  // namespace
+
+ApiStatus answer_on_scheduler(Service& svc, HttpResponder& out, Answer work) {
+  svc.scheduler.post(answering(out, std::move(work)));
+  return {};
+}
+
+ApiStatus answer_offloaded(Service& svc, HttpResponder& out, Answer work) {
+  svc.offload->post(answering(out, std::move(work)));
+  return {};
 }
 
 ApiStatus wrong_method(const char* allowed) {
@@ -137,45 +156,6 @@ json pool_json(Service& svc) {
   };
 }
 
-std::string metrics_text(Service& svc) {
-  PoolStats st = svc.pool.stats();
-  auto m = svc.metrics.snapshot();
-  std::ostringstream o;
-  auto g = [&](const char* name, const char* type, const char* help, double v) {
-    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
-  };
-  g("towerd_up_seconds", "gauge", "Seconds since the daemon started.",
-    std::chrono::duration<double>(std::chrono::steady_clock::now() - svc.started).count());
-  g("towerd_pool_segments", "gauge", "Segments in the pool.", static_cast<double>(st.segments));
-  o << "# HELP towerd_pool_bytes KV bytes by tier.\n# TYPE towerd_pool_bytes gauge\n";
-  o << "towerd_pool_bytes{tier=\"hot\"} " << st.hot_bytes << "\n";
-  o << "towerd_pool_bytes{tier=\"warm\"} " << st.warm_bytes << "\n";
-  o << "towerd_pool_bytes{tier=\"cold\"} " << st.cold_bytes << "\n";
-  o << "# HELP towerd_pool_depth_bytes KV bytes by hierarchy depth.\n# TYPE towerd_pool_depth_bytes gauge\n";
-  for (const auto& [d, b] : st.bytes_by_depth) o << "towerd_pool_depth_bytes{depth=\"" << d << "\"} " << b << "\n";
-  g("towerd_pool_leases_total", "counter", "Towers assembled.", static_cast<double>(st.leases));
-  g("towerd_pool_lease_hits_total", "counter", "Towers that reused at least one segment.", static_cast<double>(st.lease_hits));
-  g("towerd_pool_cached_tokens_total", "counter", "Prompt tokens served from segments.", static_cast<double>(st.cached_tokens));
-  g("towerd_pool_prefill_tokens_total", "counter", "Prompt tokens prefilled.", static_cast<double>(st.prefill_tokens));
-  g("towerd_pool_evictions_total", "counter", "Segments evicted.", static_cast<double>(st.evictions));
-  g("towerd_sessions", "gauge", "Sessions.", static_cast<double>(svc.catalog.session_count()));
-  g("towerd_queue_length", "gauge", "Requests waiting for the scheduler.", static_cast<double>(svc.scheduler.queued()));
-  g("towerd_active_sequences", "gauge", "Sequences being generated.", static_cast<double>(svc.scheduler.active()));
-  g("towerd_completion_tokens_total", "counter", "Tokens generated.", static_cast<double>(m.completion_tokens));
-  g("towerd_steps_total", "counter", "Batched model steps.", static_cast<double>(m.steps));
-  o << "# HELP towerd_requests_total HTTP requests by route and status.\n# TYPE towerd_requests_total counter\n";
-  for (const auto& [k, n] : m.by_route_status) {
-    auto sp = k.rfind(' ');
-    o << "towerd_requests_total{route=\"" << k.substr(0, sp) << "\",status=\"" << k.substr(sp + 1) << "\"} " << n << "\n";
-  }
-  o << "# HELP towerd_request_seconds Request latency quantiles (last 4096 requests).\n# TYPE towerd_request_seconds summary\n";
-  o << "towerd_request_seconds{quantile=\"0.5\"} " << m.latency_p50 << "\n";
-  o << "towerd_request_seconds{quantile=\"0.99\"} " << m.latency_p99 << "\n";
-  o << "# HELP towerd_rejected_total Requests refused before running.\n# TYPE towerd_rejected_total counter\n";
-  for (const auto& [k, n] : m.rejections) o << "towerd_rejected_total{reason=\"" << k << "\"} " << n << "\n";
-  return o.str();
-}
-
 ApiStatus handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out) {
   if (req.method == "PUT" || req.method == "POST") {
     json b;
@@ -232,7 +212,7 @@ ApiStatus handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out,
   }
   if (req.path == "/metrics") {
     handled = true;
-    out.send(200, "text/plain; version=0.0.4", metrics_text(svc));
+    out.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(svc));
   }
   return {};
 }
@@ -240,17 +220,6 @@ ApiStatus handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out,
 }  // namespace api
 
 void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out) {
-  const auto t0 = std::chrono::steady_clock::now();
-  int status = 200;
-  std::string route = req.path;
-  // Collapse ids in routes so metrics stay bounded.
-  for (const char* prefix : {"/v1/sessions/", "/v1/segments/"}) {
-    if (route.rfind(prefix, 0) == 0) {
-      auto rest = route.substr(std::string(prefix).size());
-      auto slash = rest.find('/');
-      route = std::string(prefix) + "{id}" + (slash == std::string::npos ? "" : rest.substr(slash));
-    }
-  }
   ApiStatus st;
   bool handled = false;
   if (!svc.ready && req.path != "/healthz") {
@@ -262,16 +231,15 @@ void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out) {
   if (st.ok() && !handled) {
     st = ApiStatus(Status::NotFound("no such endpoint: " + req.method + " " + req.path), "", "endpoint_not_found");
   }
-  if (st.ok() && !out.responded()) st = Status::Error("the handler sent no response");
+  // Ok without an answer yet: it comes later (a generation, model work); a responder dropped
+  // unanswered sends a 500 (daemon/http_server.h).
   if (!st.ok()) {
-    status = error_reply(st).http_status;
+    const int status = error_reply(st).http_status;
     api::send_error(out, st);
     const std::string line = req.method + " " + req.path + ": " + std::to_string(status) + " " + st.status.message();
     if (status >= 500) log_warn(line);
     else log_debug(line);
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (route != "/healthz" && route != "/metrics") svc.metrics.request_done(req.method + " " + route, status, secs);
 }
 
 }  // namespace towers::daemon

@@ -43,6 +43,10 @@ constexpr struct {
     {"session_limit_reached", {507, "capacity_error", "session_limit_reached", 0}},
     {"method_not_allowed", {405, "invalid_request_error", "method_not_allowed", 0}},
     {"unknown_parameter", {400, "invalid_request_error", "unknown_parameter", 0}},
+    {"invalid_api_key", {401, "authentication_error", "invalid_api_key", 0}},
+    {"request_timeout", {408, "invalid_request_error", "request_timeout", 0}},
+    {"unsupported_media_type", {415, "invalid_request_error", "unsupported_media_type", 0}},
+    {"request_header_too_large", {431, "invalid_request_error", "request_header_too_large", 0}},
 };
 
 }  // namespace

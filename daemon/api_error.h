@@ -23,6 +23,12 @@
 //   session_limit_reached    507  capacity_error         (resource_exhausted: limits.max_sessions)
 //   method_not_allowed       405  invalid_request_error
 //   unknown_parameter        400  invalid_request_error  (a field towerd does not know)
+// The HTTP edge's own (docs/http.md), before a request reaches a handler:
+//   invalid_api_key          401  authentication_error   (TCP: missing or wrong bearer token)
+//   request_timeout          408  invalid_request_error  (the body did not arrive in time)
+//   unsupported_media_type   415  invalid_request_error  (TCP: a body that is not application/json)
+//   request_header_too_large 431  invalid_request_error
+//   host_not_allowed, origin_not_allowed  403 (permission_denied: TCP Host / Origin refused)
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

@@ -1,14 +1,8 @@
-// OpenAI-compatible endpoints: POST /v1/chat/completions, GET /v1/models[/{id}]; the generation
-// runner shared with session messages (daemon/api_towers.cc); and the table of the generation fields
-// towerd honours, knowingly ignores, or refuses.
+// OpenAI-compatible endpoints: POST /v1/chat/completions, GET /v1/models[/{id}]; and the table of the
+// generation fields towerd honours, knowingly ignores, or refuses. The generation itself runs and
+// answers in daemon/api_generation.cc.
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <random>
 
-#include "daemon/random_id.h"
-#include "daemon/log.h"
 #include "daemon/service.h"
 
 namespace towers::daemon {
@@ -22,18 +16,8 @@ bool Service::serves(const std::string& name) const {
 namespace api {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string completion_id() { return random_hex_id("chatcmpl-"); }
-
-// What the client sees: OpenAI's finish reasons ("timeout" and "context" read as "length").
-std::string openai_finish(const std::string& r) {
-  if (r == "eos" || r == "stop") return "stop";
-  if (r == "cancelled") return "stop";
-  return "length";
-}
 
 // What towerd does with a generation field. Refused fields are accepted only with their neutral
 // value (the one that asks for nothing), or null.
@@ -153,16 +137,6 @@ ApiStatus parse_messages(const json& body, std::vector<ChatMessage>* out) {
   return {};
 }
 
-// The wait between the scheduler (producer) and the connection thread (writer).
-struct Channel {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string text;  // not yet written
-  bool admitted = false;  // the model runs: a stream starts now, so later errors are SSE error events
-  bool done = false;
-  GenOutcome outcome;
-};
-
 }  // namespace
 
 ApiStatus check_generation_fields(const json& body, std::initializer_list<std::string_view> own) {
@@ -268,147 +242,6 @@ ApiStatus begin_session_turn(Service& svc, const std::string& session, const std
   spec->extra = {{"session", t->session}};
   spec->not_found_code = "session_not_found";
   return {};
-}
-
-ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
-  const int n_ctx = svc.model.config().n_ctx_train;
-  const int prompt_limit = svc.config.max_prompt_tokens > 0 ? std::min(svc.config.max_prompt_tokens, n_ctx) : n_ctx;
-  auto reject = [&](ApiStatus e) {
-    if (spec.on_rejected) spec.on_rejected();
-    return e;
-  };
-  if (spec.prompt_tokens >= static_cast<size_t>(prompt_limit)) {
-    return reject(ApiStatus(Status::ResourceExhausted("the prompt is " + std::to_string(spec.prompt_tokens) +
-                                                      " tokens; this server accepts prompts of at most " +
-                                                      std::to_string(prompt_limit - 1) + " tokens (model context " +
-                                                      std::to_string(n_ctx) + ")"),
-                            "messages", "context_length_exceeded"));
-  }
-  auto job = std::make_shared<GenJob>();
-  job->sampling = spec.params.sampling;
-  job->stop = spec.params.stop;
-  job->max_tokens = std::min<int>(spec.params.max_tokens, n_ctx - static_cast<int>(spec.prompt_tokens));
-  job->deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(svc.config.request_timeout_s * 1000));
-  auto ch = std::make_shared<Channel>();
-  auto full_text = std::make_shared<std::string>();
-  job->prepare = spec.prepare;
-  job->on_admitted = [ch] {
-    std::lock_guard lock(ch->mu);
-    ch->admitted = true;
-    ch->cv.notify_all();
-  };
-  job->on_text = [ch, full_text](std::string_view t) {
-    full_text->append(t);
-    std::lock_guard lock(ch->mu);
-    ch->text.append(t);
-    ch->cv.notify_all();
-  };
-  auto on_finish = spec.on_finish;
-  job->on_finish = [ch, full_text, on_finish](GenOutcome& o, Lease* lease) {
-    {
-      std::lock_guard lock(ch->mu);
-      ch->outcome = o;
-      ch->outcome.prompt.clear();
-      ch->outcome.tail.clear();
-    }
-    // The reply is final once it is settled (for a session turn: its record is durable).
-    auto settled = [ch](const Status& st) {
-      std::lock_guard lock(ch->mu);
-      if (!st.ok() && ch->outcome.error.ok() && ch->outcome.finish_reason != "cancelled") ch->outcome.error = st;
-      ch->done = true;
-      ch->cv.notify_all();
-    };
-    if (on_finish) on_finish(o, lease, *full_text, settled);
-    else settled(Status::Ok());
-  };
-  if (Status st = svc.scheduler.submit(job); !st.ok()) {
-    svc.metrics.rejected(st.code() == Status::Code::kResourceExhausted ? "queue_full" : "shutting_down");
-    return reject(st);
-  }
-  const std::string id = completion_id();
-  const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  auto chunk = [&](const json& delta, const json& finish) {
-    json c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", svc.model_id},
-              {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
-    for (auto& [k, v] : spec.extra.items()) c[k] = v;
-    return c;
-  };
-  bool streaming = spec.params.stream;
-  bool started = false;
-  std::string collected;
-  GenOutcome outcome;
-  for (;;) {
-    std::string piece;
-    bool done = false, admitted = false;
-    {
-      std::unique_lock lock(ch->mu);
-      ch->cv.wait_for(lock, std::chrono::milliseconds(100),
-                      [&] { return ch->done || !ch->text.empty() || (ch->admitted && !started); });
-      piece.swap(ch->text);
-      done = ch->done;
-      admitted = ch->admitted;
-      if (done) outcome = ch->outcome;
-    }
-    if (streaming && !started && admitted) {
-      started = true;
-      if (!out.start_stream(200, "text/event-stream") ||
-          !out.write_chunk("data: " + dump(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)) + "\n\n")) {
-        job->cancelled = true;
-      }
-    }
-    if (done && !outcome.error.ok() && !started) break;  // failed before the model ran: a plain error reply
-    if (!piece.empty()) {
-      collected += piece;
-      if (streaming && !job->cancelled &&
-          !out.write_chunk("data: " + dump(chunk({{"content", piece}}, nullptr)) + "\n\n")) {
-        job->cancelled = true;
-      }
-    }
-    if (done) break;
-    if (!job->cancelled && out.client_gone()) {
-      job->cancelled = true;
-      log_info("client went away; cancelling its generation");
-    }
-  }
-  if (!outcome.error.ok()) {
-    ApiStatus e = not_found_as(outcome.error, spec.not_found_code);
-    if (!started) return e;
-    log_warn("a streamed reply failed after it started: " + outcome.error.message());
-    out.write_chunk(sse_error_event(e));
-    out.write_chunk("data: [DONE]\n\n");
-    out.end_stream();
-    return {};
-  }
-  if (outcome.finish_reason == "timeout") log_warn("a generation reached limits.request_timeout_seconds");
-  const size_t prompt_tokens = spec.prompt_tokens;
-  json usage = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", outcome.tokens.size()},
-                {"total_tokens", prompt_tokens + outcome.tokens.size()},
-                {"prompt_tokens_details", {{"cached_tokens", outcome.cached_tokens}}}};
-  if (spec.dropped_turns) {
-    // The session reached the context: its oldest turns were left out of this prompt (and of it).
-    usage["dropped_turns"] = spec.dropped_turns;
-    usage["dropped_tokens"] = spec.dropped_tokens;
-  }
-  json timings = {{"queue_ms", outcome.queue_s * 1000}, {"prefill_ms", outcome.prefill_s * 1000},
-                  {"first_token_ms", outcome.first_token_s * 1000}, {"total_ms", outcome.total_s * 1000},
-                  {"finish", outcome.finish_reason}};
-  if (streaming) {
-    json last = chunk(json::object(), openai_finish(outcome.finish_reason));
-    last["usage"] = usage;
-    last["towers"] = timings;
-    out.write_chunk("data: " + dump(last) + "\n\n");
-    out.write_chunk("data: [DONE]\n\n");
-    out.end_stream();
-    return {};
-  }
-  json r = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", svc.model_id},
-            {"choices", json::array({{{"index", 0},
-                                      {"message", {{"role", "assistant"}, {"content", collected}}},
-                                      {"logprobs", nullptr},
-                                      {"finish_reason", openai_finish(outcome.finish_reason)}}})},
-            {"usage", usage}, {"towers", timings}};
-  for (auto& [k, v] : spec.extra.items()) r[k] = v;
-  return reply(out, r);
 }
 
 namespace {

@@ -15,8 +15,6 @@
 //   DELETE /v1/sessions/{id}
 //   POST   /v1/sessions/{id}/messages   {"content": "...", "stream": bool, sampling fields as OpenAI}
 #include "daemon/api_views.h"
-#include <future>
-
 #include "daemon/service.h"
 
 namespace towers::daemon::api {
@@ -46,12 +44,18 @@ ApiStatus no_resource(const std::string& path) {
 ApiStatus segment_error(Status st) { return not_found_as(std::move(st), "segment_not_found"); }
 ApiStatus session_error(Status st) { return not_found_as(std::move(st), "session_not_found"); }
 
-// Waits until the scheduler has computed segment `id` (and what it needs of its parent chain).
-Status wait_for_build(Service& svc, SegmentId id) {
-  auto result = std::make_shared<std::promise<Status>>();
-  auto done = result->get_future();
-  svc.scheduler.build(id, [result](const Status& st) { result->set_value(st); });
-  return done.get();
+// Answers with segment `name` as it is now.
+ApiStatus reply_segment(Service& svc, const std::string& name, HttpResponder& out) {
+  auto seg = svc.catalog.segment(name);
+  return seg.ok() ? reply(out, segment_json(seg.value())) : segment_error(seg.status());
+}
+
+// Has the scheduler compute segment `id` (and what it needs of its parent chain), then runs `then`
+// on the offload thread (it may write records) and answers with it. Nothing waits meanwhile.
+void after_build(Service& svc, HttpResponder& out, SegmentId id, std::function<ApiStatus(const Status&, HttpResponder&)> then) {
+  svc.scheduler.build(id, [&svc, out = out.shared_from_this(), then = std::move(then)](const Status& st) {
+    answer_offloaded(svc, *out, [st, then](HttpResponder& o) { return then(st, o); });
+  });
 }
 
 // PUT /v1/segments/{name} (name from the path) or POST /v1/segments (name in the body).
@@ -72,39 +76,48 @@ ApiStatus put_segment(Service& svc, const HttpRequest& req, HttpResponder& out, 
   }
   auto level = parse_level(level_name);
   if (!level) return invalid_field("level", "level must be \"platform\", \"community\" or \"bot\", got \"" + level_name + "\"");
-  auto put = svc.catalog.put_segment(name, *level, parent, text);
-  if (!put.ok()) return not_found_as(put.status(), "segment_not_found", "parent");
-  if (put->build != kNoSegment) {
-    // Its KV is computed as scheduled work, beside the streams that are running.
-    if (Status st = wait_for_build(svc, put->build); !st.ok()) return st.prefixed("segment \"" + name + "\": ");
-    auto seg = svc.catalog.segment(name);
-    if (!seg.ok()) return segment_error(seg.status());
-    return reply(out, segment_json(seg.value()));
-  }
-  return reply(out, segment_json(put->view));
+  // The definition's record is fsynced (offload thread); its KV is computed as scheduled work, beside
+  // the streams that are running.
+  return answer_offloaded(svc, out, [&svc, name, level = *level, parent, text](HttpResponder& o) -> ApiStatus {
+    auto put = svc.catalog.put_segment(name, level, parent, text);
+    if (!put.ok()) return not_found_as(put.status(), "segment_not_found", "parent");
+    if (put->build == kNoSegment) return reply(o, segment_json(put->view));
+    after_build(svc, o, put->build, [&svc, name](const Status& st, HttpResponder& o2) -> ApiStatus {
+      if (!st.ok()) return st.prefixed("segment \"" + name + "\": ");
+      return reply_segment(svc, name, o2);
+    });
+    return {};
+  });
 }
 
-// POST /v1/segments/{name}/compress|thaw
+// POST /v1/segments/{name}/compress|thaw. Compress: coding on the offload thread (the compressor's
+// own model). Thaw: warm files paged in on the offload thread, cold segments built by the scheduler,
+// the tier recorded on the offload thread again.
 ApiStatus move_tier(Service& svc, const std::string& name, const std::string& verb, HttpResponder& out) {
   auto seg = svc.catalog.segment(name);
   if (!seg.ok()) return segment_error(seg.status());
   if (!seg->pool) return Status::Conflict("segment \"" + name + "\" has no KV in the pool yet");
   const SegmentId id = seg->pool->id;
-  Status st;
+  auto failed = [name, verb](const Status& st) { return segment_error(st.prefixed(verb + " " + name + ": ")); };
   if (verb == "compress") {
     if (!svc.compressor) return Status::Conflict("the cold tier is disabled ([cold] enabled)");
-    st = svc.compressor->compress(id);
-    if (st.ok()) svc.catalog.record_cold_tiers();  // it restarts cold too
-  } else {
-    PathPlan chain = svc.pool.plan_chain(id);
-    st = svc.pool.page_in(chain.path);  // warm segments: mapped, populated and verified here
-    if (st.ok() || st.is_corruption()) st = wait_for_build(svc, id);  // cold ones (and bad files): computed
-    if (st.ok()) st = svc.catalog.set_hot(name);
+    return answer_offloaded(svc, out, [&svc, id, name, failed](HttpResponder& o) {
+      Status st = svc.compressor->compress(id);
+      if (!st.ok()) return failed(st);
+      svc.catalog.record_cold_tiers();  // it restarts cold too
+      return reply_segment(svc, name, o);
+    });
   }
-  if (!st.ok()) return segment_error(st.prefixed(verb + " " + name + ": "));
-  seg = svc.catalog.segment(name);
-  if (!seg.ok()) return segment_error(seg.status());
-  return reply(out, segment_json(seg.value()));
+  return answer_offloaded(svc, out, [&svc, id, name, failed](HttpResponder& o) -> ApiStatus {
+    PathPlan chain = svc.pool.plan_chain(id);
+    Status st = svc.pool.page_in(chain.path);  // warm segments: mapped, populated and verified here
+    if (!st.ok() && !st.is_corruption()) return failed(st);  // cold ones (and bad files): computed
+    after_build(svc, o, id, [&svc, name, failed](const Status& built, HttpResponder& o2) -> ApiStatus {
+      Status st = built.ok() ? svc.catalog.set_hot(name) : built;
+      return st.ok() ? reply_segment(svc, name, o2) : failed(st);
+    });
+    return {};
+  });
 }
 
 ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& out) {
@@ -127,13 +140,10 @@ ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& o
   if (req.method == "PUT") return put_segment(svc, req, out, name);
   if (req.method == "DELETE") {
     // On the scheduler thread: the segment's KV may be in use by the step being prepared.
-    Status removed;
-    Status ran = svc.scheduler.run([&] {
-      removed = svc.catalog.remove_segment(name);
-      return Status::Ok();
+    return answer_on_scheduler(svc, out, [&svc, name](HttpResponder& o) {
+      Status removed = svc.catalog.remove_segment(name);
+      return removed.ok() ? reply(o, {{"deleted", name}}) : segment_error(removed);
     });
-    if (!ran.ok()) return ran;
-    return removed.ok() ? reply(out, {{"deleted", name}}) : segment_error(removed);
   }
   return wrong_method("GET, PUT or DELETE");
 }
@@ -149,11 +159,13 @@ ApiStatus handle_compress(Service& svc, const HttpRequest& req, HttpResponder& o
   }
   const auto idle = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(b["idle_seconds"].get<double>()));
-  const size_t n = svc.compressor->compress_idle(idle);
-  const std::vector<std::string> recorded = svc.catalog.record_cold_tiers();
-  auto cs = svc.compressor->stats();
-  return reply(out, {{"compressed", n}, {"total_compressed", cs.compressed}, {"tokens", cs.tokens},
+  return answer_offloaded(svc, out, [&svc, idle](HttpResponder& o) {
+    const size_t n = svc.compressor->compress_idle(idle);
+    const std::vector<std::string> recorded = svc.catalog.record_cold_tiers();
+    auto cs = svc.compressor->stats();
+    return reply(o, {{"compressed", n}, {"total_compressed", cs.compressed}, {"tokens", cs.tokens},
                      {"coded_bytes", cs.coded_bytes}, {"last_error", cs.last_error}, {"cold_at_rest", recorded}});
+  });
 }
 
 ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& out) {
@@ -168,12 +180,15 @@ ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& o
     for (ApiStatus e : {string_field(b, "bot", true, &bot), string_field(b, "id", false, &id)}) {
       if (!e.ok()) return e;
     }
-    auto created = svc.catalog.create_session(bot, id);
-    if (created.ok()) return reply(out, session_json(created.value()));
-    if (created.status().code() == Status::Code::kResourceExhausted) {
-      return ApiStatus(created.status(), "", "session_limit_reached");
-    }
-    return not_found_as(created.status(), "segment_not_found", "bot");
+    // Its record is fsynced before the answer: on the offload thread.
+    return answer_offloaded(svc, out, [&svc, bot, id](HttpResponder& o) -> ApiStatus {
+      auto created = svc.catalog.create_session(bot, id);
+      if (created.ok()) return reply(o, session_json(created.value()));
+      if (created.status().code() == Status::Code::kResourceExhausted) {
+        return ApiStatus(created.status(), "", "session_limit_reached");
+      }
+      return not_found_as(created.status(), "segment_not_found", "bot");
+    });
   }
   const std::string id = parts[0];
   if (parts.size() == 1) {
@@ -184,8 +199,10 @@ ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& o
       return s.ok() ? reply(out, session_json(s.value())) : session_error(s.status());
     }
     if (req.method == "DELETE") {
-      Status st = svc.catalog.delete_session(id);
-      return st.ok() ? reply(out, {{"deleted", id}}) : session_error(st);
+      return answer_offloaded(svc, out, [&svc, id](HttpResponder& o) {
+        Status st = svc.catalog.delete_session(id);
+        return st.ok() ? reply(o, {{"deleted", id}}) : session_error(st);
+      });
     }
     return wrong_method("GET or DELETE");
   }

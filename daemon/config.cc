@@ -2,6 +2,8 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
+#include <boost/asio/ip/address.hpp>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -88,6 +90,31 @@ bool get_ids(Ctx& c, const toml::table& t, const std::string& sect, const char* 
   return true;
 }
 
+bool get_strings(Ctx& c, const toml::table& t, const std::string& sect, const char* key, std::vector<std::string>& out) {
+  const toml::node* n = t.get(key);
+  if (!n) return true;
+  if (!n->is_array()) return c.fail(sect + "." + key, "expected an array of strings");
+  out.clear();
+  for (const auto& e : *n->as_array()) {
+    if (!e.is_string()) return c.fail(sect + "." + key, "expected an array of strings");
+    out.push_back(**e.as_string());
+  }
+  return true;
+}
+
+// An Origin header value: scheme://host[:port], nothing after.
+bool is_origin(std::string_view o) {
+  const size_t sep = o.find("://");
+  if (sep == std::string_view::npos || sep == 0 || sep + 3 >= o.size()) return false;
+  for (char ch : o.substr(0, sep)) {
+    if (!std::isalpha(static_cast<unsigned char>(ch))) return false;
+  }
+  for (char ch : o.substr(sep + 3)) {
+    if (ch == '/' || ch == '?' || ch == '#' || ch == ' ' || ch == '"' || static_cast<unsigned char>(ch) < 0x21) return false;
+  }
+  return true;
+}
+
 bool check_keys(Ctx& c, const toml::table& t, const std::string& sect, std::set<std::string> known) {
   for (const auto& [k, v] : t) {
     if (!known.count(std::string(k.str()))) {
@@ -129,6 +156,35 @@ Result<toml::table> parse(const std::filesystem::path& path) {
 }
 
 }  // namespace
+
+Result<ListenAddress> parse_listen_address(std::string_view text) {
+  const std::string quoted = "\"" + std::string(text) + "\"";
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos) {
+    return Status::InvalidArgument("expected HOST:PORT such as \"127.0.0.1:8080\", got " + quoted);
+  }
+  std::string host(text.substr(0, colon));
+  const std::string_view port = text.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  else if (host.find(':') != std::string::npos) {
+    return Status::InvalidArgument("an IPv6 address needs brackets, as in \"[::1]:8080\"; got " + quoted);
+  }
+  if (host == "localhost") host = "127.0.0.1";
+  boost::system::error_code ec;
+  const auto addr = boost::asio::ip::make_address(host, ec);
+  if (ec || !addr.is_loopback()) {
+    return Status::InvalidArgument("the address must be loopback (127.0.0.1, localhost, [::1]): there is no peer "
+                                   "check on TCP; got " + quoted);
+  }
+  unsigned long value = 0;
+  const bool digits = !port.empty() && port.size() <= 5 &&
+                      std::all_of(port.begin(), port.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (digits) value = std::stoul(std::string(port));
+  if (!digits || value < 1 || value > 65535) {
+    return Status::InvalidArgument("the port must be a number from 1 to 65535; got " + quoted);
+  }
+  return ListenAddress{addr.to_string(), static_cast<uint16_t>(value)};
+}
 
 std::optional<uint64_t> parse_size(std::string_view text) {
   std::string s(text);
@@ -211,14 +267,30 @@ Result<Config> load_config(const std::filesystem::path& path) {
       std::string mode = "0660";
       ok = check_keys(c, *t, "server",
                       {"socket", "socket_group", "socket_mode", "tcp_listen", "allowed_uids", "allowed_gids",
-                       "max_connections"}) &&
+                       "allowed_origins", "api_key_file", "io_threads", "max_connections", "max_connections_per_uid",
+                       "header_timeout_seconds", "body_timeout_seconds", "idle_timeout_seconds"}) &&
            get_string(c, *t, "server", "socket", cfg.socket_path) &&
            get_string(c, *t, "server", "socket_group", cfg.socket_group) &&
            get_string(c, *t, "server", "socket_mode", mode) &&
            get_string(c, *t, "server", "tcp_listen", cfg.tcp_listen) &&
            get_ids(c, *t, "server", "allowed_uids", cfg.allowed_uids) &&
            get_ids(c, *t, "server", "allowed_gids", cfg.allowed_gids) &&
-           get_int_as(c, *t, "server", "max_connections", 1, 100000, cfg.max_connections);
+           get_strings(c, *t, "server", "allowed_origins", cfg.allowed_origins) &&
+           get_string(c, *t, "server", "api_key_file", cfg.api_key_file) &&
+           get_int_as(c, *t, "server", "io_threads", 1, 64, cfg.io_threads) &&
+           get_int_as(c, *t, "server", "max_connections", 1, 100000, cfg.max_connections) &&
+           get_int_as(c, *t, "server", "max_connections_per_uid", 1, 100000, cfg.max_connections_per_uid) &&
+           get_int_as(c, *t, "server", "header_timeout_seconds", 1, 3600, cfg.header_timeout_s) &&
+           get_int_as(c, *t, "server", "body_timeout_seconds", 1, 3600, cfg.body_timeout_s) &&
+           get_int_as(c, *t, "server", "idle_timeout_seconds", 1, 86400, cfg.idle_timeout_s);
+      for (const auto& o : cfg.allowed_origins) {
+        if (ok && !is_origin(o)) {
+          ok = c.fail("server.allowed_origins", "\"" + o + "\" is not an origin such as \"http://localhost:3000\" (scheme://host[:port])");
+        }
+      }
+      if (ok && !cfg.tcp_listen.empty()) {
+        if (auto a = parse_listen_address(cfg.tcp_listen); !a.ok()) ok = c.fail("server.tcp_listen", a.error());
+      }
       if (ok) {
         char* end = nullptr;
         unsigned long m = std::strtoul(mode.c_str(), &end, 8);
@@ -339,12 +411,7 @@ Status validate(const Config& c) {
                          ") exceeds limits.max_tokens (" + std::to_string(c.max_tokens) + ")");
   }
   if (!c.tcp_listen.empty()) {
-    auto colon = c.tcp_listen.rfind(':');
-    std::string host = colon == std::string::npos ? "" : c.tcp_listen.substr(0, colon);
-    if (colon == std::string::npos || (host != "127.0.0.1" && host != "localhost" && host != "[::1]" && host != "::1")) {
-      return Status::Error("server.tcp_listen: expected a loopback address such as \"127.0.0.1:8080\", got \"" +
-                           c.tcp_listen + "\"");
-    }
+    if (auto a = parse_listen_address(c.tcp_listen); !a.ok()) return Status::InvalidArgument("server.tcp_listen: " + a.error());
   }
   return Status::Ok();
 }

@@ -29,9 +29,16 @@ struct Config {
   std::string socket_path = "/run/towerd/towerd.sock";
   std::string socket_group;          // "" = the daemon's group
   unsigned socket_mode = 0660;
-  std::string tcp_listen;            // "host:port" on loopback, "" = off
-  std::vector<uint32_t> allowed_uids, allowed_gids;
+  std::string tcp_listen;            // "host:port" on loopback, "" = off (parse_listen_address)
+  std::vector<uint32_t> allowed_uids, allowed_gids;  // besides the socket group's members
+  std::vector<std::string> allowed_origins;          // TCP: Origin headers accepted
+  std::string api_key_file;          // TCP: bearer token required when set
+  int io_threads = 2;                // threads running every connection
   int max_connections = 256;
+  int max_connections_per_uid = 64;  // all TCP peers together count as one uid
+  int header_timeout_s = 10;         // a request header must arrive whole within this
+  int body_timeout_s = 30;           // and its body within this after the header
+  int idle_timeout_s = 60;           // an idle keep-alive connection closes after this
   // [state]
   std::filesystem::path state_dir = "/var/lib/towerd";
   uint64_t compact_bytes = 64ull << 20;  // compact the log beyond this size when half of it is dead
@@ -72,6 +79,14 @@ Result<Config> load_config(const std::filesystem::path& path);
 Result<PolicyConfig> load_policy(const std::filesystem::path& path);
 // Checks that need every key (e.g. default_max_tokens <= max_tokens) and a model path.
 Status validate(const Config& config);
+
+// tcp_listen / --listen: "127.0.0.1:8080", "localhost:8080", "[::1]:8080". Loopback only; the
+// port is 1-65535, digits only.
+struct ListenAddress {
+  std::string host;  // an address: "127.0.0.1", "::1"
+  uint16_t port = 0;
+};
+Result<ListenAddress> parse_listen_address(std::string_view text);
 
 // "2G", "512M", "1.5GiB", "0", "1048576" → bytes.
 std::optional<uint64_t> parse_size(std::string_view text);

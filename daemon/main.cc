@@ -9,9 +9,11 @@
 
 #include "daemon/catalog.h"
 #include "daemon/config.h"
+#include "daemon/http_guard.h"
 #include "daemon/http_server.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/routes.h"
 #include "daemon/scheduler.h"
 #include "daemon/service.h"
 #include "daemon/state_store.h"
@@ -35,7 +37,7 @@ int die(int code, const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path, model, socket, state_dir;
+  std::string config_path, model, socket, state_dir, listen;
   int threads = -1;
   bool debug = false;
   CLI::App app{
@@ -52,6 +54,9 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", config_path, "TOML config file (etc/towerd.toml documents every key)");
   app.add_option("-m,--model", model, "GGUF model file (model.path)");
   app.add_option("-s,--socket", socket, "Unix socket path (server.socket, default /run/towerd/towerd.sock)");
+  app.add_option("--listen", listen,
+                 "Also serve HTTP on this loopback TCP address, e.g. 127.0.0.1:8080 (server.tcp_listen). TCP has no "
+                 "peer credentials: set server.api_key_file to require a bearer token");
   app.add_option("--state-dir", state_dir, "Where segment definitions and transcripts live (state.dir, default /var/lib/towerd)");
   app.add_option("-t,--threads", threads, "Worker threads for the model (model.threads; 0 = all cores)")->check(CLI::Range(0, 1024));
   app.add_flag("--debug", debug, "Also log every refused request");
@@ -68,6 +73,10 @@ int main(int argc, char** argv) {
   if (!model.empty()) cfg.model_path = model;
   if (!socket.empty()) cfg.socket_path = socket;
   if (!state_dir.empty()) cfg.state_dir = state_dir;
+  if (!listen.empty()) {
+    if (auto a = parse_listen_address(listen); !a.ok()) return die(2, "--listen: " + a.error());
+    cfg.tcp_listen = listen;
+  }
   if (threads >= 0) cfg.threads = threads;
   if (Status st = validate(cfg); !st.ok()) return die(2, "invalid config: " + st.message());
   int socket_gid = -1;
@@ -76,6 +85,30 @@ int main(int argc, char** argv) {
     if (!g) return die(2, "invalid config: server.socket_group: no group named \"" + cfg.socket_group + "\"");
     socket_gid = static_cast<int>(g->gr_gid);
   }
+  HttpServerOptions ho;
+  ho.socket_path = cfg.socket_path;
+  ho.socket_mode = cfg.socket_mode;
+  ho.socket_gid = socket_gid;
+  if (!cfg.tcp_listen.empty()) {
+    const ListenAddress a = parse_listen_address(cfg.tcp_listen).value();  // validate() checked it
+    ho.tcp_host = a.host;
+    ho.tcp_port = a.port;
+  }
+  if (!cfg.api_key_file.empty()) {
+    auto key = load_api_key(cfg.api_key_file);
+    if (!key.ok()) return die(2, "invalid config: server.api_key_file: " + key.error());
+    ho.api_key = key.value();
+  }
+  ho.allowed_uids = cfg.allowed_uids;
+  ho.allowed_gids = cfg.allowed_gids;
+  ho.allowed_origins = cfg.allowed_origins;
+  ho.max_body_bytes = cfg.max_body_bytes;
+  ho.io_threads = cfg.io_threads;
+  ho.max_connections = cfg.max_connections;
+  ho.max_connections_per_uid = cfg.max_connections_per_uid;
+  ho.header_timeout = std::chrono::seconds(cfg.header_timeout_s);
+  ho.body_timeout = std::chrono::seconds(cfg.body_timeout_s);
+  ho.idle_timeout = std::chrono::seconds(cfg.idle_timeout_s);
 
   // Signals are taken synchronously by the main thread; block them before any thread starts.
   sigset_t sigs;
@@ -173,19 +206,19 @@ int main(int argc, char** argv) {
   std::string model_id = std::filesystem::path(cfg.model_path).stem().string();
   Service svc{cfg, m, pool, scheduler, catalog, metrics, prompts, model_id};
   if (cfg.cold_enabled) svc.compressor = &compressor;
-  HttpServerOptions ho;
-  ho.socket_path = cfg.socket_path;
-  ho.socket_mode = cfg.socket_mode;
-  ho.socket_gid = socket_gid;
-  ho.tcp_listen = cfg.tcp_listen;
-  ho.allowed_uids = cfg.allowed_uids;
-  ho.allowed_gids = cfg.allowed_gids;
-  ho.max_body_bytes = cfg.max_body_bytes;
-  ho.max_connections = cfg.max_connections;
-  HttpServer server(ho, [&svc](const HttpRequest& req, HttpResponder& out) { handle_request(svc, req, out); });
+  Offload offload;
+  svc.offload = &offload;
+  ho.on_response = [&metrics](std::string_view method, std::string_view path, int status, double seconds) {
+    metrics.request_done(route_label(path), method_label(method), status, seconds);
+  };
+  HttpServer server(ho, [&svc](const HttpRequest& req, std::shared_ptr<HttpResponder> out) {
+    handle_request(svc, req, *out);
+  });
   if (Status st = server.start(); !st.ok()) return die(1, st.message());
+  svc.http = &server;
   svc.ready = true;
-  log_info("listening on " + cfg.socket_path + (cfg.tcp_listen.empty() ? "" : " and " + cfg.tcp_listen));
+  log_info("listening on " + cfg.socket_path + (cfg.tcp_listen.empty() ? "" : " and " + cfg.tcp_listen) +
+           (cfg.tcp_listen.empty() || !ho.api_key.empty() ? "" : " (TCP without server.api_key_file: any local user may connect)"));
   starting.ready("serving " + model_id);
   if (!restored->rebuild.empty()) {
     auto left = std::make_shared<std::atomic<size_t>>(restored->rebuild.size());

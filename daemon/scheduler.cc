@@ -22,7 +22,7 @@ struct Scheduler::Seq {
   size_t pos = 0;                    // next prompt token to prefill
   std::unique_ptr<Decoder> decoder;  // set once the prompt is in
   int32_t next = -1;                 // sampled, to be evaluated in the next step
-  Clock::time_point started;
+  Clock::time_point started, last_token;
   bool done = false;
 };
 
@@ -424,6 +424,8 @@ void Scheduler::step() {
       }
       Decoder::Step d = s.decoder->step(row, s.lease.tower->size() >= s.lease.tower->capacity());
       if (s.out.first_token_s < 0) s.out.first_token_s = since(s.job->enqueued);
+      else metrics_.token_interval(since(s.last_token));
+      s.last_token = Clock::now();
       if (!d.text.empty() && s.job->on_text) s.job->on_text(d.text);
       if (s.job->cancelled) {
         finish(s, "cancelled");

@@ -13,6 +13,7 @@
 #include "daemon/config.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
+#include "daemon/offload.h"
 #include "daemon/prompt.h"
 #include "daemon/scheduler.h"
 #include "mmapstore/compressor.h"
@@ -35,6 +36,8 @@ struct Service {
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
   Compressor* compressor = nullptr;  // the cold tier's background compressor
+  Offload* offload = nullptr;        // blocking jobs that are not model steps (compress now, fsyncs)
+  const HttpServer* http = nullptr;  // its connection counters, for /metrics
 };
 
 void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out);
@@ -48,6 +51,13 @@ ApiStatus reply(HttpResponder& out, const nlohmann::json& j);  // 200 with j
 void send_error(HttpResponder& out, const ApiStatus& e);
 std::string dump(const nlohmann::json& j);
 ApiStatus wrong_method(const char* allowed);  // 405: "use GET or PUT"
+// Handlers never wait (docs/http.md): work that needs the scheduler thread runs there between steps,
+// blocking work that does not (file I/O, a record's fsync, coding a segment) runs on the offload
+// thread, and either answers through `out` when it is done (an error it returns is sent as the error
+// reply). Both return at once.
+using Answer = std::function<ApiStatus(HttpResponder& out)>;
+ApiStatus answer_on_scheduler(Service& svc, HttpResponder& out, Answer work);
+ApiStatus answer_offloaded(Service& svc, HttpResponder& out, Answer work);
 // A string field: "" when absent or null (InvalidArgument naming it when required or not a string).
 ApiStatus string_field(const nlohmann::json& body, const char* key, bool required, std::string* out);
 // Refuses a field not in `known` (400 unknown_parameter naming it).
@@ -68,8 +78,10 @@ ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, GenPa
 // that field's neutral value. The error names the field (param).
 ApiStatus check_generation_fields(const nlohmann::json& body, std::initializer_list<std::string_view> own);
 
-// Runs a generation through the scheduler and answers: a chat.completion object, or SSE
-// chat.completion.chunk events ending in "data: [DONE]". prompt_estimate checks the context up front.
+// Runs a generation through the scheduler and answers, from the scheduler thread as the model runs:
+// a chat.completion object, or SSE chat.completion.chunk events ending in "data: [DONE]"
+// (daemon/api_generation.cc). Returns at once; an error only when the job could not be queued. The
+// client's disconnect cancels the job. prompt_estimate checks the context up front.
 // on_finish runs on the scheduler thread before the lease is released (seal, queue the record); it
 // must call `settled` exactly once, from any thread, when the reply may be acknowledged (its record is
 // durable) or with the error that stops it.

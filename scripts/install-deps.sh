@@ -22,6 +22,7 @@ DEV=(
   doctest-dev                    # the unit tests
   clang libclang-rt-14-dev       # libFuzzer targets (-DTOWERS_FUZZ=ON) and sanitizer runtimes
   libdnnl-dev                    # bench/bench_onednn.cc only: oneDNN as a baseline for our kernels
+  python3-prometheus-client      # tests/daemon/check_edge_metrics.sh parses /metrics with a real parser
   systemd                        # systemd-analyze: tests/packaging/check_unit_security.sh
   zstd                           # tests/cli/check_codec.sh compares the codec with zstd -19 (not linked)
 )

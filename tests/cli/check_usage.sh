@@ -16,7 +16,7 @@ for bin in "$towerctl" "$towerd"; do
   [[ "$(sed -n 3p <<<"$out")" =~ ^SIMD\ [A-Z0-9_]+ ]] || fail "$name --version: no SIMD line"
   [ "$("$bin" -V)" = "$out" ] || fail "$name -V differs from --version"
 done
-"$towerctl" --help | grep -q "Exit status: 0 done, 1 failed, 2 usage error" || fail "towerctl --help does not explain the exit status"
+grep -q "Exit status: 0 done, 1 failed, 2 usage error" <<<"$("$towerctl" --help)" || fail "towerctl --help does not explain the exit status"  # not a pipe: grep -q closing early would SIGPIPE towerctl under pipefail
 
 # expect_usage WANT_IN_STDERR ARGS...: towerctl ARGS must exit 2 with WANT on stderr and nothing on stdout.
 expect_usage() {
