@@ -2,6 +2,7 @@
 // runner shared with session messages (daemon/api_towers.cc); and the table of the generation fields
 // towerd honours, knowingly ignores, or refuses.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -50,7 +51,6 @@ struct FieldRule {
   std::string_view accepted = "";          // ... as the error message names them
 };
 
-bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0; }
 bool is_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
 bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_boolean(const json& v) { return v.is_boolean(); }
@@ -58,11 +58,6 @@ bool is_empty(const json& v) { return (v.is_array() || v.is_object()) && v.empty
 bool no_tool_choice(const json& v) { return v == "none" || v == "auto"; }
 bool text_format(const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; }
 bool text_only(const json& v) { return v == json::array({"text"}); }
-bool usage_only(const json& v) {  // the final chunk carries usage anyway
-  return v.is_object() && std::all_of(v.items().begin(), v.items().end(), [](const auto& kv) {
-           return kv.key() == "include_usage" && kv.value().is_boolean();
-         });
-}
 bool default_tier(const json& v) { return v == "auto" || v == "default"; }
 bool never(const json&) { return false; }
 
@@ -77,6 +72,12 @@ constexpr FieldRule kGenerationFields[] = {
     {"max_completion_tokens", Support::Honoured},
     {"stop", Support::Honoured},
     {"stream", Support::Honoured},
+    {"stream_options", Support::Honoured},
+    {"logprobs", Support::Honoured},
+    {"top_logprobs", Support::Honoured},
+    {"presence_penalty", Support::Honoured},
+    {"frequency_penalty", Support::Honoured},
+    {"logit_bias", Support::Honoured},
     {"user", Support::Metadata},
     {"safety_identifier", Support::Metadata},
     {"prompt_cache_key", Support::Metadata},
@@ -86,12 +87,6 @@ constexpr FieldRule kGenerationFields[] = {
     {"tool_choice", Support::NotYet, no_tool_choice, "\"none\", \"auto\""},
     {"parallel_tool_calls", Support::NotYet, is_boolean, "true, false (no tools)"},
     {"response_format", Support::NotYet, text_format, "{\"type\":\"text\"}"},
-    {"logprobs", Support::NotYet, is_false, "false"},
-    {"top_logprobs", Support::NotYet, is_zero, "0"},
-    {"presence_penalty", Support::NotYet, is_zero, "0"},
-    {"frequency_penalty", Support::NotYet, is_zero, "0"},
-    {"logit_bias", Support::NotYet, is_empty, "{}"},
-    {"stream_options", Support::NotYet, usage_only, "{\"include_usage\": bool}"},
     {"audio", Support::Unsupported, never, "null"},
     {"modalities", Support::Unsupported, text_only, "[\"text\"]"},
     {"prediction", Support::Unsupported, never, "null"},
@@ -163,6 +158,69 @@ struct Channel {
   GenOutcome outcome;
 };
 
+// "logit_bias": {"token id": bias, ...}; ids checked against the vocabulary.
+ApiStatus parse_logit_bias(const Service& svc, const json& b, SamplerConfig* sampling) {
+  if (!b.contains("logit_bias") || b["logit_bias"].is_null()) return {};
+  const json& lb = b["logit_bias"];
+  if (!lb.is_object()) return invalid_field("logit_bias", "\"logit_bias\" must be an object of token id -> bias");
+  for (const auto& [k, v] : lb.items()) {
+    int32_t id = -1;
+    const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), id);
+    if (ec != std::errc() || end != k.data() + k.size() || k.empty()) {
+      return invalid_field("logit_bias", "logit_bias: \"" + k + "\" is not a token id (a decimal integer)");
+    }
+    if (!v.is_number()) return invalid_field("logit_bias", "logit_bias: the bias of token " + k + " must be a number");
+    sampling->logit_bias.emplace_back(id, v.get<float>());
+  }
+  SamplerConfig just_bias;
+  just_bias.logit_bias = sampling->logit_bias;
+  if (Status st = check_sampler_config(just_bias, svc.model.config().n_vocab); !st.ok()) {
+    return ApiStatus(st, "logit_bias");
+  }
+  return {};
+}
+
+// "logprobs": true|false, "top_logprobs": 0..20 (only with logprobs, as OpenAI requires).
+ApiStatus parse_logprobs(const json& b, SamplerConfig* sampling) {
+  bool on = false;
+  if (b.contains("logprobs") && !b["logprobs"].is_null()) {
+    if (!b["logprobs"].is_boolean()) return invalid_field("logprobs", "\"logprobs\" must be true or false");
+    on = b["logprobs"].get<bool>();
+  }
+  int top = 0;
+  if (b.contains("top_logprobs") && !b["top_logprobs"].is_null()) {
+    const json& t = b["top_logprobs"];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > kMaxTopLogprobs) {
+      return invalid_field("top_logprobs", "\"top_logprobs\" must be an integer from 0 to " + std::to_string(kMaxTopLogprobs));
+    }
+    top = t.get<int>();
+    if (!on) return invalid_field("top_logprobs", "\"top_logprobs\" needs \"logprobs\": true");
+  }
+  sampling->logprobs = on ? top : -1;
+  return {};
+}
+
+// "stream_options": {"include_usage": bool} (and "include_obfuscation", which changes nothing here:
+// towerd pads no chunk). Only with "stream": true, as OpenAI requires.
+ApiStatus parse_stream_options(const json& b, bool stream, bool* include_usage) {
+  *include_usage = false;
+  if (!b.contains("stream_options") || b["stream_options"].is_null()) return {};
+  const json& o = b["stream_options"];
+  if (!o.is_object()) return invalid_field("stream_options", "\"stream_options\" must be an object");
+  if (!stream) return invalid_field("stream_options", "\"stream_options\" is only allowed with \"stream\": true");
+  for (const auto& [k, v] : o.items()) {
+    if (k != "include_usage" && k != "include_obfuscation") {
+      return ApiStatus(Status::InvalidArgument("unknown field \"stream_options." + k + "\""), "stream_options." + k,
+                       "unknown_parameter");
+    }
+    if (!v.is_boolean() && !v.is_null()) {
+      return invalid_field("stream_options." + k, "\"stream_options." + k + "\" must be true or false");
+    }
+  }
+  *include_usage = o.contains("include_usage") && o["include_usage"].is_boolean() && o["include_usage"].get<bool>();
+  return {};
+}
+
 }  // namespace
 
 ApiStatus check_generation_fields(const json& body, std::initializer_list<std::string_view> own) {
@@ -198,9 +256,13 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params)
   };
   for (ApiStatus e : {number("temperature", 0, 2, &p.sampling.temperature), number("top_p", 0, 1, &p.sampling.top_p),
                       number("min_p", 0, 1, &p.sampling.min_p),
-                      number("repeat_penalty", 0, 10, &p.sampling.repeat_penalty)}) {
+                      number("repeat_penalty", 0, 10, &p.sampling.repeat_penalty),
+                      number("presence_penalty", -kMaxAbsPenalty, kMaxAbsPenalty, &p.sampling.presence_penalty),
+                      number("frequency_penalty", -kMaxAbsPenalty, kMaxAbsPenalty, &p.sampling.frequency_penalty)}) {
     if (!e.ok()) return e;
   }
+  if (ApiStatus e = parse_logit_bias(svc, b, &p.sampling); !e.ok()) return e;
+  if (ApiStatus e = parse_logprobs(b, &p.sampling); !e.ok()) return e;
   if (b.contains("top_k") && !b["top_k"].is_null()) {
     if (!b["top_k"].is_number_integer()) return invalid_field("top_k", "\"top_k\" must be an integer");
     p.sampling.top_k = b["top_k"].get<int>();
@@ -237,6 +299,7 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params)
     if (!b["stream"].is_boolean()) return invalid_field("stream", "\"stream\" must be true or false");
     p.stream = b["stream"].get<bool>();
   }
+  if (ApiStatus e = parse_stream_options(b, p.stream, &p.include_usage); !e.ok()) return e;
   for (const auto& s : svc.prompts.stop_strings()) p.stop.push_back(s);
   return {};
 }

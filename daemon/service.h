@@ -59,7 +59,7 @@ struct GenParams {
   int max_tokens = 0;
   std::vector<std::string> stop;
   bool stream = false;
-  bool include_usage = true;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with usage and no choices
 };
 ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, GenParams* params);
 // Refuses what a generation request may not hold: a field that is neither one of `own` (the
