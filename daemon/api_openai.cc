@@ -345,7 +345,7 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) 
     ch->admitted = true;
     ch->cv.notify_all();
   };
-  job->on_text = [ch, full_text](std::string_view t) {
+  job->on_text = [ch, full_text](int, std::string_view t, std::vector<Logprobs>) {
     full_text->append(t);
     std::lock_guard lock(ch->mu);
     ch->text.append(t);
