@@ -8,7 +8,7 @@
 #include <deque>
 #include <random>
 
-#include "daemon/random_id.h"
+#include "daemon/api_reply.h"
 #include "daemon/log.h"
 #include "daemon/service.h"
 
@@ -27,14 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string completion_id() { return random_hex_id("chatcmpl-"); }
-
-// What the client sees: OpenAI's finish reasons ("timeout" and "context" read as "length").
-std::string openai_finish(const std::string& r) {
-  if (r == "eos" || r == "stop") return "stop";
-  if (r == "cancelled") return "stop";
-  return "length";
-}
 
 // What towerd does with a generation field. Refused fields are accepted only with their neutral
 // value (the one that asks for nothing), or null.
@@ -51,7 +43,6 @@ struct FieldRule {
   std::string_view accepted = "";          // ... as the error message names them
 };
 
-bool is_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
 bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_boolean(const json& v) { return v.is_boolean(); }
 bool is_empty(const json& v) { return (v.is_array() || v.is_object()) && v.empty(); }
@@ -73,6 +64,7 @@ constexpr FieldRule kGenerationFields[] = {
     {"stop", Support::Honoured},
     {"stream", Support::Honoured},
     {"stream_options", Support::Honoured},
+    {"n", Support::Honoured},
     {"logprobs", Support::Honoured},
     {"top_logprobs", Support::Honoured},
     {"presence_penalty", Support::Honoured},
@@ -82,7 +74,6 @@ constexpr FieldRule kGenerationFields[] = {
     {"safety_identifier", Support::Metadata},
     {"prompt_cache_key", Support::Metadata},
     {"metadata", Support::Metadata},
-    {"n", Support::NotYet, is_one, "1"},
     {"tools", Support::NotYet, is_empty, "[]"},
     {"tool_choice", Support::NotYet, no_tool_choice, "\"none\", \"auto\""},
     {"parallel_tool_calls", Support::NotYet, is_boolean, "true, false (no tools)"},
@@ -300,6 +291,13 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params)
     p.stream = b["stream"].get<bool>();
   }
   if (ApiStatus e = parse_stream_options(b, p.stream, &p.include_usage); !e.ok()) return e;
+  if (b.contains("n") && !b["n"].is_null()) {
+    const int64_t limit = svc.config.max_batch;
+    if (!b["n"].is_number_integer() || b["n"].get<int64_t>() < 1 || b["n"].get<int64_t>() > limit) {
+      return invalid_field("n", "\"n\" must be an integer from 1 to " + std::to_string(limit) + " (limits.max_batch)");
+    }
+    p.n = b["n"].get<int>();
+  }
   for (const auto& s : svc.prompts.stop_strings()) p.stop.push_back(s);
   return {};
 }
@@ -318,6 +316,11 @@ GenerationSpec session_turn_spec(Service& svc, Catalog::Turn turn) {
   return spec;
 }
 
+ApiStatus one_choice(const GenParams& params) {
+  if (params.n == 1) return {};
+  return ApiStatus(Status::Unimplemented("\"n\" > 1 is not supported with a session (a session continues one transcript)"), "n");
+}
+
 ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) {
   const int n_ctx = svc.model.config().n_ctx_train;
   const int prompt_limit = svc.config.max_prompt_tokens > 0 ? std::min(svc.config.max_prompt_tokens, n_ctx) : n_ctx;
@@ -330,29 +333,30 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) 
                                                       " tokens; this server accepts prompts of at most " +
                                                       std::to_string(prompt_limit - 1) + " tokens (model context " +
                                                       std::to_string(n_ctx) + ")"),
-                            "messages", "context_length_exceeded"));
+                            spec.api == ReplyApi::Chat ? "messages" : "prompt", "context_length_exceeded"));
   }
   auto job = std::make_shared<GenJob>();
   job->sampling = spec.params.sampling;
   job->stop = spec.params.stop;
+  job->n = spec.params.n;
   job->max_tokens = std::min<int>(spec.params.max_tokens, n_ctx - static_cast<int>(spec.prompt_tokens));
   job->deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(svc.config.request_timeout_s * 1000));
   auto ch = std::make_shared<Channel>();
-  auto full_text = std::make_shared<std::string>();
+  auto builder = std::make_shared<ReplyBuilder>(spec.api, svc.model_id, spec.params, spec.prompt_tokens, spec.extra);
   job->prepare = spec.prepare;
   job->on_admitted = [ch] {
     std::lock_guard lock(ch->mu);
     ch->admitted = true;
     ch->cv.notify_all();
   };
-  job->on_text = [ch, full_text](int, std::string_view t, std::vector<Logprobs>) {
-    full_text->append(t);
+  job->on_text = [ch, builder](int choice, std::string_view t, std::vector<Logprobs> logprobs) {
+    std::string events = builder->add(choice, t, std::move(logprobs));
     std::lock_guard lock(ch->mu);
-    ch->text.append(t);
+    ch->text.append(events);
     ch->cv.notify_all();
   };
   auto on_finish = spec.on_finish;
-  job->on_finish = [ch, full_text, on_finish](GenOutcome& o, Lease* lease) {
+  job->on_finish = [ch, builder, on_finish](GenOutcome& o, Lease* lease) {
     {
       std::lock_guard lock(ch->mu);
       ch->outcome = o;
@@ -366,52 +370,37 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) 
       ch->done = true;
       ch->cv.notify_all();
     };
-    if (on_finish) on_finish(o, lease, *full_text, settled);
+    if (on_finish) on_finish(o, lease, builder->text(), settled);
     else settled(Status::Ok());
   };
   if (Status st = svc.scheduler.submit(job); !st.ok()) {
     svc.metrics.rejected(st.code() == Status::Code::kResourceExhausted ? "queue_full" : "shutting_down");
     return reject(st);
   }
-  const std::string id = completion_id();
-  const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  auto chunk = [&](const json& delta, const json& finish) {
-    json c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", svc.model_id},
-              {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
-    for (auto& [k, v] : spec.extra.items()) c[k] = v;
-    return c;
-  };
   bool streaming = spec.params.stream;
   bool started = false;
-  std::string collected;
   GenOutcome outcome;
   for (;;) {
-    std::string piece;
+    std::string events;
     bool done = false, admitted = false;
     {
       std::unique_lock lock(ch->mu);
       ch->cv.wait_for(lock, std::chrono::milliseconds(100),
                       [&] { return ch->done || !ch->text.empty() || (ch->admitted && !started); });
-      piece.swap(ch->text);
+      events.swap(ch->text);
       done = ch->done;
       admitted = ch->admitted;
       if (done) outcome = ch->outcome;
     }
     if (streaming && !started && admitted) {
       started = true;
-      if (!out.start_stream(200, "text/event-stream") ||
-          !out.write_chunk("data: " + dump(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)) + "\n\n")) {
+      const std::string start = builder->start_events();  // none for completions (an empty chunk ends a stream)
+      if (!out.start_stream(200, "text/event-stream") || (!start.empty() && !out.write_chunk(start))) {
         job->cancelled = true;
       }
     }
     if (done && !outcome.error.ok() && !started) break;  // failed before the model ran: a plain error reply
-    if (!piece.empty()) {
-      collected += piece;
-      if (streaming && !job->cancelled &&
-          !out.write_chunk("data: " + dump(chunk({{"content", piece}}, nullptr)) + "\n\n")) {
-        job->cancelled = true;
-      }
-    }
+    if (!events.empty() && streaming && !job->cancelled && !out.write_chunk(events)) job->cancelled = true;
     if (done) break;
     if (!job->cancelled && out.client_gone()) {
       job->cancelled = true;
@@ -428,30 +417,12 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) 
     return {};
   }
   if (outcome.finish_reason == "timeout") log_warn("a generation reached limits.request_timeout_seconds");
-  const size_t prompt_tokens = spec.prompt_tokens;
-  json usage = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", outcome.tokens.size()},
-                {"total_tokens", prompt_tokens + outcome.tokens.size()},
-                {"prompt_tokens_details", {{"cached_tokens", outcome.cached_tokens}}}};
-  json timings = {{"queue_ms", outcome.queue_s * 1000}, {"prefill_ms", outcome.prefill_s * 1000},
-                  {"first_token_ms", outcome.first_token_s * 1000}, {"total_ms", outcome.total_s * 1000},
-                  {"finish", outcome.finish_reason}};
   if (streaming) {
-    json last = chunk(json::object(), openai_finish(outcome.finish_reason));
-    last["usage"] = usage;
-    last["towers"] = timings;
-    out.write_chunk("data: " + dump(last) + "\n\n");
-    out.write_chunk("data: [DONE]\n\n");
+    out.write_chunk(builder->end_events(outcome));
     out.end_stream();
     return {};
   }
-  json r = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", svc.model_id},
-            {"choices", json::array({{{"index", 0},
-                                      {"message", {{"role", "assistant"}, {"content", collected}}},
-                                      {"logprobs", nullptr},
-                                      {"finish_reason", openai_finish(outcome.finish_reason)}}})},
-            {"usage", usage}, {"towers", timings}};
-  for (auto& [k, v] : spec.extra.items()) r[k] = v;
-  return reply(out, r);
+  return reply(out, builder->whole(outcome));
 }
 
 namespace {
@@ -461,12 +432,28 @@ json model_json(const Service& svc) {
           {"context_length", svc.model.config().n_ctx_train}, {"aliases", svc.config.aliases}};
 }
 
+// A session-less generation: the catalog's prefix-reusing path (the prompt is sealed for reuse).
+GenerationSpec stateless_spec(Service& svc, Catalog::Stateless stateless) {
+  auto st = std::make_shared<Catalog::Stateless>(std::move(stateless));
+  GenerationSpec spec;
+  spec.prompt_tokens = st->prompt_estimate;
+  spec.prepare = [&svc, st] { return svc.catalog.prepare_stateless(*st); };
+  spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&, Settled settled) {
+    svc.catalog.finish_stateless(o, l);
+    settled(Status::Ok());
+  };
+  spec.not_found_code = "segment_not_found";
+  return spec;
+}
+
 ApiStatus model_not_found(const std::string& name, const char* param) {
   return ApiStatus(Status::NotFound("the model \"" + name + "\" is not served here (towerd serves one model; see GET /v1/models)"),
                    param, "model_not_found");
 }
 
 }  // namespace
+
+ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder& out);
 
 ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
   if (req.path == "/v1/models" || req.path.rfind("/v1/models/", 0) == 0) {
@@ -476,6 +463,10 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
     const std::string name = req.path.substr(std::string("/v1/models/").size());
     if (name.empty() || !svc.serves(name)) return model_not_found(name, "");
     return reply(out, model_json(svc));
+  }
+  if (req.path == "/v1/completions") {
+    handled = true;
+    return handle_completions(svc, req, out);
   }
   if (req.path != "/v1/chat/completions") return {};
   handled = true;
@@ -495,6 +486,7 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
   if (ApiStatus e = parse_messages(body, &messages); !e.ok()) return e;
   GenerationSpec spec;
   if (!session.empty()) {
+    if (ApiStatus e = one_choice(params); !e.ok()) return e;
     // The session holds the history: only the last message, a user message, is new.
     if (messages.back().role != "user") {
       return invalid_field("messages", "with \"session\", the last message must be the user's new message");
@@ -505,16 +497,71 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
   } else {
     auto begun = svc.catalog.begin_stateless(bot, std::move(messages));
     if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");
-    auto st = std::make_shared<Catalog::Stateless>(std::move(begun.value()));
-    spec.prompt_tokens = st->prompt_estimate;
-    spec.prepare = [&svc, st] { return svc.catalog.prepare_stateless(*st); };
-    spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&, Settled settled) {
-      svc.catalog.finish_stateless(o, l);
-      settled(Status::Ok());
-    };
-    spec.not_found_code = "segment_not_found";
+    spec = stateless_spec(svc, std::move(begun.value()));
     if (!bot.empty()) spec.extra = {{"bot", bot}};
   }
+  spec.params = params;
+  return run_generation(svc, out, std::move(spec));
+}
+
+// POST /v1/completions: the prompt text as it is (no chat template; BOS as the model adds it), on the
+// session-less path, so a prompt that begins like an earlier one reuses its KV.
+ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder& out) {
+  if (req.method != "POST") return wrong_method("POST");
+  json body;
+  if (ApiStatus e = parse_body(req, &body); !e.ok()) return e;
+  // The legacy API's own fields; "logprobs" is a count here (the chat API's is a boolean).
+  if (body.contains("top_logprobs")) {
+    return ApiStatus(Status::InvalidArgument("unknown field \"top_logprobs\" (completions take \"logprobs\": N)"),
+                     "top_logprobs", "unknown_parameter");
+  }
+  for (const char* chat_only : {"tools", "tool_choice", "parallel_tool_calls", "response_format", "modalities", "audio"}) {
+    if (body.contains(chat_only)) {
+      return ApiStatus(Status::InvalidArgument(std::string("unknown field \"") + chat_only + "\" (a chat completions field)"),
+                       chat_only, "unknown_parameter");
+    }
+  }
+  if (ApiStatus e = check_generation_fields(body, {"model", "prompt", "echo", "suffix", "best_of", "logprobs"}); !e.ok()) {
+    return e;
+  }
+  if (body.contains("echo") && !body["echo"].is_null() && body["echo"] != false) {
+    return ApiStatus(Status::Unimplemented("\"echo\" is not supported by towerd (accepted: false)"), "echo");
+  }
+  if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "") {
+    return ApiStatus(Status::Unimplemented("\"suffix\" is not supported by towerd (accepted: null, \"\")"), "suffix");
+  }
+  std::string model;
+  if (ApiStatus e = string_field(body, "model", false, &model); !e.ok()) return e;
+  if (!svc.serves(model)) return model_not_found(model, "model");
+  int logprobs = -1;
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    const json& l = body["logprobs"];
+    if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() > kMaxTopLogprobs) {
+      return invalid_field("logprobs", "\"logprobs\" must be an integer from 0 to " + std::to_string(kMaxTopLogprobs));
+    }
+    logprobs = l.get<int>();
+    body.erase("logprobs");
+  }
+  GenParams params;
+  if (ApiStatus e = parse_gen_params(svc, body, &params); !e.ok()) return e;
+  params.sampling.logprobs = logprobs;
+  if (body.contains("best_of") && !body["best_of"].is_null() && body["best_of"] != params.n) {
+    return ApiStatus(Status::Unimplemented("\"best_of\" is not supported by towerd (accepted: null, or equal to n)"), "best_of");
+  }
+  if (!body.contains("prompt") || !body["prompt"].is_string()) {
+    if (body.contains("prompt") && body["prompt"].is_array()) {
+      return ApiStatus(Status::Unimplemented("\"prompt\" must be one string: arrays (of strings or token ids) are not supported"),
+                       "prompt");
+    }
+    return invalid_field("prompt", "\"prompt\" is required and must be a string");
+  }
+  const Tokenizer& tok = svc.model.tokenizer();
+  Catalog::Stateless st;
+  st.rest = tok.encode(body["prompt"].get<std::string>(), tok.add_bos_default(), /*parse_special=*/false);
+  if (st.rest.empty()) return invalid_field("prompt", "\"prompt\" is empty and this model adds no BOS token");
+  st.prompt_estimate = st.rest.size();
+  GenerationSpec spec = stateless_spec(svc, std::move(st));
+  spec.api = ReplyApi::Completions;
   spec.params = params;
   return run_generation(svc, out, std::move(spec));
 }

@@ -204,6 +204,7 @@ ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& o
     if (ApiStatus e = string_field(b, "content", true, &content); !e.ok()) return e;
     GenParams params;
     if (ApiStatus e = parse_gen_params(svc, b, &params); !e.ok()) return e;
+    if (ApiStatus e = one_choice(params); !e.ok()) return e;
     auto turn = svc.catalog.begin_turn(id, content);
     if (!turn.ok()) return session_error(turn.status());
     GenerationSpec spec = session_turn_spec(svc, std::move(turn.value()));

@@ -73,7 +73,7 @@ for field in '"audio":{"voice":"alloy","format":"wav"}' '"modalities":["text","a
              '"prediction":{"type":"content","content":"x"}' '"web_search_options":{}' '"store":true' \
              '"reasoning_effort":"low"' '"tools":[{"type":"function","function":{"name":"f"}}]' \
              '"tool_choice":"required"' '"response_format":{"type":"json_object"}' \
-             '"n":2' '"functions":[{"name":"f"}]'; do
+             '"functions":[{"name":"f"}]'; do
   name="${field%%\":*}"; name="${name#\"}"
   expect_error 400 unsupported_parameter "$name" "$chat" -d "{$msg,$field}"
 done
@@ -92,6 +92,8 @@ expect_error 400 invalid_request_error logit_bias "$chat" -d "{$msg,\"logit_bias
 expect_error 400 invalid_request_error logit_bias "$chat" -d "{$msg,\"logit_bias\":{\"a\":1}}"
 expect_error 400 invalid_request_error logit_bias "$chat" -d "{$msg,\"logit_bias\":{\"5\":101}}"
 expect_error 400 invalid_request_error stream_options "$chat" -d "{$msg,\"stream_options\":{\"include_usage\":true}}"
+expect_error 400 invalid_request_error n "$chat" -d "{$msg,\"n\":9}"
+expect_error 400 unsupported_parameter n http://localhost/v1/sessions/nope/messages -d '{"content":"x","n":2}'
 expect_error 400 unknown_parameter stream_options.colour "$chat" -d "{$msg,\"stream\":true,\"stream_options\":{\"colour\":1}}"
 neutral='"n":1,"tools":[],"tool_choice":"auto","parallel_tool_calls":true,"response_format":{"type":"text"},"logprobs":false,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"modalities":["text"],"audio":null,"store":false,"user":"u1","metadata":{"k":"v"}'
 [ "$(api "$chat" -d "{$msg,$neutral}" | json 'd["object"]')" = chat.completion ] || fail "neutral values refused"
