@@ -2,7 +2,9 @@
 // generation fields towerd honours, knowingly ignores, or refuses. The generation itself runs and
 // answers in daemon/api_generation.cc.
 #include <algorithm>
+#include <charconv>
 
+#include "daemon/log.h"
 #include "daemon/service.h"
 
 namespace towers::daemon {
@@ -34,19 +36,12 @@ struct FieldRule {
   std::string_view accepted = "";          // ... as the error message names them
 };
 
-bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0; }
-bool is_one(const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
 bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_boolean(const json& v) { return v.is_boolean(); }
 bool is_empty(const json& v) { return (v.is_array() || v.is_object()) && v.empty(); }
 bool no_tool_choice(const json& v) { return v == "none" || v == "auto"; }
 bool text_format(const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; }
 bool text_only(const json& v) { return v == json::array({"text"}); }
-bool usage_only(const json& v) {  // the final chunk carries usage anyway
-  return v.is_object() && std::all_of(v.items().begin(), v.items().end(), [](const auto& kv) {
-           return kv.key() == "include_usage" && kv.value().is_boolean();
-         });
-}
 bool default_tier(const json& v) { return v == "auto" || v == "default"; }
 bool never(const json&) { return false; }
 
@@ -61,21 +56,21 @@ constexpr FieldRule kGenerationFields[] = {
     {"max_completion_tokens", Support::Honoured},
     {"stop", Support::Honoured},
     {"stream", Support::Honoured},
+    {"stream_options", Support::Honoured},
+    {"n", Support::Honoured},
+    {"logprobs", Support::Honoured},
+    {"top_logprobs", Support::Honoured},
+    {"presence_penalty", Support::Honoured},
+    {"frequency_penalty", Support::Honoured},
+    {"logit_bias", Support::Honoured},
     {"user", Support::Metadata},
     {"safety_identifier", Support::Metadata},
     {"prompt_cache_key", Support::Metadata},
     {"metadata", Support::Metadata},
-    {"n", Support::NotYet, is_one, "1"},
     {"tools", Support::NotYet, is_empty, "[]"},
     {"tool_choice", Support::NotYet, no_tool_choice, "\"none\", \"auto\""},
     {"parallel_tool_calls", Support::NotYet, is_boolean, "true, false (no tools)"},
     {"response_format", Support::NotYet, text_format, "{\"type\":\"text\"}"},
-    {"logprobs", Support::NotYet, is_false, "false"},
-    {"top_logprobs", Support::NotYet, is_zero, "0"},
-    {"presence_penalty", Support::NotYet, is_zero, "0"},
-    {"frequency_penalty", Support::NotYet, is_zero, "0"},
-    {"logit_bias", Support::NotYet, is_empty, "{}"},
-    {"stream_options", Support::NotYet, usage_only, "{\"include_usage\": bool}"},
     {"audio", Support::Unsupported, never, "null"},
     {"modalities", Support::Unsupported, text_only, "[\"text\"]"},
     {"prediction", Support::Unsupported, never, "null"},
@@ -137,6 +132,69 @@ ApiStatus parse_messages(const json& body, std::vector<ChatMessage>* out) {
   return {};
 }
 
+// "logit_bias": {"token id": bias, ...}; ids checked against the vocabulary.
+ApiStatus parse_logit_bias(const Service& svc, const json& b, SamplerConfig* sampling) {
+  if (!b.contains("logit_bias") || b["logit_bias"].is_null()) return {};
+  const json& lb = b["logit_bias"];
+  if (!lb.is_object()) return invalid_field("logit_bias", "\"logit_bias\" must be an object of token id -> bias");
+  for (const auto& [k, v] : lb.items()) {
+    int32_t id = -1;
+    const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), id);
+    if (ec != std::errc() || end != k.data() + k.size() || k.empty()) {
+      return invalid_field("logit_bias", "logit_bias: \"" + k + "\" is not a token id (a decimal integer)");
+    }
+    if (!v.is_number()) return invalid_field("logit_bias", "logit_bias: the bias of token " + k + " must be a number");
+    sampling->logit_bias.emplace_back(id, v.get<float>());
+  }
+  SamplerConfig just_bias;
+  just_bias.logit_bias = sampling->logit_bias;
+  if (Status st = check_sampler_config(just_bias, svc.model.config().n_vocab); !st.ok()) {
+    return ApiStatus(st, "logit_bias");
+  }
+  return {};
+}
+
+// "logprobs": true|false, "top_logprobs": 0..20 (only with logprobs, as OpenAI requires).
+ApiStatus parse_logprobs(const json& b, SamplerConfig* sampling) {
+  bool on = false;
+  if (b.contains("logprobs") && !b["logprobs"].is_null()) {
+    if (!b["logprobs"].is_boolean()) return invalid_field("logprobs", "\"logprobs\" must be true or false");
+    on = b["logprobs"].get<bool>();
+  }
+  int top = 0;
+  if (b.contains("top_logprobs") && !b["top_logprobs"].is_null()) {
+    const json& t = b["top_logprobs"];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > kMaxTopLogprobs) {
+      return invalid_field("top_logprobs", "\"top_logprobs\" must be an integer from 0 to " + std::to_string(kMaxTopLogprobs));
+    }
+    top = t.get<int>();
+    if (!on) return invalid_field("top_logprobs", "\"top_logprobs\" needs \"logprobs\": true");
+  }
+  sampling->logprobs = on ? top : -1;
+  return {};
+}
+
+// "stream_options": {"include_usage": bool} (and "include_obfuscation", which changes nothing here:
+// towerd pads no chunk). Only with "stream": true, as OpenAI requires.
+ApiStatus parse_stream_options(const json& b, bool stream, bool* include_usage) {
+  *include_usage = false;
+  if (!b.contains("stream_options") || b["stream_options"].is_null()) return {};
+  const json& o = b["stream_options"];
+  if (!o.is_object()) return invalid_field("stream_options", "\"stream_options\" must be an object");
+  if (!stream) return invalid_field("stream_options", "\"stream_options\" is only allowed with \"stream\": true");
+  for (const auto& [k, v] : o.items()) {
+    if (k != "include_usage" && k != "include_obfuscation") {
+      return ApiStatus(Status::InvalidArgument("unknown field \"stream_options." + k + "\""), "stream_options." + k,
+                       "unknown_parameter");
+    }
+    if (!v.is_boolean() && !v.is_null()) {
+      return invalid_field("stream_options." + k, "\"stream_options." + k + "\" must be true or false");
+    }
+  }
+  *include_usage = o.contains("include_usage") && o["include_usage"].is_boolean() && o["include_usage"].get<bool>();
+  return {};
+}
+
 }  // namespace
 
 ApiStatus check_generation_fields(const json& body, std::initializer_list<std::string_view> own) {
@@ -172,9 +230,13 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params)
   };
   for (ApiStatus e : {number("temperature", 0, 2, &p.sampling.temperature), number("top_p", 0, 1, &p.sampling.top_p),
                       number("min_p", 0, 1, &p.sampling.min_p),
-                      number("repeat_penalty", 0, 10, &p.sampling.repeat_penalty)}) {
+                      number("repeat_penalty", 0, 10, &p.sampling.repeat_penalty),
+                      number("presence_penalty", -kMaxAbsPenalty, kMaxAbsPenalty, &p.sampling.presence_penalty),
+                      number("frequency_penalty", -kMaxAbsPenalty, kMaxAbsPenalty, &p.sampling.frequency_penalty)}) {
     if (!e.ok()) return e;
   }
+  if (ApiStatus e = parse_logit_bias(svc, b, &p.sampling); !e.ok()) return e;
+  if (ApiStatus e = parse_logprobs(b, &p.sampling); !e.ok()) return e;
   if (b.contains("top_k") && !b["top_k"].is_null()) {
     if (!b["top_k"].is_number_integer()) return invalid_field("top_k", "\"top_k\" must be an integer");
     p.sampling.top_k = b["top_k"].get<int>();
@@ -211,6 +273,14 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params)
     if (!b["stream"].is_boolean()) return invalid_field("stream", "\"stream\" must be true or false");
     p.stream = b["stream"].get<bool>();
   }
+  if (ApiStatus e = parse_stream_options(b, p.stream, &p.include_usage); !e.ok()) return e;
+  if (b.contains("n") && !b["n"].is_null()) {
+    const int64_t limit = svc.config.max_batch;
+    if (!b["n"].is_number_integer() || b["n"].get<int64_t>() < 1 || b["n"].get<int64_t>() > limit) {
+      return invalid_field("n", "\"n\" must be an integer from 1 to " + std::to_string(limit) + " (limits.max_batch)");
+    }
+    p.n = b["n"].get<int>();
+  }
   for (const auto& s : svc.prompts.stop_strings()) p.stop.push_back(s);
   return {};
 }
@@ -244,11 +314,30 @@ ApiStatus begin_session_turn(Service& svc, const std::string& session, const std
   return {};
 }
 
+ApiStatus one_choice(const GenParams& params) {
+  if (params.n == 1) return {};
+  return ApiStatus(Status::Unimplemented("\"n\" > 1 is not supported with a session (a session continues one transcript)"), "n");
+}
+
 namespace {
 
 json model_json(const Service& svc) {
   return {{"id", svc.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "towerd"},
           {"context_length", svc.model.config().n_ctx_train}, {"aliases", svc.config.aliases}};
+}
+
+// A session-less generation: the catalog's prefix-reusing path (the prompt is sealed for reuse).
+GenerationSpec stateless_spec(Service& svc, Catalog::Stateless stateless) {
+  auto st = std::make_shared<Catalog::Stateless>(std::move(stateless));
+  GenerationSpec spec;
+  spec.prompt_tokens = st->prompt_estimate;
+  spec.prepare = [&svc, st] { return svc.catalog.prepare_stateless(*st); };
+  spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&, Settled settled) {
+    svc.catalog.finish_stateless(o, l);
+    settled(Status::Ok());
+  };
+  spec.not_found_code = "segment_not_found";
+  return spec;
 }
 
 ApiStatus model_not_found(const std::string& name, const char* param) {
@@ -258,6 +347,8 @@ ApiStatus model_not_found(const std::string& name, const char* param) {
 
 }  // namespace
 
+ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder& out);
+
 ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
   if (req.path == "/v1/models" || req.path.rfind("/v1/models/", 0) == 0) {
     handled = true;
@@ -266,6 +357,10 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
     const std::string name = req.path.substr(std::string("/v1/models/").size());
     if (name.empty() || !svc.serves(name)) return model_not_found(name, "");
     return reply(out, model_json(svc));
+  }
+  if (req.path == "/v1/completions") {
+    handled = true;
+    return handle_completions(svc, req, out);
   }
   if (req.path != "/v1/chat/completions") return {};
   handled = true;
@@ -285,6 +380,7 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
   if (ApiStatus e = parse_messages(body, &messages); !e.ok()) return e;
   GenerationSpec spec;
   if (!session.empty()) {
+    if (ApiStatus e = one_choice(params); !e.ok()) return e;
     // The session holds the history: only the last message, a user message, is new.
     if (messages.back().role != "user") {
       return invalid_field("messages", "with \"session\", the last message must be the user's new message");
@@ -293,16 +389,71 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
   } else {
     auto begun = svc.catalog.begin_stateless(bot, std::move(messages));
     if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");
-    auto st = std::make_shared<Catalog::Stateless>(std::move(begun.value()));
-    spec.prompt_tokens = st->prompt_estimate;
-    spec.prepare = [&svc, st] { return svc.catalog.prepare_stateless(*st); };
-    spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&, Settled settled) {
-      svc.catalog.finish_stateless(o, l);
-      settled(Status::Ok());
-    };
-    spec.not_found_code = "segment_not_found";
+    spec = stateless_spec(svc, std::move(begun.value()));
     if (!bot.empty()) spec.extra = {{"bot", bot}};
   }
+  spec.params = params;
+  return run_generation(svc, out, std::move(spec));
+}
+
+// POST /v1/completions: the prompt text as it is (no chat template; BOS as the model adds it), on the
+// session-less path, so a prompt that begins like an earlier one reuses its KV.
+ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder& out) {
+  if (req.method != "POST") return wrong_method("POST");
+  json body;
+  if (ApiStatus e = parse_body(req, &body); !e.ok()) return e;
+  // The legacy API's own fields; "logprobs" is a count here (the chat API's is a boolean).
+  if (body.contains("top_logprobs")) {
+    return ApiStatus(Status::InvalidArgument("unknown field \"top_logprobs\" (completions take \"logprobs\": N)"),
+                     "top_logprobs", "unknown_parameter");
+  }
+  for (const char* chat_only : {"tools", "tool_choice", "parallel_tool_calls", "response_format", "modalities", "audio"}) {
+    if (body.contains(chat_only)) {
+      return ApiStatus(Status::InvalidArgument(std::string("unknown field \"") + chat_only + "\" (a chat completions field)"),
+                       chat_only, "unknown_parameter");
+    }
+  }
+  if (ApiStatus e = check_generation_fields(body, {"model", "prompt", "echo", "suffix", "best_of", "logprobs"}); !e.ok()) {
+    return e;
+  }
+  if (body.contains("echo") && !body["echo"].is_null() && body["echo"] != false) {
+    return ApiStatus(Status::Unimplemented("\"echo\" is not supported by towerd (accepted: false)"), "echo");
+  }
+  if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "") {
+    return ApiStatus(Status::Unimplemented("\"suffix\" is not supported by towerd (accepted: null, \"\")"), "suffix");
+  }
+  std::string model;
+  if (ApiStatus e = string_field(body, "model", false, &model); !e.ok()) return e;
+  if (!svc.serves(model)) return model_not_found(model, "model");
+  int logprobs = -1;
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    const json& l = body["logprobs"];
+    if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() > kMaxTopLogprobs) {
+      return invalid_field("logprobs", "\"logprobs\" must be an integer from 0 to " + std::to_string(kMaxTopLogprobs));
+    }
+    logprobs = l.get<int>();
+    body.erase("logprobs");
+  }
+  GenParams params;
+  if (ApiStatus e = parse_gen_params(svc, body, &params); !e.ok()) return e;
+  params.sampling.logprobs = logprobs;
+  if (body.contains("best_of") && !body["best_of"].is_null() && body["best_of"] != params.n) {
+    return ApiStatus(Status::Unimplemented("\"best_of\" is not supported by towerd (accepted: null, or equal to n)"), "best_of");
+  }
+  if (!body.contains("prompt") || !body["prompt"].is_string()) {
+    if (body.contains("prompt") && body["prompt"].is_array()) {
+      return ApiStatus(Status::Unimplemented("\"prompt\" must be one string: arrays (of strings or token ids) are not supported"),
+                       "prompt");
+    }
+    return invalid_field("prompt", "\"prompt\" is required and must be a string");
+  }
+  const Tokenizer& tok = svc.model.tokenizer();
+  Catalog::Stateless st;
+  st.rest = tok.encode(body["prompt"].get<std::string>(), tok.add_bos_default(), /*parse_special=*/false);
+  if (st.rest.empty()) return invalid_field("prompt", "\"prompt\" is empty and this model adds no BOS token");
+  st.prompt_estimate = st.rest.size();
+  GenerationSpec spec = stateless_spec(svc, std::move(st));
+  spec.api = ReplyApi::Completions;
   spec.params = params;
   return run_generation(svc, out, std::move(spec));
 }

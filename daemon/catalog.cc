@@ -837,17 +837,22 @@ Result<std::vector<int32_t>> Catalog::prepare_stateless(const Stateless& s) {
 }
 
 void Catalog::finish_stateless(GenOutcome& out, Lease* lease) {
-  if (!lease || !out.error.ok() || config_.prompt_cache_segments == 0) return;
+  if (!out.error.ok() || config_.prompt_cache_segments == 0) return;
   // Keep the prompt (not the reply: a client resends the reply as text, tokenized anew) for reuse.
-  const size_t cached = lease->cached_tokens;
-  if (out.prompt.size() <= cached) return;
-  lease->tower->truncate(static_cast<int32_t>(out.prompt.size()));
-  std::vector<int32_t> rest(out.prompt.begin() + static_cast<std::ptrdiff_t>(cached), out.prompt.end());
-  SegmentOptions o;
-  o.label = "prompt";
-  auto id = pool_.seal(*lease, std::move(rest), o);
+  // Several choices (n > 1) sealed it already, to share it.
+  Result<SegmentId> id = out.sealed_prompt;
+  if (out.sealed_prompt == kNoSegment) {
+    if (!lease || out.prompt.size() <= lease->cached_tokens) return;
+    const size_t cached = lease->cached_tokens;
+    lease->tower->truncate(static_cast<int32_t>(out.prompt.size()));
+    std::vector<int32_t> rest(out.prompt.begin() + static_cast<std::ptrdiff_t>(cached), out.prompt.end());
+    SegmentOptions o;
+    o.label = "prompt";
+    id = pool_.seal(*lease, std::move(rest), o);
+  }
   if (!id.ok()) return;
   std::lock_guard lock(mu_);
+  if (std::find(prompt_cache_.begin(), prompt_cache_.end(), id.value()) != prompt_cache_.end()) return;
   prompt_cache_.push_back(id.value());
   while (prompt_cache_.size() > static_cast<size_t>(config_.prompt_cache_segments)) {
     SegmentId old = prompt_cache_.front();

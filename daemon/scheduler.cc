@@ -24,6 +24,14 @@ struct Scheduler::Seq {
   int32_t next = -1;                 // sampled, to be evaluated in the next step
   Clock::time_point started, last_token;
   bool done = false;
+  int choice = 0;
+  std::shared_ptr<Choices> choices;  // n > 1, once the prompt is in: what the job's choices share
+};
+
+// The choices of one job (n > 1): what on_finish gets once the last of them ends.
+struct Scheduler::Choices {
+  GenOutcome out;
+  int running = 0;
 };
 
 // A segment being computed: its parent chain leased, its own tokens prefilled into the tail.
@@ -182,13 +190,18 @@ void Scheduler::loop() {
         }
         return false;
       };
+      const size_t max_batch = static_cast<size_t>(opt_.max_batch);
+      size_t used = slots_in_use();
       cv_.wait_for(lock, std::chrono::milliseconds(200), [&] {
-        return exit_ || !tasks_.empty() || runnable() ||
-               (!queue_.empty() && static_cast<int>(seqs_.size()) < opt_.max_batch);
+        return exit_ || !tasks_.empty() || runnable() || (!queue_.empty() && used < max_batch);
       });
       heartbeat_ns_ = Clock::now().time_since_epoch().count();
       tasks.swap(tasks_);
-      while (!queue_.empty() && static_cast<int>(seqs_.size() + admitted.size()) < opt_.max_batch) {
+      // A job of n choices takes n places (one larger than max_batch is admitted alone).
+      while (!queue_.empty()) {
+        const size_t want = static_cast<size_t>(std::max(1, queue_.front()->n));
+        if (used + want > max_batch && used > 0) break;
+        used += want;
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -318,6 +331,12 @@ void Scheduler::finish_build(Build& b, const Status& st) {
   b.waiters.clear();
 }
 
+size_t Scheduler::slots_in_use() const {
+  size_t n = 0;
+  for (const auto& s : seqs_) n += s->choices || s->done ? 1 : static_cast<size_t>(std::max(1, s->job->n));
+  return n;
+}
+
 void Scheduler::finish(Seq& s, std::string reason) {
   if (s.done) return;
   s.done = true;
@@ -327,14 +346,97 @@ void Scheduler::finish(Seq& s, std::string reason) {
     s.out.tokens = s.decoder->tokens();
     if (r != "stop" && r != "cancelled" && s.job->on_text) {
       std::string rest = s.decoder->flush();
-      if (!rest.empty()) s.job->on_text(rest);
+      std::vector<Logprobs> logprobs = s.decoder->take_logprobs();
+      if (!rest.empty() || !logprobs.empty()) s.job->on_text(s.choice, rest, std::move(logprobs));
     }
   }
   s.out.total_s = since(s.job->enqueued);
-  metrics_.generation_done(static_cast<int>(s.out.prompt.size()), static_cast<int>(s.out.cached_tokens),
-                           static_cast<int>(s.out.tokens.size()), s.out.first_token_s);
-  if (s.job->on_finish) s.job->on_finish(s.out, s.lease.tower ? &s.lease : nullptr);
+  if (!s.choices) {
+    metrics_.generation_done(static_cast<int>(s.out.prompt.size()), static_cast<int>(s.out.cached_tokens),
+                             static_cast<int>(s.out.tokens.size()), s.out.first_token_s);
+    if (s.job->on_finish) s.job->on_finish(s.out, s.lease.tower ? &s.lease : nullptr);
+    if (s.lease.tower) pool_.release(s.lease);
+    return;
+  }
+  // One of several choices: its lease goes now, on_finish waits for the last one.
+  Choices& c = *s.choices;
+  c.out.choices[static_cast<size_t>(s.choice)] = {s.out.tokens, s.out.finish_reason};
+  if (!s.out.error.ok()) c.out.error = s.out.error;
+  if (s.choice == 0) {
+    c.out.prompt = std::move(s.out.prompt);
+    c.out.tokens = s.out.tokens;
+    c.out.finish_reason = s.out.finish_reason;
+    c.out.cached_tokens = s.out.cached_tokens;
+    c.out.queue_s = s.out.queue_s;
+    c.out.prefill_s = s.out.prefill_s;
+    c.out.first_token_s = s.out.first_token_s;
+    c.out.sealed_prompt = s.out.sealed_prompt;
+  }
   if (s.lease.tower) pool_.release(s.lease);
+  if (--c.running > 0) return;
+  c.out.total_s = s.out.total_s;
+  size_t tokens = 0;
+  for (const auto& ch : c.out.choices) tokens += ch.tokens.size();
+  metrics_.generation_done(static_cast<int>(c.out.prompt.size()), static_cast<int>(c.out.cached_tokens),
+                           static_cast<int>(tokens), c.out.first_token_s);
+  if (s.job->on_finish) s.job->on_finish(c.out, nullptr);
+}
+
+void Scheduler::advance(Seq& s, std::span<const float> logits) {
+  Decoder::Step d = s.decoder->step(logits, s.lease.tower->size() >= s.lease.tower->capacity());
+  if (s.out.first_token_s < 0) s.out.first_token_s = since(s.job->enqueued);
+  else metrics_.token_interval(since(s.last_token));
+  s.last_token = Clock::now();
+  std::vector<Logprobs> logprobs = s.decoder->take_logprobs();
+  if ((!d.text.empty() || !logprobs.empty()) && s.job->on_text) s.job->on_text(s.choice, d.text, std::move(logprobs));
+  if (s.job->cancelled) return finish(s, "cancelled");
+  if (d.done) return finish(s, d.finish_reason);
+  s.next = d.token;
+}
+
+void Scheduler::fork_choices(Seq& s, std::span<const float> logits) {
+  const int n = s.job->n;
+  auto shared = std::make_shared<Choices>();
+  shared->out.choices.resize(static_cast<size_t>(n));
+  shared->running = 1;
+  s.choices = shared;
+  // The prompt's tail becomes a segment (as the catalog's prompt cache would seal it at the end), so
+  // that every choice reads the same prompt KV and only its own tokens live in a private tail.
+  SegmentOptions o;
+  o.label = "prompt";
+  auto sealed = pool_.seal(s.lease, s.out.tail, o);
+  if (!sealed.ok()) {
+    s.out.error = sealed.status();
+    return finish(s, "error");
+  }
+  s.out.tail.clear();
+  s.out.sealed_prompt = sealed.value();
+  const int max_tokens = std::max(1, s.job->max_tokens);
+  for (int i = 1; i < n; ++i) {
+    auto lease = pool_.lease_chain(sealed.value(), max_tokens);
+    if (!lease.ok()) {
+      s.out.error = lease.status();
+      s.job->cancelled = true;  // the choices already started stop too
+      return finish(s, "error");
+    }
+    auto c = std::make_unique<Seq>();
+    c->job = s.job;
+    c->lease = std::move(lease.value());
+    c->out.prompt = s.out.prompt;
+    c->out.cached_tokens = s.out.cached_tokens;
+    c->assembled = true;
+    c->pos = s.out.prompt.size();
+    c->started = s.started;
+    c->choice = i;
+    c->choices = shared;
+    SamplerConfig sampling = s.job->sampling;
+    sampling.seed += static_cast<uint64_t>(i);
+    c->decoder = std::make_unique<Decoder>(model_.tokenizer(), sampling, s.job->stop, s.out.prompt, max_tokens);
+    Seq& choice = *c;
+    seqs_.push_back(std::move(c));
+    ++shared->running;
+    advance(choice, logits);
+  }
 }
 
 void Scheduler::step() {
@@ -419,23 +521,14 @@ void Scheduler::step() {
         s.out.prefill_s = since(s.started);
         s.decoder = std::make_unique<Decoder>(model_.tokenizer(), s.job->sampling, s.job->stop, s.out.prompt,
                                               std::max(1, s.job->max_tokens));
+        if (s.job->n > 1) {
+          fork_choices(s, row);
+          if (s.done) continue;
+        }
       } else {
         s.out.tail.push_back(s.next);
       }
-      Decoder::Step d = s.decoder->step(row, s.lease.tower->size() >= s.lease.tower->capacity());
-      if (s.out.first_token_s < 0) s.out.first_token_s = since(s.job->enqueued);
-      else metrics_.token_interval(since(s.last_token));
-      s.last_token = Clock::now();
-      if (!d.text.empty() && s.job->on_text) s.job->on_text(d.text);
-      if (s.job->cancelled) {
-        finish(s, "cancelled");
-        continue;
-      }
-      if (d.done) {
-        finish(s, d.finish_reason);
-        continue;
-      }
-      s.next = d.token;
+      advance(s, row);
     }
   }
   std::erase_if(seqs_, [](const std::unique_ptr<Seq>& s) { return s->done; });

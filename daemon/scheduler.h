@@ -43,6 +43,14 @@ struct GenOutcome {
   std::string finish_reason;        // eos, stop, length, context, cancelled, timeout
   size_t cached_tokens = 0;         // prompt tokens served from segments
   double queue_s = 0, prefill_s = 0, first_token_s = -1, total_s = 0;
+  // n > 1: every choice's tokens and finish reason, in order (tokens and finish_reason above are
+  // choice 0's), and the segment the prompt was sealed into so that the choices share its KV.
+  struct Choice {
+    std::vector<int32_t> tokens;
+    std::string finish_reason;
+  };
+  std::vector<Choice> choices;
+  SegmentId sealed_prompt = kNoSegment;
 };
 
 struct GenJob {
@@ -50,15 +58,22 @@ struct GenJob {
   // it needs go in the pool cold, and the scheduler builds them). An error fails the job.
   std::function<Result<std::vector<int32_t>>()> prepare;
   SamplerConfig sampling;
+  // Choices (OpenAI's n): the prompt is prefilled once and sealed into a segment; then n sequences,
+  // each with a private tail over it, sample their first token from the same logits and decode in the
+  // same steps. Choice i samples with seed + i (choice 0 is what n = 1 gives, up to the sealed
+  // prompt's KV format). on_finish then gets a null lease (each choice's is released as it ends).
+  int n = 1;
   int max_tokens = 256;
   std::vector<std::string> stop;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::atomic<bool> cancelled{false};
   // On the scheduler thread, once prepare succeeded and its tower is assembled: the model is about to run.
   std::function<void()> on_admitted;
-  // On the scheduler thread: text as it becomes final; then on_finish exactly once. lease is null
-  // when the job failed before it had one; it is released after on_finish returns.
-  std::function<void(std::string_view)> on_text;
+  // On the scheduler thread: a choice's text as it becomes final, with the logprobs of the tokens it
+  // completes (sampling.logprobs >= 0; engine/decoder.h); then on_finish exactly once, after every
+  // choice ended. lease is null when the job failed before it had one, and for n > 1; it is released
+  // after on_finish returns.
+  std::function<void(int choice, std::string_view text, std::vector<Logprobs> logprobs)> on_text;
   std::function<void(GenOutcome&, Lease*)> on_finish;
   std::chrono::steady_clock::time_point enqueued;
 };
@@ -96,6 +111,7 @@ class Scheduler {
 
  private:
   struct Seq;
+  struct Choices;
   struct Build;
   void loop();
   void admit(std::shared_ptr<GenJob> job);
@@ -106,6 +122,12 @@ class Scheduler {
   void resolve_build(Build& b);
   void finish_build(Build& b, const Status& st);
   void step();
+  // Samples the next token of a sequence whose last token (or prompt) was just evaluated.
+  void advance(Seq& s, std::span<const float> logits);
+  // n > 1, the prompt just evaluated: seals it and starts choices 1..n-1 from the same logits.
+  void fork_choices(Seq& s, std::span<const float> logits);
+  // Sequences running or admitted, counting a job that has not forked its choices yet as n.
+  size_t slots_in_use() const;
   void finish(Seq& s, std::string reason);
   void fail(std::shared_ptr<GenJob> job, Status st);
   void pager_loop();

@@ -69,9 +69,12 @@ struct GenParams {
   int max_tokens = 0;
   std::vector<std::string> stop;
   bool stream = false;
-  bool include_usage = true;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with usage and no choices
+  int n = 1;                   // choices
 };
 ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, GenParams* params);
+// Refuses n > 1 (param "n"): a session continues one transcript.
+ApiStatus one_choice(const GenParams& params);
 // Refuses what a generation request may not hold: a field that is neither one of `own` (the
 // endpoint's, e.g. "messages") nor a generation field towerd honours or knowingly ignores (harmless
 // metadata such as "user"), and a generation field towerd does not support (yet) unless it holds
@@ -86,7 +89,9 @@ ApiStatus check_generation_fields(const nlohmann::json& body, std::initializer_l
 // must call `settled` exactly once, from any thread, when the reply may be acknowledged (its record is
 // durable) or with the error that stops it.
 using Settled = std::function<void(const Status&)>;
+enum class ReplyApi { Chat, Completions };  // chat.completion or text_completion (daemon/api_reply.h)
 struct GenerationSpec {
+  ReplyApi api = ReplyApi::Chat;
   GenParams params;
   size_t prompt_tokens = 0;
   std::function<Result<std::vector<int32_t>>()> prepare;

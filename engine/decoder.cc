@@ -27,7 +27,7 @@ Decoder::Step Decoder::step(std::span<const float> logits, bool cache_full) {
     }
     logits = masked_;
   }
-  s.token = sampler_.sample(logits, history_);
+  s.token = sampler_.sample(logits, history_, tokens_);
   if (constraint_) {
     if (Status st = constraint_->accept(s.token); !st.ok()) {  // cannot happen: the token was allowed
       grammar_status_ = st;
@@ -45,6 +45,8 @@ Decoder::Step Decoder::step(std::span<const float> logits, bool cache_full) {
   history_.push_back(s.token);
   StopMatcher::Output out = stops_.feed(detok_.feed(s.token));
   s.text = std::move(out.text);
+  emitted_ += s.text.size();
+  if (sampler_.config().logprobs >= 0) hold_logprobs(s.token, out.stopped);
   if (out.stopped) {
     s.done = true;
     s.finish_reason = "stop";
@@ -60,7 +62,40 @@ Decoder::Step Decoder::step(std::span<const float> logits, bool cache_full) {
 
 std::string Decoder::flush() {
   StopMatcher::Output tail = stops_.feed(detok_.flush());
-  return tail.text + (tail.stopped ? "" : stops_.flush());
+  std::string text = tail.text + (tail.stopped ? "" : stops_.flush());
+  emitted_ += text.size();
+  release_logprobs(/*all=*/true);
+  return text;
+}
+
+void Decoder::hold_logprobs(int32_t token, bool stopped) {
+  Logprobs lp = sampler_.logprobs(token, sampler_.config().logprobs);
+  lp.chosen.bytes = tokenizer_.token_to_piece(token, /*special=*/true);
+  for (TokenLogprob& t : lp.top) t.bytes = tokenizer_.token_to_piece(t.token, /*special=*/true);
+  // Held-back text (a possible stop string, an incomplete UTF-8 sequence) comes out at least as long
+  // as it went in (U+FFFD replaces at most 3 bytes by 3), so the end is never past the token's text.
+  const size_t end = stopped ? emitted_ : emitted_ + stops_.held_bytes() + detok_.held_bytes();
+  held_.push_back({std::move(lp), last_end_, end});
+  last_end_ = end;
+  if (!stopped) return release_logprobs(/*all=*/false);
+  // Stopped: the tokens that put at least one byte before the stop string are kept.
+  for (HeldLogprobs& h : held_) {
+    if (h.start < emitted_) released_.push_back(std::move(h.logprobs));
+  }
+  held_.clear();
+}
+
+void Decoder::release_logprobs(bool all) {
+  while (!held_.empty() && (all || held_.front().end <= emitted_)) {
+    released_.push_back(std::move(held_.front().logprobs));
+    held_.pop_front();
+  }
+}
+
+std::vector<Logprobs> Decoder::take_logprobs() {
+  std::vector<Logprobs> out;
+  out.swap(released_);
+  return out;
 }
 
 }  // namespace towers

@@ -11,7 +11,13 @@
 // A constraint (engine/grammar_matcher.h) masks the logits before sampling, so the sampler only sees
 // allowed tokens (end-of-generation ones only where the grammar is complete), and advances with each
 // sampled token. Without one, nothing changes: the same logits reach the sampler.
+// With sampling.logprobs >= 0 it also reports each kept token's logprobs (Sampler::logprobs, with the
+// tokens' bytes), released in step with the text: take_logprobs() gives the tokens whose text has all
+// been handed out (by step() or flush()), so a streamed chunk carries the tokens of its own text.
+// After a stop string, tokens that lie wholly inside it are dropped, like their text. A grammar's mask
+// is part of the processed logits the logprobs come from.
 #pragma once
+#include <deque>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +51,8 @@ class Decoder {
   const std::vector<int32_t>& tokens() const { return tokens_; }  // kept tokens so far
   // Why the constraint ended the generation ("grammar"); Ok otherwise.
   const Status& grammar_status() const { return grammar_status_; }
+  // The logprobs released since the last call, oldest first (empty unless sampling.logprobs >= 0).
+  std::vector<Logprobs> take_logprobs();
 
  private:
   const Tokenizer& tokenizer_;
@@ -57,6 +65,18 @@ class Decoder {
   GrammarConstraint* constraint_;
   std::vector<float> masked_;  // the logits with disallowed tokens at -infinity
   Status grammar_status_;
+
+  // A token's logprobs wait until the text up to its end (a byte offset in the text handed out) is out.
+  struct HeldLogprobs {
+    Logprobs logprobs;
+    size_t start = 0, end = 0;
+  };
+  void hold_logprobs(int32_t token, bool stopped);
+  void release_logprobs(bool all);
+  size_t emitted_ = 0;  // bytes of text handed out so far
+  size_t last_end_ = 0;
+  std::deque<HeldLogprobs> held_;
+  std::vector<Logprobs> released_;
 };
 
 }  // namespace towers

@@ -44,20 +44,48 @@ uint64_t Xoshiro256ss::next() {
   return result;
 }
 
-Sampler::Sampler(SamplerConfig config) : config_(config), rng_(config.seed) {}
+Status check_sampler_config(const SamplerConfig& c, int32_t n_vocab) {
+  auto bad = [](std::string m) { return Status::InvalidArgument(std::move(m)); };
+  const auto range = [](float v, float lim) { return v >= -lim && v <= lim; };
+  if (!range(c.presence_penalty, kMaxAbsPenalty)) return bad("presence_penalty must be between -2 and 2");
+  if (!range(c.frequency_penalty, kMaxAbsPenalty)) return bad("frequency_penalty must be between -2 and 2");
+  if (c.logit_bias.size() > kMaxLogitBias) {
+    return bad("logit_bias has " + std::to_string(c.logit_bias.size()) + " entries; at most " +
+               std::to_string(kMaxLogitBias) + " are accepted");
+  }
+  for (const auto& [id, bias] : c.logit_bias) {
+    if (id < 0 || id >= n_vocab) {
+      return bad("logit_bias: token id " + std::to_string(id) + " is not in the vocabulary (0.." +
+                 std::to_string(n_vocab - 1) + ")");
+    }
+    if (!range(bias, kMaxAbsLogitBias)) {
+      return bad("logit_bias: the bias of token " + std::to_string(id) + " must be between -100 and 100");
+    }
+  }
+  if (c.logprobs > kMaxTopLogprobs) {
+    return bad("top_logprobs must be at most " + std::to_string(kMaxTopLogprobs));
+  }
+  return Status::Ok();
+}
+
+Sampler::Sampler(SamplerConfig config) : config_(std::move(config)), rng_(config_.seed) {}
 
 void Sampler::reseed(uint64_t seed) {
   config_.seed = seed;
   rng_.reseed(seed);
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> recent_tokens) {
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> recent_tokens,
+                        std::span<const int32_t> generated_tokens) {
   const size_t n = logits.size();
+  work_.resize(n);
   if (n == 0) return -1;
 
-  // 1. Penalized copy of the logits (NaN → -inf).
-  work_.resize(n);
+  // 1-3. The processed logits (NaN → -inf).
   for (size_t i = 0; i < n; ++i) work_[i] = logits[i] == logits[i] ? logits[i] : kNegInf;
+  for (const auto& [id, bias] : config_.logit_bias) {
+    if (id >= 0 && static_cast<size_t>(id) < n) work_[static_cast<size_t>(id)] += bias;
+  }
   const float penalty = config_.repeat_penalty;
   if (penalty != 1.0f && config_.repeat_last_n != 0 && !recent_tokens.empty()) {
     size_t take = recent_tokens.size();
@@ -73,6 +101,20 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       l = l <= 0.0f ? l * penalty : l / penalty;
     }
   }
+  if ((config_.presence_penalty != 0.0f || config_.frequency_penalty != 0.0f) && !generated_tokens.empty()) {
+    kept_.clear();
+    for (int32_t t : generated_tokens) {
+      if (t >= 0 && static_cast<size_t>(t) < n) kept_.push_back(t);
+    }
+    std::sort(kept_.begin(), kept_.end());
+    for (size_t i = 0; i < kept_.size();) {
+      size_t j = i;
+      while (j < kept_.size() && kept_[j] == kept_[i]) ++j;
+      work_[static_cast<size_t>(kept_[i])] -=
+          static_cast<float>(j - i) * config_.frequency_penalty + config_.presence_penalty;
+      i = j;
+    }
+  }
 
   // Greedy: the first maximum, i.e. the lowest id among ties.
   size_t imax = 0;
@@ -83,7 +125,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   // Greedy; also when nothing is possible (all -inf) or something is certain (+inf).
   if (!(config_.temperature > 0.0f) || std::isinf(lmax)) return static_cast<int32_t>(imax);
 
-  // 2-4. The surviving tokens, in id order, into kept_.
+  // 4-6. The surviving tokens, in id order, into kept_.
   kept_.clear();
   const bool top_k_on = config_.top_k > 0 && static_cast<size_t>(config_.top_k) < n;
   const double log_min_p = config_.min_p > 0.0f ? std::log(static_cast<double>(config_.min_p)) : 0.0;
@@ -130,7 +172,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   if (kept_.size() == 1) return kept_[0];
 
-  // 5. Temperature and the draw, walking the survivors in id order.
+  // 7. Temperature and the draw, walking the survivors in id order.
   const double inv_t = 1.0 / static_cast<double>(config_.temperature);
   weights_.resize(kept_.size());
   double total = 0.0;
@@ -149,6 +191,32 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     if (weights_[i] > 0.0) return kept_[i];
   }
   return static_cast<int32_t>(imax);
+}
+
+Logprobs Sampler::logprobs(int32_t token, int top_n) {
+  Logprobs r;
+  r.chosen.token = token;
+  const size_t n = work_.size();
+  if (n == 0) return r;
+  // log-sum-exp in double, in id order (the same bits on every run).
+  const float lmax = *std::max_element(work_.begin(), work_.end());
+  double z = 0.0;
+  for (float l : work_) {
+    if (l != kNegInf) z += std::exp(static_cast<double>(l) - lmax);
+  }
+  const double lse = static_cast<double>(lmax) + std::log(z);  // NaN when nothing or +inf is possible
+  auto logprob = [&](float l) {
+    const double v = static_cast<double>(l) - lse;
+    return v >= kLogprobFloor ? static_cast<float>(std::min(v, 0.0)) : kLogprobFloor;
+  };
+  if (token >= 0 && static_cast<size_t>(token) < n) r.chosen.logprob = logprob(work_[static_cast<size_t>(token)]);
+  const size_t k = std::min(n, static_cast<size_t>(std::clamp(top_n, 0, kMaxTopLogprobs)));
+  if (k == 0) return r;
+  select_top_k(k);
+  for (const Cand& c : cands_) {
+    if (c.first != kNegInf) r.top.push_back({c.second, logprob(c.first), {}});
+  }
+  return r;
 }
 
 void Sampler::select_top_k(size_t k) {

@@ -98,6 +98,7 @@ class Detokenizer {
   std::string feed(int32_t id);
   std::string flush();
   void reset();  // start a new text (the leading-space rule applies again)
+  size_t held_bytes() const { return pending_.size(); }  // fed but not yet returned (incomplete UTF-8)
 
  private:
   const Tokenizer& tok_;

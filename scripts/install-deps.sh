@@ -41,6 +41,10 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# tests/daemon/check_openai_sdk.sh runs the official OpenAI Node SDK (fetched from npm by the test).
+# Any node with npm will do: a node from elsewhere (nodesource) already carries npm, and Debian's npm
+# package would conflict with it, so Debian's are installed only when no npm is on the PATH.
+if [ "${1:-}" = --dev ] && ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PKGS[@]} packages present"
   exit 0

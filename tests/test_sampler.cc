@@ -1,4 +1,4 @@
-// Sampler (penalty → top-k → top-p → min-p → temperature draw) and StopMatcher.
+// Sampler (bias → penalties → top-k → top-p → min-p → temperature draw), its logprobs, and StopMatcher.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -80,13 +80,18 @@ double chi_square(const std::vector<int>& counts, const std::vector<double>& p, 
 class ReferenceSampler {
  public:
   explicit ReferenceSampler(SamplerConfig c) : c_(c), rng_(c.seed) {}
-  int32_t sample(std::span<const float> logits, std::span<const int32_t> recent) {
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> recent,
+                 std::span<const int32_t> generated = {}) {
     std::vector<float> w(logits.begin(), logits.end());
+    for (auto [id, bias] : c_.logit_bias) w[id] += bias;
     if (c_.repeat_penalty != 1.0f && c_.repeat_last_n != 0) {
       size_t take = c_.repeat_last_n < 0 ? recent.size() : std::min<size_t>(recent.size(), c_.repeat_last_n);
       std::set<int32_t> ids(recent.end() - static_cast<std::ptrdiff_t>(take), recent.end());
       for (int32_t t : ids) w[t] = w[t] <= 0 ? w[t] * c_.repeat_penalty : w[t] / c_.repeat_penalty;
     }
+    std::map<int32_t, int> count;
+    for (int32_t t : generated) count[t]++;
+    for (auto [t, k] : count) w[t] -= static_cast<float>(k) * c_.frequency_penalty + c_.presence_penalty;
     if (c_.temperature <= 0) return static_cast<int32_t>(std::max_element(w.begin(), w.end()) - w.begin());
     std::vector<std::pair<float, int32_t>> c;
     for (size_t i = 0; i < w.size(); ++i) c.push_back({w[i], static_cast<int32_t>(i)});
@@ -336,8 +341,12 @@ TEST_CASE("the fast path matches a full-sort reference draw for draw") {
   struct Case {
     int top_k;
     float top_p, min_p, temperature, penalty;
+    float presence = 0.0f, frequency = 0.0f;
+    bool bias = false;
   };
   const Case cases[] = {
+      {40, 0.95f, 0.05f, 0.8f, 1.1f, 0.5f, 0.3f, true},  // defaults with every penalty and a bias
+      {0, 0.9f, 0.0f, 1.0f, 1.0f, -0.4f, 1.5f, true},    // top-p, negative presence penalty
       {40, 0.95f, 0.05f, 0.8f, 1.0f},  // defaults
       {0, 0.9f, 0.0f, 1.0f, 1.0f},     // top-p alone over the whole vocabulary
       {0, 1.0f, 0.02f, 1.2f, 1.0f},    // min-p alone
@@ -351,10 +360,14 @@ TEST_CASE("the fast path matches a full-sort reference draw for draw") {
                                                   {151936, 0.5f}, {151936, 6.0f}, {151936, 30.0f}};
   for (const auto& [vocab, scale] : vocab_scale) {
     const auto logits = random_logits(vocab, vocab, scale);
-    std::vector<int32_t> recent;
+    std::vector<int32_t> recent, generated;
     for (int i = 0; i < 100; ++i) recent.push_back(static_cast<int32_t>((i * 7919) % vocab));
+    for (int i = 0; i < 60; ++i) generated.push_back(static_cast<int32_t>((i % 7) * 13 + (i % 3)));
     for (const auto& k : cases) {
       SamplerConfig c;
+      c.presence_penalty = k.presence;
+      c.frequency_penalty = k.frequency;
+      if (k.bias) c.logit_bias = {{5, 2.0f}, {13, -3.0f}, {27, 1.5f}, {static_cast<int32_t>(vocab - 1), 4.0f}};
       c.top_k = k.top_k;
       c.top_p = k.top_p;
       c.min_p = k.min_p;
@@ -367,10 +380,148 @@ TEST_CASE("the fast path matches a full-sort reference draw for draw") {
       for (int i = 0; i < draws; ++i) {
         INFO("vocab " << vocab << " scale " << scale << " top_k " << k.top_k << " top_p " << k.top_p
                       << " min_p " << k.min_p << " draw " << i);
-        REQUIRE(fast.sample(logits, recent) == ref.sample(logits, recent));
+        REQUIRE(fast.sample(logits, recent, generated) == ref.sample(logits, recent, generated));
       }
     }
   }
+}
+
+// log softmax(w) in long double: the reference for logprobs().
+std::vector<double> log_softmax(const std::vector<float>& w) {
+  long double mx = -INFINITY, z = 0;
+  for (float x : w) mx = std::max<long double>(mx, x);
+  for (float x : w) z += std::exp(static_cast<long double>(x) - mx);
+  std::vector<double> out;
+  for (float x : w) out.push_back(static_cast<double>(x - mx - std::log(z)));
+  return out;
+}
+
+TEST_CASE("logit_bias bans and forces tokens; presence and frequency penalties count generated tokens") {
+  const std::vector<float> logits = {3.0f, 2.0f, 1.0f, 0.5f};
+  SamplerConfig c = greedy_config();
+  c.logit_bias = {{0, -100.0f}};  // banned: the next best wins
+  CHECK(Sampler(c).sample(logits, {}) == 1);
+  c.logit_bias = {{3, 100.0f}};  // forced, also when sampling hot with every filter on
+  CHECK(Sampler(c).sample(logits, {}) == 3);
+  SamplerConfig hot = plain_config(2.0f, 9);
+  hot.logit_bias = {{3, 100.0f}};
+  Sampler hs(hot);
+  for (int i = 0; i < 200; ++i) REQUIRE(hs.sample(logits, {}) == 3);
+  c.logit_bias = {{2, 1.5f}, {7, 50.0f}, {-1, 50.0f}};  // 1.0 + 1.5 = 2.5; out-of-range ids are ignored
+  Sampler biased(c);
+  CHECK(biased.sample(logits, {}) == 0);
+  auto lp = biased.logprobs(2, 0);
+  CHECK(lp.chosen.logprob == doctest::Approx(log_softmax({3.0f, 2.0f, 2.5f, 0.5f})[2]).epsilon(1e-6));
+
+  // logit -= count * frequency + (count > 0) * presence, over the generated tokens only.
+  SamplerConfig pen = greedy_config();
+  pen.frequency_penalty = 0.4f;
+  pen.presence_penalty = 0.3f;
+  Sampler ps(pen);
+  const std::vector<int32_t> prompt = {0, 0, 0, 0, 0};  // the prompt's tokens do not count
+  CHECK(ps.sample(logits, prompt, {}) == 0);
+  const std::vector<int32_t> gen = {0, 0, 1, 3, 3, 3};
+  ps.sample(logits, prompt, gen);
+  const std::vector<float> expect = {3.0f - 2 * 0.4f - 0.3f, 2.0f - 0.4f - 0.3f, 1.0f, 0.5f - 3 * 0.4f - 0.3f};
+  const auto ref = log_softmax(expect);
+  const auto got = ps.logprobs(0, 4);
+  REQUIRE(got.top.size() == 4);
+  for (const auto& t : got.top) CHECK(t.logprob == doctest::Approx(ref[t.token]).epsilon(1e-6));
+  const std::vector<int32_t> gen2 = {0, 0, 0, 1};
+  CHECK(ps.sample(logits, prompt, gen2) == 0);  // 3 - 3 * 0.4 - 0.3 = 1.5 > 2 - 0.4 - 0.3 = 1.3
+  const std::vector<int32_t> gen3 = {0, 0, 0, 0};
+  CHECK(ps.sample(logits, prompt, gen3) == 1);  // 3 - 4 * 0.4 - 0.3 = 1.1 < 2.0
+  // A negative penalty favours what was said; -inf (a masked token) stays -inf.
+  SamplerConfig neg = greedy_config();
+  neg.presence_penalty = -2.0f;
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> masked = {-inf, 2.0f, 1.0f};
+  const std::vector<int32_t> said = {0, 2};
+  Sampler ns(neg);
+  CHECK(ns.sample(masked, {}, said) == 2);
+  CHECK(ns.logprobs(0, 0).chosen.logprob == kLogprobFloor);
+}
+
+TEST_CASE("logprobs are the log-softmax of the processed logits, whatever the sampling knobs") {
+  for (size_t vocab : {size_t{7}, size_t{5000}, size_t{151936}}) {
+    auto logits = random_logits(vocab, vocab + 3, 6.0f);
+    logits[vocab / 2] = logits[vocab / 3];  // a tie: the lower id comes first
+    const auto ref = log_softmax(logits);
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    double total = 0;
+    for (double l : ref) total += std::exp(l);
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-9));
+    // Greedy, hot with filters, hot without: the same numbers (truncation and temperature do not show).
+    SamplerConfig knobs[3] = {greedy_config(), SamplerConfig{}, plain_config(1.7f, 4)};
+    knobs[1].seed = 11;
+    std::vector<float> first;
+    for (const SamplerConfig& c : knobs) {
+      Sampler s(c);
+      const int32_t t = s.sample(logits, {});
+      const auto lp = s.logprobs(t, 25);  // more than the maximum: clamped to 20 (or the vocabulary)
+      CHECK(lp.chosen.token == t);
+      CHECK(lp.chosen.logprob == doctest::Approx(ref[t]).epsilon(1e-6));
+      REQUIRE(lp.top.size() == std::min<size_t>(vocab, kMaxTopLogprobs));
+      std::vector<float> got;
+      for (size_t i = 0; i < lp.top.size(); ++i) {
+        INFO("vocab " << vocab << " rank " << i);
+        CHECK(lp.top[i].token == order[i]);
+        CHECK(lp.top[i].logprob == doctest::Approx(ref[order[i]]).epsilon(1e-6));
+        CHECK(lp.top[i].logprob <= 0.0f);
+        got.push_back(lp.top[i].logprob);
+      }
+      if (first.empty()) first = got;
+      CHECK(got == first);  // bit for bit
+    }
+  }
+  // Before any sample(), and for an id outside the vocabulary: the floor, no alternatives.
+  Sampler fresh(greedy_config());
+  CHECK(fresh.logprobs(3, 5).chosen.logprob == kLogprobFloor);
+  CHECK(fresh.logprobs(3, 5).top.empty());
+  // A certain token reads 0; impossible ones are left out of the alternatives.
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> one = {-inf, 1.0f, -inf};
+  fresh.sample(one, {});
+  const auto lp = fresh.logprobs(1, 3);
+  CHECK(lp.chosen.logprob == 0.0f);
+  REQUIRE(lp.top.size() == 1);
+  CHECK(lp.top[0].token == 1);
+  CHECK(fresh.logprobs(0, 0).chosen.logprob == kLogprobFloor);
+}
+
+TEST_CASE("check_sampler_config refuses out-of-range knobs, naming them") {
+  auto refused = [](const SamplerConfig& c, const char* what) {
+    Status s = check_sampler_config(c, 100);
+    INFO(s.message());
+    CHECK(s.is_invalid_argument());
+    CHECK(s.message().find(what) != std::string::npos);
+  };
+  SamplerConfig ok;
+  ok.presence_penalty = 2.0f;
+  ok.frequency_penalty = -2.0f;
+  ok.logit_bias = {{0, -100.0f}, {99, 100.0f}};
+  ok.logprobs = kMaxTopLogprobs;
+  CHECK(check_sampler_config(ok, 100).ok());
+  SamplerConfig c = ok;
+  c.presence_penalty = 2.5f;
+  refused(c, "presence_penalty");
+  c = ok;
+  c.frequency_penalty = std::nanf("");
+  refused(c, "frequency_penalty");
+  c = ok;
+  c.logit_bias = {{100, 1.0f}};
+  refused(c, "token id 100 is not in the vocabulary (0..99)");
+  c.logit_bias = {{-1, 1.0f}};
+  refused(c, "token id -1");
+  c.logit_bias = {{4, 101.0f}};
+  refused(c, "between -100 and 100");
+  c.logit_bias.assign(kMaxLogitBias + 1, {1, 1.0f});
+  refused(c, "at most");
+  c = ok;
+  c.logprobs = kMaxTopLogprobs + 1;
+  refused(c, "top_logprobs");
 }
 
 TEST_CASE("a 150k vocabulary samples quickly with the defaults") {

@@ -1,0 +1,68 @@
+// The OpenAI objects of one generation's reply: chat completions (chat.completion, or
+// chat.completion.chunk events) and legacy completions (text_completion, streamed or not), with n
+// choices, logprobs (daemon/api_logprobs.h), finish reasons, usage, and Towers' extra fields.
+//
+// Streamed, as OpenAI sends it: chat starts with each choice's {"role":"assistant","content":""}
+// delta; every piece of text is a chunk of one choice (its logprobs with it); at the end each choice's
+// finish chunk, then — only when stream_options.include_usage asked for it — a chunk with
+// "choices": [] and the usage (the other chunks then carry "usage": null), then "data: [DONE]".
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/service.h"
+
+namespace towers::daemon::api {
+
+class ReplyBuilder {
+ public:
+  ReplyBuilder(ReplyApi api, std::string model_id, const GenParams& params, size_t prompt_tokens,
+               nlohmann::json extra);
+
+  // Keeps a choice's text (and, for a whole reply, its logprobs) and returns its SSE event when the
+  // reply streams ("" otherwise, or when there is nothing to send).
+  std::string add(int choice, std::string_view text, std::vector<Logprobs> logprobs);
+  // SSE events: the stream's start (chat: the role deltas), and its end from the outcome (finish
+  // chunks, usage if asked, [DONE]).
+  std::string start_events() const;
+  std::string end_events(const GenOutcome& o) const;
+  // The whole reply (not streamed).
+  nlohmann::json whole(const GenOutcome& o) const;
+
+  // A session turn that left out its oldest turns: usage reports how many (and their tokens).
+  void set_dropped(size_t turns, size_t tokens) {
+    dropped_turns_ = turns;
+    dropped_tokens_ = tokens;
+  }
+
+  const std::string& text(int choice = 0) const { return choices_[static_cast<size_t>(choice)].text; }
+
+ private:
+  struct Choice {
+    std::string text;
+    std::vector<Logprobs> logprobs;
+    size_t text_offset = 0;  // completions' logprobs: bytes of text before the next token
+  };
+  nlohmann::json chunk(nlohmann::json choices) const;
+  nlohmann::json usage(const GenOutcome& o) const;
+  nlohmann::json timings(const GenOutcome& o) const;
+  nlohmann::json logprobs_json(std::span<const Logprobs> lps, size_t* text_offset) const;
+  static std::string event(const nlohmann::json& j);
+
+  ReplyApi api_;
+  std::string model_id_;
+  std::string id_;
+  int64_t created_;
+  bool stream_, include_usage_, logprobs_;
+  size_t prompt_tokens_;
+  nlohmann::json extra_;
+  std::vector<Choice> choices_;
+  size_t dropped_turns_ = 0, dropped_tokens_ = 0;
+};
+
+// What the client sees: OpenAI's finish reasons ("timeout" and "context" read as "length").
+std::string openai_finish(const std::string& reason);
+
+}  // namespace towers::daemon::api

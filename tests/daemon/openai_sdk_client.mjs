@@ -1,0 +1,235 @@
+// The official OpenAI Node SDK (npm "openai", version pinned by check_openai_sdk.sh) against towerd
+// over its Unix socket: every check parses towerd's replies with the SDK's own types and streaming
+// code, and asserts what OpenAI's API reference promises. Prints "ok NAME" or "FAIL NAME: why" per
+// check; exits 1 when one failed.
+//   node openai_sdk_client.mjs SOCKET
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { Readable } from 'node:stream';
+import OpenAI from 'openai';
+
+// The SDK talks through fetch(); this one sends the request over a Unix socket with node:http and
+// hands back a standard Response whose body streams (SSE replies arrive as they are written).
+function unixSocketFetch(socketPath) {
+  return (url, init = {}) => new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const headers = {};
+    new Headers(init.headers).forEach((v, k) => { headers[k] = v; });
+    const req = http.request({ socketPath, path: u.pathname + u.search, method: init.method ?? 'GET', headers }, (res) => {
+      const h = new Headers();
+      for (const [k, v] of Object.entries(res.headers)) h.set(k, Array.isArray(v) ? v.join(', ') : v);
+      resolve(new Response(Readable.toWeb(res), { status: res.statusCode, statusText: res.statusMessage, headers: h }));
+    });
+    req.on('error', reject);
+    init.signal?.addEventListener('abort', () => req.destroy(new Error('aborted')));
+    req.end(init.body ?? undefined);
+  });
+}
+
+const client = new OpenAI({
+  apiKey: 'unused', baseURL: 'http://towerd/v1', fetch: unixSocketFetch(process.argv[2]), maxRetries: 0, timeout: 120000,
+});
+const model = 'stories260K';
+const user = (content) => [{ role: 'user', content }];
+const greedy = { model, temperature: 0, max_tokens: 12 };
+
+async function collect(stream) {
+  const chunks = [];
+  for await (const c of stream) chunks.push(c);
+  return chunks;
+}
+const textOf = (chunks, index = 0) =>
+  chunks.flatMap((c) => c.choices.filter((ch) => ch.index === index).map((ch) => ch.delta?.content ?? ch.text ?? '')).join('');
+const utf8 = (bytes) => Buffer.from(bytes).toString('utf8');
+
+// A reply's logprobs entries: OpenAI's shape, probabilities that make sense, and the tokens' bytes
+// spell the text (the first token may carry the leading space the text drops).
+function checkChatLogprobs(content, text, top) {
+  assert.ok(Array.isArray(content) && content.length > 0);
+  for (const e of content) {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(e.logprob <= 0 && e.logprob >= -9999);
+    assert.ok(Array.isArray(e.bytes));
+    assert.equal(e.top_logprobs.length, top);
+    for (let i = 1; i < e.top_logprobs.length; ++i) assert.ok(e.top_logprobs[i - 1].logprob >= e.top_logprobs[i].logprob);
+    const sum = e.top_logprobs.reduce((s, t) => s + Math.exp(t.logprob), 0);
+    assert.ok(sum <= 1 + 1e-4, `top probabilities sum to ${sum}`);
+  }
+  const spelled = utf8(content.flatMap((e) => e.bytes));
+  assert.ok(spelled === text || spelled === ' ' + text, `tokens spell ${JSON.stringify(spelled)}, text is ${JSON.stringify(text)}`);
+}
+
+async function expectApiError(promise, status, code, param) {
+  try {
+    await promise;
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIError, `not an APIError: ${e}`);
+    assert.equal(e.status, status, e.message);
+    assert.equal(e.code, code, e.message);
+    if (param !== undefined) assert.equal(e.param, param, e.message);
+    return e;
+  }
+  assert.fail(`expected HTTP ${status} ${code}`);
+}
+
+const checks = {
+  async models() {
+    const list = await client.models.list();
+    assert.equal(list.data[0].id, model);
+    assert.equal((await client.models.retrieve(model)).id, model);
+  },
+
+  async chat() {
+    const r = await client.chat.completions.create({ ...greedy, messages: user('Tell me a story.') });
+    assert.equal(r.object, 'chat.completion');
+    assert.match(r.id, /^chatcmpl-/);
+    assert.equal(r.model, model);
+    assert.equal(r.choices.length, 1);
+    const c = r.choices[0];
+    assert.equal(c.index, 0);
+    assert.equal(c.message.role, 'assistant');
+    assert.ok(typeof c.message.content === 'string' && c.message.content.length > 0);
+    assert.ok(['stop', 'length'].includes(c.finish_reason));
+    assert.equal(c.logprobs, null);
+    assert.ok(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  },
+
+  async stream() {
+    const body = { ...greedy, messages: user('Tell me a story.') };
+    const whole = await client.chat.completions.create(body);
+    const chunks = await collect(await client.chat.completions.create({ ...body, stream: true }));
+    assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+    for (const c of chunks) {
+      assert.equal(c.object, 'chat.completion.chunk');
+      assert.equal(c.id, chunks[0].id);
+      assert.ok(c.usage == null, 'usage only when stream_options.include_usage asks for it');
+    }
+    assert.equal(textOf(chunks), whole.choices[0].message.content);
+    assert.equal(chunks.at(-1).choices[0].finish_reason, whole.choices[0].finish_reason);
+    // include_usage: one more chunk, with usage and no choices.
+    const withUsage = await collect(await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } }));
+    const last = withUsage.at(-1);
+    assert.deepEqual(last.choices, []);
+    assert.equal(last.usage.completion_tokens, whole.usage.completion_tokens);
+    assert.equal(last.usage.prompt_tokens, whole.usage.prompt_tokens);
+    for (const c of withUsage.slice(0, -1)) assert.ok(c.usage == null);
+  },
+
+  async logprobs() {
+    const body = { ...greedy, max_tokens: 16, messages: user('Once upon a time'), logprobs: true, top_logprobs: 3 };
+    const r = await client.chat.completions.create(body);
+    const content = r.choices[0].logprobs.content;
+    checkChatLogprobs(content, r.choices[0].message.content, 3);
+    assert.equal(content.length, r.usage.completion_tokens);
+    // Greedy: the chosen token is the most likely one.
+    for (const e of content) {
+      assert.equal(e.token, e.top_logprobs[0].token);
+      assert.equal(e.logprob, e.top_logprobs[0].logprob);
+    }
+    // Streamed: the same entries, spread over the chunks that carry their text.
+    const chunks = await collect(await client.chat.completions.create({ ...body, stream: true }));
+    const streamed = chunks.flatMap((c) => c.choices.flatMap((ch) => ch.logprobs?.content ?? []));
+    assert.deepEqual(streamed, content);
+    // Without top_logprobs: the chosen token only.
+    const plain = await client.chat.completions.create({ ...body, top_logprobs: undefined });
+    assert.deepEqual(plain.choices[0].logprobs.content.map((e) => e.top_logprobs.length), content.map(() => 0));
+  },
+
+  async penalties_and_logit_bias() {
+    const body = { ...greedy, max_tokens: 24, messages: user('Once upon a time') };
+    const base = (await client.chat.completions.create(body)).choices[0].message.content;
+    const freq = (await client.chat.completions.create({ ...body, frequency_penalty: 2 })).choices[0].message.content;
+    const pres = (await client.chat.completions.create({ ...body, presence_penalty: 2 })).choices[0].message.content;
+    assert.notEqual(freq, base);
+    assert.notEqual(pres, base);
+    // A bias of 100 forces one token; -100 on it keeps it out.
+    const forced = await client.chat.completions.create({ ...body, max_tokens: 4, logit_bias: { 300: 100 }, logprobs: true });
+    const tokens = forced.choices[0].logprobs.content;
+    assert.equal(tokens.length, 4);
+    for (const e of tokens) {
+      assert.deepEqual(e.bytes, tokens[0].bytes);
+      assert.ok(e.logprob > -1e-3);
+    }
+    const banned = await client.chat.completions.create({ ...body, logit_bias: { 300: -100 }, logprobs: true });
+    for (const e of banned.choices[0].logprobs.content) assert.notDeepEqual(e.bytes, tokens[0].bytes);
+  },
+
+  async n_choices() {
+    const body = { model, max_tokens: 12, messages: user('Tell me a story.') };
+    const greedyTwo = await client.chat.completions.create({ ...body, temperature: 0, n: 2 });
+    assert.deepEqual(greedyTwo.choices.map((c) => c.index), [0, 1]);
+    assert.equal(greedyTwo.choices[0].message.content, greedyTwo.choices[1].message.content);
+    const sampled = await client.chat.completions.create({ ...body, temperature: 1, seed: 7, n: 2, logprobs: true });
+    assert.equal(sampled.choices.length, 2);
+    assert.notEqual(sampled.choices[0].message.content, sampled.choices[1].message.content);
+    let total = 0;
+    for (const c of sampled.choices) {
+      checkChatLogprobs(c.logprobs.content, c.message.content, 0);
+      total += c.logprobs.content.length;
+    }
+    assert.equal(sampled.usage.completion_tokens, total);
+    // Streamed: each choice's deltas, its own finish, the same texts as the whole reply.
+    const chunks = await collect(await client.chat.completions.create({ ...body, temperature: 1, seed: 7, n: 2, stream: true }));
+    for (const i of [0, 1]) {
+      assert.equal(textOf(chunks, i), sampled.choices[i].message.content);
+      assert.equal(chunks.filter((c) => c.choices.some((ch) => ch.index === i && ch.finish_reason)).length, 1);
+    }
+  },
+
+  async completions() {
+    const body = { model, prompt: 'Once upon a time, there was a', max_tokens: 12, temperature: 0 };
+    const r = await client.completions.create(body);
+    assert.equal(r.object, 'text_completion');
+    assert.match(r.id, /^cmpl-/);
+    assert.equal(r.choices[0].index, 0);
+    assert.ok(r.choices[0].text.length > 0);
+    assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+    const chunks = await collect(await client.completions.create({ ...body, stream: true }));
+    for (const c of chunks) assert.equal(c.object, 'text_completion');
+    assert.equal(textOf(chunks), r.choices[0].text);
+    // A prompt that extends it reuses its KV (the first prompt was sealed for reuse).
+    const again = await client.completions.create({ ...body, prompt: body.prompt + ' little dog.' });
+    assert.equal(again.usage.prompt_tokens_details.cached_tokens, r.usage.prompt_tokens);
+    // Legacy logprobs: the chosen tokens, their logprobs, the top alternatives, offsets in the text.
+    const lp = await client.completions.create({ ...body, logprobs: 2 });
+    const l = lp.choices[0].logprobs;
+    assert.equal(l.tokens.length, lp.usage.completion_tokens);
+    assert.equal(l.token_logprobs.length, l.tokens.length);
+    for (const t of l.top_logprobs) assert.equal(Object.keys(t).length, 2);
+    assert.equal(l.text_offset[0], 0);
+    for (let i = 1; i < l.text_offset.length; ++i) assert.ok(l.text_offset[i] >= l.text_offset[i - 1]);
+  },
+
+  async errors() {
+    await expectApiError(client.chat.completions.create({ model: 'no-such-model', messages: user('Hi') }), 404, 'model_not_found', 'model');
+    const audio = await expectApiError(client.chat.completions.create({ ...greedy, messages: user('Hi'), audio: { voice: 'alloy', format: 'wav' } }),
+      400, 'unsupported_parameter', 'audio');
+    assert.match(audio.message, /audio/);
+    await expectApiError(client.chat.completions.create({ ...greedy, messages: user('Hi'), prediction: { type: 'content', content: 'x' } }),
+      400, 'unsupported_parameter', 'prediction');
+    await expectApiError(client.chat.completions.create({ ...greedy, messages: user('Hi'), modalities: ['text', 'audio'] }),
+      400, 'unsupported_parameter', 'modalities');
+    await expectApiError(client.chat.completions.create({ ...greedy, messages: user('Hi'), temprature: 1 }), 400, 'unknown_parameter', 'temprature');
+    await expectApiError(client.chat.completions.create({ ...greedy, messages: user('Hi'), top_logprobs: 50, logprobs: true }),
+      400, 'invalid_request_error', 'top_logprobs');
+    await expectApiError(client.chat.completions.create({ ...greedy, messages: user('Hi'), n: 1000 }), 400, 'invalid_request_error', 'n');
+    await expectApiError(client.completions.create({ model, prompt: ['a', 'b'] }), 400, 'unsupported_parameter', 'prompt');
+  },
+};
+
+const only = process.argv.slice(3);
+let failed = 0;
+for (const [name, check] of Object.entries(checks)) {
+  if (only.length && !only.includes(name)) continue;
+  const t0 = Date.now();
+  try {
+    await check();
+    console.log(`ok ${name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e.stack ?? e}${e.cause ? `\n  cause: ${e.cause.stack ?? e.cause}` : ""}`);
+  }
+}
+process.exit(failed ? 1 : 0);
