@@ -7,8 +7,8 @@
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "daemon/api_views.h"
-#include "daemon/catalog.h"
 #include "daemon/config.h"
+#include "daemon/open_state.h"
 #include "engine/codec.h"
 
 namespace towers::cli {
@@ -67,33 +67,21 @@ int with_offline_state(const OfflineOptions& o, Work work) {
   if (!std::filesystem::exists(cfg.state_dir / "towerd.log")) {
     return fail("no towerd state in " + cfg.state_dir.string() + " (towerd.log is missing)");
   }
-  auto loaded = Model::load(cfg.model_path);
-  if (!loaded.ok()) return fail("cannot load the model: " + loaded.error());
-  const Model& m = *loaded.value();
-  auto family = chat_family_for(m.tokenizer().chat_template(), cfg.chat_template);
-  if (!family.ok()) return fail("model.chat_template: " + family.error());
-  ThreadPool threads(o.threads);
-  const uint64_t fingerprint = model_fingerprint(m, &threads);
-  Forward forward(m, threads);
-  PoolOptions po;
-  po.depth = cfg.depth;
-  po.model_fingerprint = fingerprint;
-  SegmentPool pool(m, forward, po);  // runs no model here: the catalog only reads its definitions
-  PromptBuilder prompts(m.tokenizer(), family.value());
-  std::vector<Record> records;
-  std::vector<std::string> problems;
-  auto store = StateStore::open(cfg.state_dir, records, problems);
-  if (!store.ok()) return fail(store.error());
-  Catalog catalog(m, pool, prompts, *store.value(), cfg, fingerprint);
-  for (const auto& r : records) {
-    if (Status st = catalog.apply(r); !st.ok()) problems.push_back(st.message());
-  }
-  if (!catalog.model_changed()) {
-    for (const auto& p : problems) std::fprintf(stderr, "towerctl: warning: %s\n", p.c_str());
-  } else {
+  daemon::OpenOptions oo;
+  oo.threads = o.threads;
+  std::vector<std::string> warnings;
+  auto opened = open_state(cfg, oo, &warnings);
+  if (!opened.ok()) return fail(opened.error());
+  OpenState& state = *opened.value();
+  if (state.catalog->model_changed()) {
     return fail("the state in " + cfg.state_dir.string() + " was written with another model than " + cfg.model_path +
                 "; start towerd with this model once (it re-tokenizes) or give the right --model");
   }
+  for (const auto& w : warnings) std::fprintf(stderr, "towerctl: warning: %s\n", w.c_str());
+  const Model& m = *state.model;
+  const uint64_t fingerprint = state.fingerprint;
+  Catalog& catalog = *state.catalog;
+  Forward& forward = *state.forward;
   Codec codec(m, fingerprint);
   CodecOptions copt;
   copt.chunk = cfg.cold_chunk;

@@ -13,6 +13,7 @@
 #include "daemon/http_server.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/open_state.h"
 #include "daemon/routes.h"
 #include "daemon/scheduler.h"
 #include "daemon/service.h"
@@ -120,56 +121,36 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   StartupNotifier starting;  // EXTEND_TIMEOUT_USEC to systemd while the start below works
-  // The state directory's lock comes before anything touches it (a second towerd is refused here).
-  std::vector<Record> records;
-  std::vector<std::string> problems;
-  auto store = StateStore::open(cfg.state_dir, records, problems);
-  if (!store.ok()) return die(1, "cannot open the state: " + store.error());
-  for (const auto& p : problems) log_warn(p);
-
-  log_info("loading model " + cfg.model_path);
-  auto loaded = Model::load(cfg.model_path);
-  if (!loaded.ok()) return die(1, "cannot load the model: " + loaded.error());
-  const Model& m = *loaded.value();
-  auto chat_family = chat_family_for(m.tokenizer().chat_template(), cfg.chat_template);
-  if (!chat_family.ok()) return die(2, "invalid config: model.chat_template: " + chat_family.error());
-  const ChatFamily family = chat_family.value();
-  ThreadPool threads_pool(cfg.threads);
-  const uint64_t fingerprint = model_fingerprint(m, &threads_pool);
-  m.release_packed_sources();  // the fingerprint read every tensor byte back into memory
-  Forward forward(m, threads_pool);
-  PoolOptions po;
-  po.depth = cfg.depth;
-  po.ram_budget_bytes = cfg.policy.ram_budget_bytes;
-  po.disk_budget_bytes = cfg.disk_budget_bytes;
-  po.eviction = cfg.policy.eviction;
-  po.pin_fan_out = cfg.pin_fan_out;
-  po.model_fingerprint = fingerprint;
-  if (cfg.warm_tier) {
-    po.store_dir = cfg.state_dir / "segments";
-    std::error_code ec;
-    std::filesystem::create_directories(po.store_dir, ec);
-    if (ec) return die(1, "cannot create " + po.store_dir.string() + ": " + ec.message());
-  }
-  SegmentPool pool(m, forward, po);
+  // The state directory's lock comes before anything touches it (a second towerd is refused there).
+  std::vector<std::string> warnings;
+  OpenOptions oo;
+  oo.threads = cfg.threads;
+  oo.serving = true;
+  log_info("opening the state in " + cfg.state_dir.string() + " and loading model " + cfg.model_path);
+  auto opened = open_state(cfg, oo, &warnings);
+  for (const auto& w : warnings) log_warn(w);
+  if (!opened.ok()) return die(opened.status().is_invalid_argument() ? 2 : 1, opened.error());
+  OpenState& state = *opened.value();
+  const Model& m = *state.model;
+  ThreadPool& threads_pool = *state.threads;
+  const uint64_t fingerprint = state.fingerprint;
+  Forward& forward = *state.forward;
+  SegmentPool& pool = *state.pool;
+  PromptBuilder& prompts = *state.prompts;
+  Catalog& catalog = *state.catalog;
+  StateStore& store = *state.store;
   Metrics metrics;
   Scheduler scheduler(m, forward, pool, metrics, {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length});
-  PromptBuilder prompts(m.tokenizer(), family);
-
-  Catalog catalog(m, pool, prompts, *store.value(), cfg, fingerprint);
-  for (const auto& r : records) {
-    if (Status st = catalog.apply(r); !st.ok()) log_warn(st.message());
-  }
   if (catalog.model_changed()) {
     log_warn("the state was written with another model; transcripts will be re-tokenized from their text");
   }
-  if (records.empty()) {
-    if (Status st = store.value()->append(catalog.header()); !st.ok()) return die(1, "cannot write the state log: " + st.message());
+  if (state.records == 0) {
+    if (Status st = store.append(catalog.header()); !st.ok()) return die(1, "cannot write the state log: " + st.message());
   }
   log_info("model " + m.config().name + " (" + m.config().arch_name + ", " + std::to_string(m.config().n_layer) +
            " layers, context " + std::to_string(m.config().n_ctx_train) + ", chat template " +
-           std::string(chat_family_name(family)) + ", " + std::to_string(threads_pool.size()) + " threads); state: " +
-           std::to_string(records.size()) + " records from " + store.value()->path().string());
+           std::string(chat_family_name(state.family)) + ", " + std::to_string(threads_pool.size()) + " threads); state: " +
+           std::to_string(state.records) + " records from " + store.path().string());
 
   // Restore: every segment from its file (header checks only) or cold; no model runs before the
   // socket opens. What must be recomputed is built in the background once it is open.
