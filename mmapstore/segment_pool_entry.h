@@ -1,0 +1,38 @@
+// The pool's record of one segment, shared by segment_pool.cc (the index, leases, installs) and
+// segment_pool_tiers.cc (moving segments between hot, warm and cold). Private to the pool.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mmapstore/segment_file.h"
+#include "mmapstore/segment_pool.h"
+
+namespace towers {
+
+struct SegmentPool::Entry {
+  SegmentId id = kNoSegment, parent = kNoSegment;
+  int32_t length = 0, computed_pos = 0;
+  KvQuant format = KvQuant::F32;
+  size_t kv_bytes = 0;                      // of its KV once computed
+  std::shared_ptr<const Segment> segment;   // hot: owned RAM or a view of `file`; null otherwise
+  std::shared_ptr<SegmentFile> file;        // the mapping `segment` reads, while hot from the file
+  bool durable = false;                     // the store file is written and synced
+  uint64_t file_bytes = 0;                  // its size, when durable
+  bool verified = false;                    // its payload checksum passed in this process
+  bool writing = false;                     // queued at the writer
+  bool loading = false;                     // a page_in maps it right now (without the lock)
+  std::vector<uint8_t> coded;               // cold: the compressor's coded tokens
+  std::string label;
+  bool pinned = false;
+  uint64_t hits = 0;
+  std::chrono::steady_clock::time_point created, last_used;
+
+  Tier tier() const { return segment ? Tier::Hot : durable ? Tier::Warm : Tier::Cold; }
+  bool owned() const { return segment && !file; }
+  // What it holds in memory: the KV it owns, or its mapped file.
+  size_t resident_bytes() const { return !segment ? 0 : file ? file_bytes : kv_bytes; }
+};
+
+}  // namespace towers
