@@ -36,7 +36,9 @@ sess="$(echo "$pool" | json 'd["by_kind"]["session"]["bytes"]')"
 [ "$hier" = "$bytes0" ] || fail "hierarchy bytes changed ($bytes0 -> $hier): shared segments must be stored once"
 echo "pool: hierarchy $hier bytes once; 50 transcripts $sess bytes; $(echo "$pool" | json 'd["latency_ms"]')"
 # Two sessions of one bot with the same history; the second message goes to s0 now, to s5 after the restart.
-before="$(api http://localhost/v1/sessions/s0/messages -d '{"content":"What happened next?","temperature":0,"max_tokens":24}' | json 'd["choices"][0]["message"]["content"]')"
+reply0="$(api http://localhost/v1/sessions/s0/messages -d '{"content":"What happened next?","temperature":0,"max_tokens":24}')"
+before="$(echo "$reply0" | json 'd["choices"][0]["message"]["content"]')"
+uncached0="$(echo "$reply0" | json 'd["usage"]["prompt_tokens"] - d["usage"]["prompt_tokens_details"]["cached_tokens"]')"
 for i in $(seq 0 49); do api http://localhost/v1/sessions/s$i/transcript; echo; done | grep -v '^$' | sort >"$tmp/transcripts.before"
 api http://localhost/v1/segments | json 'json.dumps([(s["name"],s["text"],s["tokens"]) for s in d["data"]])' >"$tmp/segments.before"
 
@@ -78,8 +80,19 @@ for i in $(seq 0 49); do api http://localhost/v1/sessions/s$i/transcript; echo; 
 cmp -s "$tmp/transcripts.before" "$tmp/transcripts.after" || fail "transcripts differ after the restart"
 api http://localhost/v1/segments | json 'json.dumps([(s["name"],s["text"],s["tokens"]) for s in d["data"]])' >"$tmp/segments.after"
 cmp -s "$tmp/segments.before" "$tmp/segments.after" || fail "segments differ after the restart"
-after="$(api http://localhost/v1/sessions/s5/messages -d '{"content":"What happened next?","temperature":0,"max_tokens":24}' | json 'd["choices"][0]["message"]["content"]')"
+prefilled_before="$(api http://localhost/v1/pool | json 'd["prefill_tokens"]')"
+[ "$prefilled_before" = 0 ] || fail "the restart prefilled $prefilled_before tokens (every segment should come back from its file)"
+reply="$(api http://localhost/v1/sessions/s5/messages -d '{"content":"What happened next?","temperature":0,"max_tokens":24}')"
+after="$(echo "$reply" | json 'd["choices"][0]["message"]["content"]')"
 [ "$before" = "$after" ] || fail "reply after restart differs: '$before' vs '$after'"
 echo "reply before and after the restart: $after"
+# The restarted session's transcript came back from its segment files: its first message after the
+# restart prefilled what s0's same message prefilled without a restart (the new message, its template
+# tokens and the last reply token), not the transcript.
+read -r prompt cached <<<"$(echo "$reply" | json 'd["usage"]["prompt_tokens"], d["usage"]["prompt_tokens_details"]["cached_tokens"]' | tr -d '(),')"
+prefilled=$(( $(api http://localhost/v1/pool | json 'd["prefill_tokens"]') - prefilled_before ))
+echo "first message after the restart: prompt $prompt tokens, $cached from segments, $prefilled prefilled (without a restart: $uncached0)"
+[ $((prompt - cached)) -eq "$uncached0" ] || fail "after the restart the session prefilled $((prompt - cached)) of its $prompt prompt tokens, not $uncached0"
+[ "$prefilled" -eq "$uncached0" ] || fail "the pool prefilled $prefilled tokens for the session's first message after the restart, not $uncached0"
 stop
 echo "towerd end-to-end: OK"
