@@ -40,6 +40,7 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::filesystem::path
   auto w = RecordLogWriter::open(store->path_, nullptr, fs);
   if (!w.ok()) return w.status();
   store->writer_ = std::move(w.value());
+  store->completer_ = std::thread([s = store.get()] { s->complete_loop(); });
   store->thread_ = std::thread([s = store.get()] { s->loop(); });
   return store;
 }
@@ -52,6 +53,14 @@ StateStore::~StateStore() {
     }
     wake_.notify_all();
     thread_.join();
+  }
+  if (completer_.joinable()) {  // after the writer: its last callbacks are queued by now
+    {
+      std::lock_guard lock(completions_mu_);
+      completions_stop_ = true;
+    }
+    completions_wake_.notify_all();
+    completer_.join();
   }
   writer_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);
@@ -70,11 +79,17 @@ Status StateStore::append(const Record& record) {
   std::mutex m;
   std::condition_variable cv;
   std::optional<Status> result;
-  append_async(record, [&](const Status& st) {
-    std::lock_guard lock(m);
-    result = st;
-    cv.notify_all();
-  });
+  Pending p{static_cast<uint8_t>(type_of(record)), record_payload(record), [&](const Status& st) {
+              std::lock_guard lock(m);
+              result = st;
+              cv.notify_all();
+            },
+            /*signal_only=*/true};
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(p));
+  }
+  wake_.notify_all();
   std::unique_lock lock(m);
   cv.wait(lock, [&] { return result.has_value(); });
   return *result;
@@ -109,9 +124,32 @@ void StateStore::loop() {
         if (result[i].ok()) result[i] = st.ok() ? Status::Ok() : st;
       }
     }
+    bool queued = false;
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].done) batch[i].done(result[i]);
+      if (!batch[i].done) continue;
+      if (batch[i].signal_only) {
+        batch[i].done(result[i]);
+        continue;
+      }
+      std::lock_guard lock(completions_mu_);
+      completions_.emplace_back(std::move(batch[i].done), result[i]);
+      queued = true;
     }
+    if (queued) completions_wake_.notify_all();
+  }
+}
+
+void StateStore::complete_loop() {
+  for (;;) {
+    std::pair<std::function<void(const Status&)>, Status> c;
+    {
+      std::unique_lock lock(completions_mu_);
+      completions_wake_.wait(lock, [&] { return completions_stop_ || !completions_.empty(); });
+      if (completions_.empty()) return;
+      c = std::move(completions_.front());
+      completions_.pop_front();
+    }
+    c.first(c.second);
   }
 }
 
@@ -140,7 +178,8 @@ Status StateStore::append_barrier() {
                                std::lock_guard l(m);
                                done = true;
                                cv.notify_all();
-                             }});
+                             },
+                             /*signal_only=*/true});
   }
   wake_.notify_all();
   std::unique_lock lock(m);

@@ -35,8 +35,11 @@ class StateStore {
                                                   std::vector<std::string>& problems, FileSystem& fs = posix_fs());
   // Appends and waits until the record is durable.
   Status append(const Record& record);
-  // Appends without waiting: `done` runs on the writer thread once the record is durable (ok) or
-  // cannot be (the error); records are durable in the order they were appended. done may be empty.
+  // Appends without waiting: `done` runs once the record is durable (ok) or cannot be (the error), in
+  // the order records were appended, on the store's completion thread — never on the writer thread,
+  // so a `done` that waits for a lock whose holder is appending cannot stop the log (a deadlock the
+  // load test found: a turn's settle waited for the catalog, the catalog's holder for its record).
+  // done may be empty.
   void append_async(const Record& record, std::function<void(const Status&)> done);
   // Rewrites the log as exactly `live` (after every record queued before the call).
   Status compact(const std::vector<Record>& live);
@@ -52,9 +55,11 @@ class StateStore {
     uint8_t type;
     std::string payload;
     std::function<void(const Status&)> done;
+    bool signal_only = false;  // done only wakes a waiter (append, barriers): run on the writer thread
   };
   explicit StateStore(FileSystem& fs) : fs_(fs) {}
   void loop();
+  void complete_loop();
   Status append_barrier();  // waits until everything queued before it is written
 
   FileSystem& fs_;
@@ -69,6 +74,12 @@ class StateStore {
   std::deque<Pending> queue_;
   bool stop_ = false;
   std::thread thread_;
+  // Callbacks of append_async, run in order by completer_.
+  std::mutex completions_mu_;
+  std::condition_variable completions_wake_;
+  std::deque<std::pair<std::function<void(const Status&)>, Status>> completions_;
+  bool completions_stop_ = false;
+  std::thread completer_;
 };
 
 }  // namespace towers::daemon

@@ -1,7 +1,9 @@
 // towerd's state-log records (daemon/records.h): every kind survives payload → struct → payload and a
 // StateStore append/compact/reopen unchanged; old payloads (fields added later missing) still read;
 // damaged ones are refused with the kind and the field named, never half-applied.
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 
 #include "daemon/records.h"
 #include "daemon/state_store.h"
@@ -153,4 +155,43 @@ TEST_CASE("the state store appends, compacts and replays typed records") {
   REQUIRE_MESSAGE(store.ok(), store.error());
   REQUIRE(replayed.size() == 3);
   for (size_t i = 0; i < 3; ++i) check_same(all[i], replayed[i]);
+}
+
+TEST_CASE("an append_async callback that waits for a lock whose holder appends does not stop the log") {
+  // The load test's deadlock: a turn's settle callback took the catalog's lock while the lock's holder
+  // waited for its own record. Callbacks run off the writer thread, so the holder's record is written
+  // and it lets go.
+  const auto dir = test::temp_dir() / "records-callback-lock";
+  std::filesystem::remove_all(dir);
+  std::vector<Record> replayed;
+  std::vector<std::string> problems;
+  auto store = StateStore::open(dir, replayed, problems);
+  REQUIRE_MESSAGE(store.ok(), store.error());
+  const auto all = one_of_each();
+  std::mutex catalog;
+  std::unique_lock holder(catalog);  // this thread plays the holder
+  std::mutex m;
+  std::condition_variable cv;
+  bool callback_entered = false, callback_done = false;
+  store.value()->append_async(all[0], [&](const Status& st) {
+    CHECK(st.ok());
+    {
+      std::lock_guard l(m);
+      callback_entered = true;
+    }
+    cv.notify_all();
+    std::lock_guard wait_for_holder(catalog);
+    std::lock_guard l(m);
+    callback_done = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock l(m);
+    cv.wait(l, [&] { return callback_entered; });  // the callback now waits for `catalog`
+  }
+  CHECK(store.value()->append(all[1]).ok());  // must not wait for the callback
+  holder.unlock();
+  std::unique_lock l(m);
+  cv.wait(l, [&] { return callback_done; });
+  CHECK(callback_done);
 }
