@@ -373,7 +373,7 @@ Result<Config> load_config(const std::filesystem::path& path) {
       ok = check_keys(c, *t, "limits",
                       {"max_body_bytes", "max_prompt_tokens", "max_tokens", "default_max_tokens",
                        "request_timeout_seconds", "queue_length", "max_sessions", "max_segment_chars", "max_batch",
-                       "prefill_chunk", "prompt_cache_segments", "overflow"}) &&
+                       "prefill_chunk", "decode_slowdown", "prompt_cache_segments", "overflow"}) &&
            get_size(c, *t, "limits", "max_body_bytes", body) &&
            get_int_as(c, *t, "limits", "max_prompt_tokens", 0, 1 << 24, cfg.max_prompt_tokens) &&
            get_int_as(c, *t, "limits", "max_tokens", 1, 1 << 24, cfg.max_tokens) &&
@@ -397,6 +397,13 @@ Result<Config> load_config(const std::filesystem::path& path) {
       if (ok && to) {
         if (!to->is_number() || to->value<double>().value_or(0) <= 0) ok = c.fail("limits.request_timeout_seconds", "expected a positive number");
         else cfg.request_timeout_s = to->value<double>().value_or(300);
+      }
+      if (ok) {
+        if (const toml::node* ds = t->get("decode_slowdown")) {
+          const double v = ds->value<double>().value_or(0);
+          if (!ds->is_number() || v < 1 || v > 100) ok = c.fail("limits.decode_slowdown", "expected a number from 1 to 100");
+          else cfg.decode_slowdown = v;
+        }
       }
     }
   }

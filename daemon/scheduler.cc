@@ -46,7 +46,12 @@ struct Scheduler::Build {
 };
 
 Scheduler::Scheduler(const Model& model, Forward& forward, SegmentPool& pool, Metrics& metrics, Options options)
-    : model_(model), forward_(forward), pool_(pool), metrics_(metrics), opt_(options) {
+    : model_(model),
+      forward_(forward),
+      pool_(pool),
+      metrics_(metrics),
+      opt_(options),
+      pacer_(options.prefill_chunk, options.decode_slowdown, static_cast<size_t>(std::max(1, options.max_batch))) {
   heartbeat_ns_ = Clock::now().time_since_epoch().count();
 }
 
@@ -465,8 +470,9 @@ void Scheduler::step() {
     batch.push_back({s.lease.tower.get(), std::span<const int32_t>(&s.next, 1), Logits::Last});
     slots.push_back({&s, nullptr, 0});
   }
-  // Then prefill chunks, oldest first, within the budget: generations' prompts and builds alike.
-  int budget = opt_.prefill_chunk;
+  // Then prefill chunks, oldest first, within the pacer's budget: generations' prompts, then builds.
+  const size_t decoding = batch.size();
+  int budget = pacer_.budget(decoding);
   for (auto& sp : seqs_) {
     Seq& s = *sp;
     if (budget <= 0) break;
@@ -492,7 +498,9 @@ void Scheduler::step() {
   std::vector<float> logits;
   size_t tokens = 0;
   for (auto& b : batch) tokens += b.tokens.size();
+  const auto step_start = Clock::now();
   Status st = forward_.eval_batch(batch, logits);
+  pacer_.observe(since(step_start), decoding, tokens - decoding);
   metrics_.batch_step(batch.size(), tokens);
   if (!st.ok()) {
     log_error("model step failed: " + st.message());

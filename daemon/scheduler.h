@@ -4,10 +4,12 @@
 //   builds       segments in the pool cold (new definitions, thaws, segments whose file was lost)
 //                are computed by prefill under their parent chain, then installed in the pool.
 // Every step evaluates, in one Forward::eval_batch, the next token of every decoding sequence first,
-// then chunks of prompt and build tokens up to prefill_chunk in all (oldest first), so a long prefill
-// slows the streams by a bounded amount instead of stopping them. A sequence's logits do not depend
-// on what it is batched with, so a request's tokens (at temperature 0, or with a seed) do not depend
-// on the load.
+// then chunks of prompt and build tokens, oldest first (generations' prompts before builds): up to
+// prefill_chunk when nothing decodes, else as many as keep the step within decode_slowdown times the
+// decodes alone (daemon/prefill_pacer.h), so a long prefill slows the streams by a bounded factor
+// instead of stopping them. A sequence's logits do not depend on what it is batched with or how its
+// prompt is cut into chunks, so a request's tokens (at temperature 0, or with a seed) do not depend on
+// the load.
 //
 // Before a generation's tower is assembled, every segment on its prompt's path must be in memory:
 // warm ones are paged in by the pager thread (map, populate, verify: file I/O off this thread) and
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "daemon/metrics.h"
+#include "daemon/prefill_pacer.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "mmapstore/segment_pool.h"
@@ -84,6 +87,7 @@ class Scheduler {
     int max_batch = 8;
     int prefill_chunk = 256;
     int queue_length = 64;
+    double decode_slowdown = 1.6;  // daemon/prefill_pacer.h
   };
   Scheduler(const Model& model, Forward& forward, SegmentPool& pool, Metrics& metrics, Options options);
   ~Scheduler();
@@ -137,6 +141,7 @@ class Scheduler {
   SegmentPool& pool_;
   Metrics& metrics_;
   Options opt_;
+  PrefillPacer pacer_;  // scheduler thread only
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenJob>> queue_;
