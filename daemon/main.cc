@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   Catalog& catalog = *state.catalog;
   StateStore& store = *state.store;
   Metrics metrics;
-  Scheduler scheduler(m, forward, pool, metrics, {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length});
+  Scheduler scheduler(m, forward, pool, metrics, {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length, cfg.decode_slowdown});
   if (catalog.model_changed()) {
     log_warn("the state was written with another model; transcripts will be re-tokenized from their text");
   }
@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
   log_info("model " + m.config().name + " (" + m.config().arch_name + ", " + std::to_string(m.config().n_layer) +
            " layers, context " + std::to_string(m.config().n_ctx_train) + ", chat template " +
            std::string(chat_family_name(state.family)) + ", " + std::to_string(threads_pool.size()) + " threads); state: " +
-           std::to_string(state.records) + " records from " + store.path().string());
+           std::to_string(state.records) + " records from " + store.path().string() + "; model loaded in " +
+           std::to_string(state.load_seconds) + " s, fingerprinted in " + std::to_string(state.fingerprint_seconds) + " s");
 
   // Restore: every segment from its file (header checks only) or cold; no model runs before the
   // socket opens. What must be recomputed is built in the background once it is open.

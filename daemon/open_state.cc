@@ -1,10 +1,17 @@
 #include "daemon/open_state.h"
 
+#include <chrono>
 #include <filesystem>
 
 #include "engine/codec.h"
 
 namespace towers::daemon {
+
+namespace {
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
 
 Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptions& options,
                                               std::vector<std::string>* warnings) {
@@ -15,6 +22,7 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
   st->store = std::move(store.value());
   st->records = records.size();
 
+  const auto t_load = std::chrono::steady_clock::now();
   auto loaded = Model::load(cfg.model_path);
   if (!loaded.ok()) return loaded.status().prefixed("cannot load the model: ");
   st->model = std::move(loaded.value());
@@ -23,7 +31,10 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
   if (!family.ok()) return Status::InvalidArgument("invalid config: model.chat_template: " + family.error());
   st->family = family.value();
   st->threads = std::make_unique<ThreadPool>(options.threads);
+  const auto t_fingerprint = std::chrono::steady_clock::now();
   st->fingerprint = model_fingerprint(m, st->threads.get());
+  st->load_seconds = seconds_between(t_load, t_fingerprint);
+  st->fingerprint_seconds = seconds_between(t_fingerprint, std::chrono::steady_clock::now());
   // The fingerprint read every tensor byte back into memory; a server keeps only the packed copies.
   if (options.serving) m.release_packed_sources();
   st->forward = std::make_unique<Forward>(m, *st->threads);

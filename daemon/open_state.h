@@ -36,6 +36,7 @@ struct OpenState {
   ChatFamily family{};
   std::unique_ptr<ThreadPool> threads;
   uint64_t fingerprint = 0;
+  double load_seconds = 0, fingerprint_seconds = 0;  // what the start spent on each (logged)
   std::unique_ptr<Forward> forward;
   std::unique_ptr<SegmentPool> pool;
   std::unique_ptr<PromptBuilder> prompts;

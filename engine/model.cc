@@ -3,8 +3,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "engine/tokenizer.h"
 #include "simd/quant_dot.h"
@@ -198,16 +201,36 @@ void Model::pack_weights() {
   if (total == 0) return;
   packed_store_ = HugeBuffer(total);
   uint8_t* p = packed_store_.data();
+  struct Job {
+    const Weight* w;
+    size_t bytes;
+    uint8_t* out;
+  };
+  std::vector<Job> jobs;
   for (Weight* w : ws) {
     const size_t bytes = packed_size(*w);
     if (bytes == 0) continue;
-    const auto t = static_cast<uint32_t>(w->type);
-    const size_t cols = static_cast<size_t>(w->cols);
-    simd::pack_rows(t, w->data, w->row_stride(), bytes / simd::packed_group_bytes(t, cols), cols, p);
     w->packed = p;
     packed_bytes_ += bytes;
+    jobs.push_back({w, bytes, p});
     p += (bytes + kAlign - 1) / kAlign * kAlign;
   }
+  // Matrices are packed independently (the bytes do not depend on who packs them), by as many threads
+  // as the machine has: packing reads the whole file once and is most of a large model's load time.
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      const Job& j = jobs[i];
+      const auto t = static_cast<uint32_t>(j.w->type);
+      const size_t cols = static_cast<size_t>(j.w->cols);
+      simd::pack_rows(t, j.w->data, j.w->row_stride(), j.bytes / simd::packed_group_bytes(t, cols), cols, j.out);
+    }
+  };
+  const size_t n_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < std::min(n_threads, jobs.size()); ++i) threads.emplace_back(work);
+  work();
+  for (auto& th : threads) th.join();
   if (config_.tied_embeddings) tok_embd.packed = output.packed;
   release_packed_sources();
 }
