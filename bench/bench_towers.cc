@@ -161,6 +161,9 @@ void drift_table(const std::string& path, int threads) {
     int n = 0;
   };
   std::vector<std::vector<Acc>> acc(5, std::vector<Acc>(4));
+  // The sealed transcript segment in F16, in Q8, and the whole default policy with it.
+  const KvQuant kSealedFormats[] = {KvQuant::F16, KvQuant::Q8};
+  std::vector<Acc> sealed(3);
   DepthPolicy policy;
   auto compare = [&](Acc& a, const std::vector<float>& want, const std::vector<float>& got) {
     for (size_t r = 0; r < want.size() / V; ++r) {
@@ -215,6 +218,32 @@ void drift_table(const std::string& path, int threads) {
       compare(acc[fi][3], want, run({formats[fi], formats[fi], formats[fi]}));
     }
     compare(acc[4][3], want, run({policy.at_depth(0), policy.at_depth(1), policy.at_depth(2)}));
+    // A sealed transcript segment: the transcript's first half stored in a format (4th segment, after
+    // the bot), its second half evaluated after it; against the same tower all in F32.
+    auto cut_transcript = [&](KvQuant f) {
+      const int from = len[0] + len[1] + len[2];
+      std::vector<int32_t> toks(ids.begin() + from, ids.begin() + from + transcript / 2);
+      return Segment::from_cache(c, mono, from, std::move(toks), f, 13, 12);
+    };
+    auto run_sealed = [&](const std::vector<KvQuant>& f) {
+      Tower t(c, {cut(0, f[0]), cut(1, f[1]), cut(2, f[2]), cut_transcript(f[3])}, transcript / 2);
+      std::vector<float> out;
+      const int from = total - transcript / 2;
+      if (auto st = fwd.eval(t, std::span<const int32_t>(ids.data() + from, transcript / 2), Logits::All, out); !st.ok()) {
+        die(st.message());
+      }
+      return out;
+    };
+    if (auto st = fwd.eval(mono, std::span<const int32_t>(ids.data() + total - transcript, transcript / 2),
+                           Logits::Last, logits);
+        !st.ok()) {
+      die(st.message());
+    }
+    const auto want_sealed = run_sealed({KvQuant::F32, KvQuant::F32, KvQuant::F32, KvQuant::F32});
+    for (int k = 0; k < 2; ++k) {
+      compare(sealed[k], want_sealed, run_sealed({KvQuant::F32, KvQuant::F32, KvQuant::F32, kSealedFormats[k]}));
+    }
+    compare(sealed[2], want_sealed, run_sealed({policy.at_depth(0), policy.at_depth(1), policy.at_depth(2), policy.transcript}));
   }
   std::printf("\n== Drift by depth and bits (MEASURED) ==\n");
   std::printf("model %s (%s), %d passages (%s), tower: depth 0 = %d tokens (BOS first), depth 1 = %d, depth 2 = %d,\n"
@@ -241,6 +270,18 @@ void drift_table(const std::string& path, int threads) {
   std::printf("depth policy (%s/%s/%s at depth 0/1/2): rel L2 %.3e, KL %.3e, flips %.0f of %d\n",
               simd::kv_quant_name(policy.at_depth(0)), simd::kv_quant_name(policy.at_depth(1)),
               simd::kv_quant_name(policy.at_depth(2)), std::sqrt(a.d2 / a.r2), a.kl / a.n, a.flips, a.n);
+  std::printf("sealed transcript segment (%d tokens after the bot, the next %d evaluated after it), against the same\n"
+              "tower in F32: rel L2 / KL / flips of %d distributions\n",
+              transcript / 2, transcript / 2, sealed[0].n);
+  for (int k = 0; k < 3; ++k) {
+    const Acc& t = sealed[k];
+    std::printf("  %-44s %10.3e %10.3e %6.0f\n",
+                k < 2 ? (std::string("transcript ") + simd::kv_quant_name(kSealedFormats[k]) + ", the rest F32").c_str()
+                      : (std::string("default policy (") + simd::kv_quant_name(policy.at_depth(0)) + "/" +
+                         simd::kv_quant_name(policy.at_depth(1)) + "/" + simd::kv_quant_name(policy.at_depth(2)) +
+                         ", transcript " + simd::kv_quant_name(policy.transcript) + ")").c_str(),
+                std::sqrt(t.d2 / t.r2), t.kl / t.n, t.flips);
+  }
   std::printf("error ratio per 2 bits (seed: x4 per 2 bits):");
   for (int d = 0; d < 3; ++d) {
     auto rel = [&](int fi) { return std::sqrt(acc[fi][d].d2 / acc[fi][d].r2); };

@@ -21,7 +21,7 @@ using SegmentId = uint64_t;
 // 2 = bot, ...). Deeper means more shared and less attended per token: fewer bits (seed Theorem 19).
 struct DepthPolicy {
   std::vector<KvQuant> by_depth = {KvQuant::Q4, KvQuant::Q6, KvQuant::Q8};
-  KvQuant transcript = KvQuant::F16;  // sealed parts of a session's own transcript
+  KvQuant transcript = KvQuant::Q8;  // sealed parts of a session's own transcript (Q8: docs/towers.md)
   KvQuant at_depth(size_t depth) const {
     return depth < by_depth.size() ? by_depth[depth] : (by_depth.empty() ? KvQuant::F16 : by_depth.back());
   }
