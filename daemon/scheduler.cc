@@ -20,6 +20,7 @@ struct Scheduler::Seq {
   GenOutcome out;
   bool assembled = false;            // false: waiting for the segments of its path
   size_t pos = 0;                    // next prompt token to prefill
+  std::unique_ptr<GrammarConstraint> constraint;  // the job's grammar, this sequence's place in it
   std::unique_ptr<Decoder> decoder;  // set once the prompt is in
   int32_t next = -1;                 // sampled, to be evaluated in the next step
   Clock::time_point started, last_token;
@@ -387,6 +388,12 @@ void Scheduler::finish(Seq& s, std::string reason) {
   if (s.job->on_finish) s.job->on_finish(c.out, nullptr);
 }
 
+std::unique_ptr<Decoder> Scheduler::make_decoder(Seq& s, const SamplerConfig& sampling) {
+  if (s.job->grammar) s.constraint = std::make_unique<GrammarConstraint>(s.job->grammar);
+  return std::make_unique<Decoder>(model_.tokenizer(), sampling, s.job->stop, s.out.prompt,
+                                   std::max(1, s.job->max_tokens), s.constraint.get());
+}
+
 void Scheduler::advance(Seq& s, std::span<const float> logits) {
   Decoder::Step d = s.decoder->step(logits, s.lease.tower->size() >= s.lease.tower->capacity());
   if (s.out.first_token_s < 0) s.out.first_token_s = since(s.job->enqueued);
@@ -416,9 +423,8 @@ void Scheduler::fork_choices(Seq& s, std::span<const float> logits) {
   }
   s.out.tail.clear();
   s.out.sealed_prompt = sealed.value();
-  const int max_tokens = std::max(1, s.job->max_tokens);
   for (int i = 1; i < n; ++i) {
-    auto lease = pool_.lease_chain(sealed.value(), max_tokens);
+    auto lease = pool_.lease_chain(sealed.value(), std::max(1, s.job->max_tokens));
     if (!lease.ok()) {
       s.out.error = lease.status();
       s.job->cancelled = true;  // the choices already started stop too
@@ -436,7 +442,7 @@ void Scheduler::fork_choices(Seq& s, std::span<const float> logits) {
     c->choices = shared;
     SamplerConfig sampling = s.job->sampling;
     sampling.seed += static_cast<uint64_t>(i);
-    c->decoder = std::make_unique<Decoder>(model_.tokenizer(), sampling, s.job->stop, s.out.prompt, max_tokens);
+    c->decoder = make_decoder(*c, sampling);
     Seq& choice = *c;
     seqs_.push_back(std::move(c));
     ++shared->running;
@@ -527,8 +533,7 @@ void Scheduler::step() {
         s.pos += slots[i].chunk;
         if (s.pos < s.out.prompt.size()) continue;
         s.out.prefill_s = since(s.started);
-        s.decoder = std::make_unique<Decoder>(model_.tokenizer(), s.job->sampling, s.job->stop, s.out.prompt,
-                                              std::max(1, s.job->max_tokens));
+        s.decoder = make_decoder(s, s.job->sampling);
         if (s.job->n > 1) {
           fork_choices(s, row);
           if (s.done) continue;

@@ -33,8 +33,13 @@
 #include "daemon/metrics.h"
 #include "daemon/prefill_pacer.h"
 #include "engine/forward.h"
+#include "engine/grammar_matcher.h"
 #include "engine/sampler.h"
 #include "mmapstore/segment_pool.h"
+
+namespace towers {
+class Decoder;
+}
 
 namespace towers::daemon {
 
@@ -66,6 +71,9 @@ struct GenJob {
   // same steps. Choice i samples with seed + i (choice 0 is what n = 1 gives, up to the sealed
   // prompt's KV format). on_finish then gets a null lease (each choice's is released as it ends).
   int n = 1;
+  // Constrained decoding (response_format, tools): every choice's tokens follow this grammar
+  // (engine/grammar_matcher.h); null: unconstrained.
+  std::shared_ptr<GrammarAutomaton> grammar;
   int max_tokens = 256;
   std::vector<std::string> stop;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
@@ -126,6 +134,7 @@ class Scheduler {
   void resolve_build(Build& b);
   void finish_build(Build& b, const Status& st);
   void step();
+  std::unique_ptr<Decoder> make_decoder(Seq& s, const SamplerConfig& sampling);
   // Samples the next token of a sequence whose last token (or prompt) was just evaluated.
   void advance(Seq& s, std::span<const float> logits);
   // n > 1, the prompt just evaluated: seals it and starts choices 1..n-1 from the same logits.

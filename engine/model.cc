@@ -201,34 +201,39 @@ void Model::pack_weights() {
   if (total == 0) return;
   packed_store_ = HugeBuffer(total);
   uint8_t* p = packed_store_.data();
-  struct Job {
+  // Work in slices of row groups, so that one large matrix (the output, often Q6_K) does not leave
+  // the other threads idle. Groups are packed independently: the bytes do not depend on who packs them.
+  struct Slice {
     const Weight* w;
-    size_t bytes;
-    uint8_t* out;
+    size_t group0, groups;
+    uint8_t* out;  // of the whole matrix
   };
-  std::vector<Job> jobs;
+  constexpr size_t kGroupsPerSlice = 256;
+  std::vector<Slice> slices;
   for (Weight* w : ws) {
     const size_t bytes = packed_size(*w);
     if (bytes == 0) continue;
     w->packed = p;
     packed_bytes_ += bytes;
-    jobs.push_back({w, bytes, p});
+    const size_t groups = bytes / simd::packed_group_bytes(static_cast<uint32_t>(w->type), static_cast<size_t>(w->cols));
+    for (size_t g = 0; g < groups; g += kGroupsPerSlice) slices.push_back({w, g, std::min(kGroupsPerSlice, groups - g), p});
     p += (bytes + kAlign - 1) / kAlign * kAlign;
   }
-  // Matrices are packed independently (the bytes do not depend on who packs them), by as many threads
-  // as the machine has: packing reads the whole file once and is most of a large model's load time.
+  // Packing reads the whole file once and is most of a large model's load time: every core helps.
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i = next++; i < jobs.size(); i = next++) {
-      const Job& j = jobs[i];
-      const auto t = static_cast<uint32_t>(j.w->type);
-      const size_t cols = static_cast<size_t>(j.w->cols);
-      simd::pack_rows(t, j.w->data, j.w->row_stride(), j.bytes / simd::packed_group_bytes(t, cols), cols, j.out);
+    for (size_t i = next++; i < slices.size(); i = next++) {
+      const Slice& sl = slices[i];
+      const auto t = static_cast<uint32_t>(sl.w->type);
+      const size_t cols = static_cast<size_t>(sl.w->cols);
+      const size_t group_bytes = simd::packed_group_bytes(t, cols);
+      simd::pack_rows(t, sl.w->data + sl.group0 * simd::kPackRows * sl.w->row_stride(), sl.w->row_stride(), sl.groups,
+                      cols, sl.out + sl.group0 * group_bytes);
     }
   };
   const size_t n_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
   std::vector<std::thread> threads;
-  for (size_t i = 1; i < std::min(n_threads, jobs.size()); ++i) threads.emplace_back(work);
+  for (size_t i = 1; i < std::min(n_threads, slices.size()); ++i) threads.emplace_back(work);
   work();
   for (auto& th : threads) th.join();
   if (config_.tied_embeddings) tok_embd.packed = output.packed;

@@ -1,5 +1,8 @@
 #include "mmapstore/segment_pool.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 
@@ -282,6 +285,18 @@ Status SegmentPool::adopt(const AdoptSpec& spec) {
   e.kv_bytes = 2 * h.kv_bytes + 4 * h.n_scales;
   assert_invariants_locked();
   return Status::Ok();
+}
+
+void SegmentPool::prefetch_headers(std::span<const SegmentId> ids) const {
+  if (options_.store_dir.empty()) return;
+  // The header and tokens of a segment of up to ~16k tokens; larger ones read the rest on demand.
+  constexpr off_t kHeadBytes = 64 << 10;
+  for (SegmentId id : ids) {
+    const int fd = ::open(file_path(id).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // adopt() says why
+    (void)::posix_fadvise(fd, 0, kHeadBytes, POSIX_FADV_WILLNEED);
+    ::close(fd);
+  }
 }
 
 void SegmentPool::reserve_ids(SegmentId id) {

@@ -159,6 +159,10 @@ class SegmentPool {
   // mmapstore/segment_format.h against the spec (parents must be adopted or added first). An error
   // says why the file cannot be used (the caller adds the segment cold instead and rebuilds it).
   Status adopt(const AdoptSpec& spec);
+  // Asks the kernel to read the start (header and tokens) of these segments' files ahead, all at once
+  // (posix_fadvise WILLNEED, no waiting): a restart's adopt() then finds them in the page cache
+  // instead of waiting for one disk read after another.
+  void prefetch_headers(std::span<const SegmentId> ids) const;
   // Ids allocated from now on are above `id` (a restart: ids its record log names stay free).
   void reserve_ids(SegmentId id);
   // Removes files in the store directory that no segment of the pool names (crashed writes, removed
