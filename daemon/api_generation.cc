@@ -75,6 +75,11 @@ class GenerationReply : public std::enable_shared_from_this<GenerationReply> {
 
   void settle(GenOutcome& o, bool cancelled, const Status& st) {
     if (!st.ok() && o.error.ok() && o.finish_reason != "cancelled") o.error = st;
+    if (o.error.ok() && o.finish_reason == "grammar") {
+      // The response_format's grammar could not go on (its automaton's limit, or no token of this
+      // vocabulary continues it): not the client's fault, and not a reply to pass off as complete.
+      o.error = Status::Error("constrained decoding stopped: the response_format's grammar cannot continue");
+    }
     svc_.metrics.generation_finished(cancelled ? "cancelled" : o.error.ok() ? o.finish_reason : "error");
     if (!o.error.ok()) return failed(not_found_as(o.error, spec_.not_found_code));
     if (o.finish_reason == "timeout") log_warn("a generation reached limits.request_timeout_seconds");
@@ -113,6 +118,7 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) 
   job->sampling = spec.params.sampling;
   job->stop = spec.params.stop;
   job->n = spec.params.n;
+  job->grammar = spec.params.grammar;
   job->max_tokens = std::min<int>(spec.params.max_tokens, n_ctx - static_cast<int>(spec.prompt_tokens));
   job->deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(svc.config.request_timeout_s * 1000));
   job->prepare = spec.prepare;

@@ -6,8 +6,16 @@
 
 #include "daemon/log.h"
 #include "daemon/service.h"
+#include "engine/grammar.h"
+#include "engine/grammar_matcher.h"
+#include "engine/json_schema.h"
 
 namespace towers::daemon {
+
+std::shared_ptr<const TokenTrie> Service::token_trie() const {
+  std::call_once(token_trie_once, [this] { token_trie_ = TokenTrie::from_tokenizer(model.tokenizer()); });
+  return token_trie_;
+}
 
 bool Service::serves(const std::string& name) const {
   if (name.empty() || name == model_id) return true;
@@ -40,7 +48,6 @@ bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_boolean(const json& v) { return v.is_boolean(); }
 bool is_empty(const json& v) { return (v.is_array() || v.is_object()) && v.empty(); }
 bool no_tool_choice(const json& v) { return v == "none" || v == "auto"; }
-bool text_format(const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; }
 bool text_only(const json& v) { return v == json::array({"text"}); }
 bool default_tier(const json& v) { return v == "auto" || v == "default"; }
 bool never(const json&) { return false; }
@@ -70,7 +77,7 @@ constexpr FieldRule kGenerationFields[] = {
     {"tools", Support::NotYet, is_empty, "[]"},
     {"tool_choice", Support::NotYet, no_tool_choice, "\"none\", \"auto\""},
     {"parallel_tool_calls", Support::NotYet, is_boolean, "true, false (no tools)"},
-    {"response_format", Support::NotYet, text_format, "{\"type\":\"text\"}"},
+    {"response_format", Support::Honoured},
     {"audio", Support::Unsupported, never, "null"},
     {"modalities", Support::Unsupported, text_only, "[\"text\"]"},
     {"prediction", Support::Unsupported, never, "null"},
@@ -174,6 +181,36 @@ ApiStatus parse_logprobs(const json& b, SamplerConfig* sampling) {
   return {};
 }
 
+// "response_format": {"type": "text"} (free text), {"type": "json_object"} (any JSON object), or
+// {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}: the schema is
+// compiled to a grammar (engine/json_schema.h) that every sampled token must follow.
+ApiStatus parse_response_format(const Service& svc, const json& b, std::shared_ptr<GrammarAutomaton>* grammar) {
+  if (!b.contains("response_format") || b["response_format"].is_null()) return {};
+  const json& rf = b["response_format"];
+  const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
+  std::string gbnf;
+  if (type == "text") {
+    return {};
+  } else if (type == "json_object") {
+    gbnf = json_object_gbnf();
+  } else if (type == "json_schema") {
+    const json* js = rf.contains("json_schema") && rf["json_schema"].is_object() ? &rf["json_schema"] : nullptr;
+    if (!js || !js->contains("schema") || !(*js)["schema"].is_object()) {
+      return invalid_field("response_format.json_schema.schema",
+                           "response_format of type \"json_schema\" needs \"json_schema\": {\"name\": ..., \"schema\": {...}}");
+    }
+    auto compiled = json_schema_to_gbnf((*js)["schema"].dump());
+    if (!compiled.ok()) return invalid_field("response_format.json_schema.schema", "response_format: " + compiled.error());
+    gbnf = compiled.value();
+  } else {
+    return invalid_field("response_format.type", "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+  }
+  auto g = Grammar::parse(gbnf);
+  if (!g.ok()) return invalid_field("response_format", "response_format: " + g.error());
+  *grammar = std::make_shared<GrammarAutomaton>(g.value(), svc.token_trie());
+  return {};
+}
+
 // "stream_options": {"include_usage": bool} (and "include_obfuscation", which changes nothing here:
 // towerd pads no chunk). Only with "stream": true, as OpenAI requires.
 ApiStatus parse_stream_options(const json& b, bool stream, bool* include_usage) {
@@ -237,6 +274,7 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params)
   }
   if (ApiStatus e = parse_logit_bias(svc, b, &p.sampling); !e.ok()) return e;
   if (ApiStatus e = parse_logprobs(b, &p.sampling); !e.ok()) return e;
+  if (ApiStatus e = parse_response_format(svc, b, &p.grammar); !e.ok()) return e;
   if (b.contains("top_k") && !b["top_k"].is_null()) {
     if (!b["top_k"].is_number_integer()) return invalid_field("top_k", "\"top_k\" must be an integer");
     p.sampling.top_k = b["top_k"].get<int>();

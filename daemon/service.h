@@ -38,6 +38,10 @@ struct Service {
   Compressor* compressor = nullptr;  // the cold tier's background compressor
   Offload* offload = nullptr;        // blocking jobs that are not model steps (compress now, fsyncs)
   const HttpServer* http = nullptr;  // its connection counters, for /metrics
+  // The vocabulary as a byte trie, for constrained decoding (response_format); built on first use.
+  std::shared_ptr<const TokenTrie> token_trie() const;
+  mutable std::once_flag token_trie_once;
+  mutable std::shared_ptr<const TokenTrie> token_trie_;
 };
 
 void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out);
@@ -71,6 +75,8 @@ struct GenParams {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage and no choices
   int n = 1;                   // choices
+  // response_format json_object / json_schema: every choice follows it (null: free text).
+  std::shared_ptr<GrammarAutomaton> grammar;
 };
 ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, GenParams* params);
 // Refuses n > 1 (param "n"): a session continues one transcript.

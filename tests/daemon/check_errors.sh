@@ -72,7 +72,7 @@ expect_error 413 request_too_large null "$chat" --data-binary @"$tmp/big.json"
 for field in '"audio":{"voice":"alloy","format":"wav"}' '"modalities":["text","audio"]' \
              '"prediction":{"type":"content","content":"x"}' '"web_search_options":{}' '"store":true' \
              '"reasoning_effort":"low"' '"tools":[{"type":"function","function":{"name":"f"}}]' \
-             '"tool_choice":"required"' '"response_format":{"type":"json_object"}' \
+             '"tool_choice":"required"' \
              '"functions":[{"name":"f"}]'; do
   name="${field%%\":*}"; name="${name#\"}"
   expect_error 400 unsupported_parameter "$name" "$chat" -d "{$msg,$field}"
@@ -93,6 +93,10 @@ expect_error 400 invalid_request_error logit_bias "$chat" -d "{$msg,\"logit_bias
 expect_error 400 invalid_request_error logit_bias "$chat" -d "{$msg,\"logit_bias\":{\"5\":101}}"
 expect_error 400 invalid_request_error stream_options "$chat" -d "{$msg,\"stream_options\":{\"include_usage\":true}}"
 expect_error 400 invalid_request_error n "$chat" -d "{$msg,\"n\":9}"
+expect_error 400 invalid_request_error response_format.type "$chat" -d "{$msg,\"response_format\":{\"type\":\"yaml\"}}"
+expect_error 400 invalid_request_error response_format.json_schema.schema "$chat" -d "{$msg,\"response_format\":{\"type\":\"json_schema\"}}"
+expect_error 400 invalid_request_error response_format.json_schema.schema "$chat" \
+  -d "{$msg,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}"
 expect_error 400 unsupported_parameter n http://localhost/v1/sessions/nope/messages -d '{"content":"x","n":2}'
 expect_error 400 unknown_parameter stream_options.colour "$chat" -d "{$msg,\"stream\":true,\"stream_options\":{\"colour\":1}}"
 neutral='"n":1,"tools":[],"tool_choice":"auto","parallel_tool_calls":true,"response_format":{"type":"text"},"logprobs":false,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"modalities":["text"],"audio":null,"store":false,"user":"u1","metadata":{"k":"v"}'

@@ -177,6 +177,34 @@ const checks = {
     }
   },
 
+  async json_schema() {
+    const schema = {
+      type: 'object',
+      properties: { name: { type: 'string', maxLength: 10 }, age: { type: 'integer' }, ok: { type: 'boolean' } },
+      required: ['name', 'age', 'ok'],
+      additionalProperties: false,
+    };
+    const response_format = { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } };
+    const body = { model, max_tokens: 120, temperature: 1, seed: 3, messages: user('Who are you?'), response_format };
+    const whole = await client.chat.completions.create({ ...body, n: 2 });
+    for (const c of whole.choices) {
+      const v = JSON.parse(c.message.content);
+      assert.deepEqual(Object.keys(v).sort(), ['age', 'name', 'ok']);  // in name order: docs/api.md
+      assert.equal(typeof v.name, 'string');
+      assert.ok(v.name.length <= 10);
+      assert.ok(Number.isInteger(v.age));
+      assert.equal(typeof v.ok, 'boolean');
+      assert.equal(c.finish_reason, 'stop');
+    }
+    // Streamed: the same text as the whole reply with the same seed.
+    const chunks = await collect(await client.chat.completions.create({ ...body, n: 2, stream: true }));
+    assert.equal(textOf(chunks, 0), whole.choices[0].message.content);
+    // A schema keyword the compiler does not support: 400 naming response_format.
+    await assert.rejects(
+      client.chat.completions.create({ ...body, response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: 'a+' } } } }),
+      (e) => e.status === 400 && String(e.error?.param ?? '').startsWith('response_format'));
+  },
+
   async completions() {
     const body = { model, prompt: 'Once upon a time, there was a', max_tokens: 12, temperature: 0 };
     const r = await client.completions.create(body);
