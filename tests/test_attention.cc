@@ -213,7 +213,7 @@ TEST_CASE("attention: softmax_block against a double reference") {
   check_softmax(rng);
 }
 
-TEST_CASE("attention: kv_attend against a double reference; groups and splits are bit-identical") {
+TEST_CASE("attention: kv_attend against a double reference, groups and splits are bit-identical") {
   std::mt19937 rng(4);
   for (int dim : {8, 40, 64, 128}) {
     for (int n : {1, 5, 128, 129, 300, 700}) check_attend(rng, dim, n);

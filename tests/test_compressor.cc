@@ -34,7 +34,7 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
 
 }  // namespace
 
-TEST_CASE("compress codes a segment under its parents' tokens and freezes it; leased ones are skipped") {
+TEST_CASE("compress codes a segment under its parents' tokens and freezes it, leased ones are skipped") {
   auto model = test::synth_tiny("compressor", "q8_0");
   ThreadPool threads(2);
   Forward fwd(*model, threads);
@@ -68,7 +68,13 @@ TEST_CASE("compress codes a segment under its parents' tokens and freezes it; le
   CHECK(!comp.compress(b).ok());  // cold already
   CHECK(!comp.compress(12345).ok());
 
+  // Thawed (the scheduler does this before assembling; assemble never runs the model), the segment
+  // has its KV again and the same tower gives the same logits.
+  REQUIRE(pool.thaw(b).ok());
+  CHECK(pool.info(b)->tier == Tier::Hot);
   auto again = pool.assemble(all, 0);
+  REQUIRE(again.ok());
+  CHECK(again->tower->segments().size() == 2);
   std::vector<float> after;
   REQUIRE(fwd.eval(*again->tower, user, Logits::All, after).ok());
   CHECK(after == before);

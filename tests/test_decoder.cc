@@ -167,7 +167,7 @@ TEST_CASE("held-back logprobs come out with flush() at the end") {
   CHECK(d.take_logprobs().empty());  // taken once
 }
 
-TEST_CASE("logprobs do not change the tokens; off, nothing is reported") {
+TEST_CASE("logprobs do not change the tokens, off, nothing is reported") {
   const Tokenizer& tok = vocab();
   SamplerConfig c;
   c.temperature = 1.0f;

@@ -110,7 +110,7 @@ TEST_CASE("record log: after any crash or fault, every acknowledged record is th
                << compactions << " compactions");
 }
 
-TEST_CASE("segment files: a file the writer acknowledged survives a crash; anything else fails cleanly") {
+TEST_CASE("segment files: a file the writer acknowledged survives a crash, anything else fails cleanly") {
   auto model = test::synth_tiny("fault-injection", "f16");
   ThreadPool threads(1);
   Forward fwd(*model, threads, Kernels::Reference);

@@ -187,7 +187,7 @@ TEST_CASE("context overflow and bad token ids are errors, not crashes") {
   CHECK(cache.size() == 0);
 }
 
-TEST_CASE("synthetic models of every file type load and run; quantized logits track f16") {
+TEST_CASE("synthetic models of every file type load and run, quantized logits track f16") {
   std::map<std::string, std::vector<float>> logits_by_type;
   for (const char* shape : {"tiny", "tiny-qwen2"}) {
     for (const char* type : {"f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"}) {

@@ -85,7 +85,7 @@ TEST_CASE("ggml_blocks: Half is two little-endian bytes") {
   CHECK(h.to_f32() == -2.0f);
 }
 
-TEST_CASE("ggml_blocks: unpack_scale_min_k4 is ggml's get_scale_min_k4; pack_scale_min_k4 inverts it") {
+TEST_CASE("ggml_blocks: unpack_scale_min_k4 is ggml's get_scale_min_k4, pack_scale_min_k4 inverts it") {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> byte(0, 255), six(0, 63);
   for (int trial = 0; trial < 20000; ++trial) {

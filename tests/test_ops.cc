@@ -88,7 +88,7 @@ TEST_CASE("ops: rmsnorm_f32 and rope_f32 are their scalar formulas, bit for bit,
   });
 }
 
-TEST_CASE("ops: swiglu_f32 against a double reference; tails and in-place give the same bits") {
+TEST_CASE("ops: swiglu_f32 against a double reference, tails and in-place give the same bits") {
   std::mt19937 rng(11);
   check_swiglu(rng);
 }

@@ -12,7 +12,7 @@ namespace {
 double step_seconds(size_t decoding, int prefill) { return 0.010 * static_cast<double>(decoding + static_cast<size_t>(prefill)); }
 }  // namespace
 
-TEST_CASE("alone, a step takes whole chunks; beside decodes, the steps settle within the slowdown") {
+TEST_CASE("alone a step takes whole chunks, and beside decodes the steps settle within the slowdown") {
   PrefillPacer pacer(256, 2.0, 8);
   CHECK(pacer.budget(0) == 256);
   for (int i = 0; i < 3; ++i) pacer.observe(step_seconds(8, 0), 8, 0);  // decode-only steps

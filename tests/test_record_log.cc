@@ -148,7 +148,7 @@ TEST_CASE("flipped bits: the damaged record is reported and skipped, the others 
   }
 }
 
-TEST_CASE("garbage between records and a damaged middle survive reopening; compaction drops them") {
+TEST_CASE("garbage between records and a damaged middle survive reopening, compaction drops them") {
   auto p = write_n("garbage", 10);
   std::string bytes = slurp(p);
   const auto good = read_all(p);

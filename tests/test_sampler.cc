@@ -396,7 +396,7 @@ std::vector<double> log_softmax(const std::vector<float>& w) {
   return out;
 }
 
-TEST_CASE("logit_bias bans and forces tokens; presence and frequency penalties count generated tokens") {
+TEST_CASE("logit_bias bans and forces tokens, presence and frequency penalties count generated tokens") {
   const std::vector<float> logits = {3.0f, 2.0f, 1.0f, 0.5f};
   SamplerConfig c = greedy_config();
   c.logit_bias = {{0, -100.0f}};  // banned: the next best wins
