@@ -30,6 +30,7 @@
 
 #include "bench/timing.h"
 #include "engine/forward.h"
+#include "engine/rope.h"
 #include "engine/segment.h"
 #include "engine/synth.h"
 #include "engine/tokenizer.h"
@@ -164,6 +165,9 @@ void drift_table(const std::string& path, int threads) {
   // The sealed transcript segment in F16, in Q8, and the whole default policy with it.
   const KvQuant kSealedFormats[] = {KvQuant::F16, KvQuant::Q8};
   std::vector<Acc> sealed(3);
+  // The RoPE shift of a kept turn against its re-prefill, the turn stored in F32 and in Q8.
+  const KvQuant kShiftFormats[] = {KvQuant::F32, KvQuant::Q8};
+  std::vector<Acc> shift(2);
   DepthPolicy policy;
   auto compare = [&](Acc& a, const std::vector<float>& want, const std::vector<float>& got) {
     for (size_t r = 0; r < want.size() / V; ++r) {
@@ -244,6 +248,34 @@ void drift_table(const std::string& path, int threads) {
       compare(sealed[k], want_sealed, run_sealed({KvQuant::F32, KvQuant::F32, KvQuant::F32, kSealedFormats[k]}));
     }
     compare(sealed[2], want_sealed, run_sealed({policy.at_depth(0), policy.at_depth(1), policy.at_depth(2), policy.transcript}));
+
+    // A long session drops its oldest turn (issue 12): tokens [0, 100) stay (the bot's segments), the
+    // turn [100, 160) goes, the kept turn [160, 220) moves to position 100, and [220, 260) is evaluated
+    // after it. The daemon RoPE-shifts the kept turn's KV (computed with the dropped turn in its
+    // context); the alternative is re-prefilling it at 100 without that context. Both against each other.
+    {
+      DenseKvCache full(c, total);
+      std::vector<float> ignored;
+      if (auto st = fwd.eval(full, std::span<const int32_t>(ids.data(), 220), Logits::Last, ignored); !st.ok()) die(st.message());
+      DenseKvCache kept(c, total);
+      std::vector<int32_t> kept_ids(ids.begin(), ids.begin() + 100);
+      kept_ids.insert(kept_ids.end(), ids.begin() + 160, ids.begin() + 220);
+      if (auto st = fwd.eval(kept, kept_ids, Logits::Last, ignored); !st.ok()) die(st.message());
+      const Rope rope(c);
+      auto base = Segment::from_cache(c, kept, 0, std::vector<int32_t>(ids.begin(), ids.begin() + 100), KvQuant::F32, 20, 0);
+      auto eval_after = [&](std::shared_ptr<const Segment> turn) {
+        Tower t(c, {base, std::move(turn)}, 40);
+        std::vector<float> out;
+        if (auto st = fwd.eval(t, std::span<const int32_t>(ids.data() + 220, 40), Logits::All, out); !st.ok()) die(st.message());
+        return out;
+      };
+      const std::vector<int32_t> turn_ids(ids.begin() + 160, ids.begin() + 220);
+      const auto reprefilled = eval_after(Segment::from_cache(c, kept, 100, turn_ids, KvQuant::F32, 21, 20));
+      for (int k = 0; k < 2; ++k) {
+        auto computed = Segment::from_cache(c, full, 160, turn_ids, kShiftFormats[k], 22, 0);
+        compare(shift[k], reprefilled, eval_after(computed->shifted(100, rope, 23, 20)));
+      }
+    }
   }
   std::printf("\n== Drift by depth and bits (MEASURED) ==\n");
   std::printf("model %s (%s), %d passages (%s), tower: depth 0 = %d tokens (BOS first), depth 1 = %d, depth 2 = %d,\n"
@@ -281,6 +313,15 @@ void drift_table(const std::string& path, int threads) {
                          simd::kv_quant_name(policy.at_depth(1)) + "/" + simd::kv_quant_name(policy.at_depth(2)) +
                          ", transcript " + simd::kv_quant_name(policy.transcript) + ")").c_str(),
                 std::sqrt(t.d2 / t.r2), t.kl / t.n, t.flips);
+  }
+  std::printf("RoPE shift vs re-prefill (a session drops a 60-token turn; the next 60-token turn moves from position\n"
+              "160 to 100 by the shift, its KV computed with the dropped turn in context; against re-prefilling it at\n"
+              "100 without it; the %d distributions of the 40 tokens after it): rel L2 / KL / top-1 flips\n",
+              shift[0].n);
+  for (int k = 0; k < 2; ++k) {
+    const Acc& t = shift[k];
+    std::printf("  kept turn %-4s %10.3e %10.3e %6.0f (top-1 agreement %.1f%%)\n", simd::kv_quant_name(kShiftFormats[k]),
+                std::sqrt(t.d2 / t.r2), t.kl / t.n, t.flips, 100.0 * (1.0 - t.flips / std::max(1, t.n)));
   }
   std::printf("error ratio per 2 bits (seed: x4 per 2 bits):");
   for (int d = 0; d < 3; ++d) {

@@ -11,6 +11,9 @@ namespace towers::daemon {
 using Clock = std::chrono::steady_clock;
 
 namespace {
+// Prompt tokens a step may carry beside decodes whatever the pacer says (daemon/prefill_pacer.h).
+constexpr int kPromptFloor = 64;
+
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
@@ -477,17 +480,23 @@ void Scheduler::step() {
     slots.push_back({&s, nullptr, 0});
   }
   // Then prefill chunks, oldest first, within the pacer's budget: generations' prompts, then builds.
+  // Someone is waiting for a prompt's first token, so prompts get at least kPromptFloor tokens per
+  // step (a chat message is done in one step); builds are background work and get what the pacer
+  // leaves.
   const size_t decoding = batch.size();
-  int budget = pacer_.budget(decoding);
+  const int paced = pacer_.budget(decoding);
+  const int prompt_budget = decoding == 0 ? paced : std::max(paced, kPromptFloor);
+  int prompt_tokens = 0;
   for (auto& sp : seqs_) {
     Seq& s = *sp;
-    if (budget <= 0) break;
+    if (prompt_tokens >= prompt_budget) break;
     if (!s.assembled || s.done || s.decoder) continue;
-    const size_t n = std::min<size_t>(static_cast<size_t>(budget), s.out.prompt.size() - s.pos);
-    budget -= static_cast<int>(n);
+    const size_t n = std::min<size_t>(static_cast<size_t>(prompt_budget - prompt_tokens), s.out.prompt.size() - s.pos);
+    prompt_tokens += static_cast<int>(n);
     batch.push_back({s.lease.tower.get(), std::span<const int32_t>(s.out.prompt).subspan(s.pos, n), Logits::Last});
     slots.push_back({&s, nullptr, n});
   }
+  int budget = paced - prompt_tokens;  // builds: what the prompts left of the pacer's budget
   for (auto& bp : builds_) {
     Build& b = *bp;
     if (budget <= 0) break;

@@ -7,7 +7,7 @@
 // then chunks of prompt and build tokens, oldest first (generations' prompts before builds): up to
 // prefill_chunk when nothing decodes, else as many as keep the step within decode_slowdown times the
 // decodes alone (daemon/prefill_pacer.h), so a long prefill slows the streams by a bounded factor
-// instead of stopping them. A sequence's logits do not depend on what it is batched with or how its
+// instead of stopping them; prompts, which someone waits on, get at least 64 tokens per step. A sequence's logits do not depend on what it is batched with or how its
 // prompt is cut into chunks, so a request's tokens (at temperature 0, or with a seed) do not depend on
 // the load.
 //
