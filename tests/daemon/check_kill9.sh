@@ -4,14 +4,10 @@
 # segment and message is back and nothing else was invented, and at the end that every reply equals a
 # daemon's that never died. TOWERS_KILL9_SEED replays a run (the seed is printed first).
 set -euo pipefail
-towerd="$1"; shared="${TOWERS_SHARED:-$2}"; tmp_root="$3"
-model="$shared/models/stories260K.gguf"
-[ -f "$model" ] || { echo "SKIP: $model not found (set TOWERS_SHARED)"; exit 77; }
+. "$(dirname "$0")/lib.sh"
+towerd_setup "$1" "$2" "$3"
 command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
-mkdir -p "$tmp_root"
-tmp="$(mktemp -d "$tmp_root/kill9.XXXXXX")"
 args=(--rounds "${TOWERS_KILL9_ROUNDS:-20}")
 [ -n "${TOWERS_KILL9_SEED:-}" ] && args+=(--seed "$TOWERS_KILL9_SEED")
 python3 "$(dirname "$0")/kill9.py" "$towerd" "$model" "$tmp" "${args[@]}" || {
-  rc=$?; echo "--- the killed daemon's log (end):"; tail -30 "$tmp/killed/towerd.log" 2>/dev/null || true
-  rm -rf "$tmp"; exit "$rc"; }
+  rc=$?; echo "--- the killed daemon's log (end):"; tail -30 "$tmp/killed/towerd.log" 2>/dev/null || true; exit "$rc"; }

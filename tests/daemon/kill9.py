@@ -16,7 +16,6 @@ The seed is printed first; rerun with --seed to replay the same kill moments and
 import argparse
 import os
 import random
-import shutil
 import signal
 import sys
 import threading
@@ -190,7 +189,6 @@ def main():
               % (a.rounds, len(ledger.segments), len(final), compared))
     finally:
         stop_towerd(p)
-        shutil.rmtree(a.tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
