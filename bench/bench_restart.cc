@@ -56,13 +56,13 @@ int fail(const std::string& message) {
   return 1;
 }
 
-// ~n tokens of text for bot i (one word is about one token in a byte-level BPE vocabulary).
-std::string bot_text(int i, int n) {
+// `words` words of text for bot i.
+std::string bot_text(int i, int words) {
   static const char* kWords[] = {"river", "stone", "lantern", "garden", "thunder", "velvet", "harbor", "meadow",
                                  "copper", "whisper", "orchard", "glacier", "ember", "canyon", "willow", "falcon"};
   std::mt19937 rng(static_cast<uint32_t>(i) * 2654435761u + 1);
   std::string s = "You are bot " + std::to_string(i) + ".";
-  for (int w = 0; w < n - 8; ++w) s += std::string(" ") + kWords[rng() % 16];
+  for (int w = 0; w < words; ++w) s += std::string(" ") + kWords[rng() % 16];
   return s;
 }
 
@@ -89,8 +89,13 @@ Segment::Parts synthetic_parts(const ModelConfig& c, int32_t pos, int32_t length
   return p;
 }
 
-// Builds the state directory; returns the bytes of its segment files.
-Result<uint64_t> build_store(const fs::path& dir, const std::string& model, int n, int tokens) {
+struct Store {
+  uint64_t bytes = 0;          // of its segment files
+  size_t probe_chain = 0;      // tokens of the probed bot's whole chain (platform + community + bot)
+};
+
+// Builds the state directory; `probe` is the bot whose chain length is returned.
+Result<Store> build_store(const fs::path& dir, const std::string& model, int n, int tokens, int probe) {
   daemon::Config cfg;
   cfg.state_dir = dir;
   cfg.model_path = model;
@@ -138,11 +143,17 @@ Result<uint64_t> build_store(const fs::path& dir, const std::string& model, int 
     }
     return Status::Ok();
   };
-  if (Status s = put("plat", daemon::Level::Platform, "", bot_text(-1, 120)); !s.ok()) return s;
-  if (Status s = put("comm", daemon::Level::Community, "plat", bot_text(-2, 120)); !s.ok()) return s;
+  // Words per token of this vocabulary, so that a bot of `tokens` tokens is that long in this model.
+  const std::string sample = bot_text(0, 400);
+  const size_t sample_tokens = std::max<size_t>(1, st.model->tokenizer().encode(sample, false, false).size());
+  auto words = [&](int t) { return std::max(1, static_cast<int>(static_cast<double>(t) * 400 / sample_tokens)); };
+  if (Status s = put("plat", daemon::Level::Platform, "", bot_text(-1, words(120))); !s.ok()) return s;
+  if (Status s = put("comm", daemon::Level::Community, "plat", bot_text(-2, words(120))); !s.ok()) return s;
   const auto t0 = Clock::now();
   for (int i = 0; i < n; ++i) {
-    if (Status s = put("bot" + std::to_string(i), daemon::Level::Bot, "comm", bot_text(i, tokens)); !s.ok()) return s;
+    if (Status s = put("bot" + std::to_string(i), daemon::Level::Bot, "comm", bot_text(i, words(tokens))); !s.ok()) {
+      return s;
+    }
     if (i % 16 == 15 || i + 1 == n) {
       st.pool->flush_writes();
       st.pool->enforce_budget();
@@ -151,9 +162,15 @@ Result<uint64_t> build_store(const fs::path& dir, const std::string& model, int 
   }
   std::fprintf(stderr, "\n");
   st.pool->flush_writes();
-  uint64_t bytes = 0;
-  for (const auto& e : fs::directory_iterator(dir / "segments")) bytes += e.file_size();
-  return bytes;
+  Store out;
+  for (const auto& e : fs::directory_iterator(dir / "segments")) out.bytes += e.file_size();
+  auto probe_def = st.catalog->segment("bot" + std::to_string(probe));
+  if (!probe_def.ok()) return probe_def.status();
+  if (!probe_def->pool) return Status::Error("bot" + std::to_string(probe) + " is not in the pool");
+  auto chain = st.pool->sequence(probe_def->pool->id);
+  if (!chain.ok()) return chain.status();
+  out.probe_chain = chain->size();
+  return out;
 }
 
 void drop_page_cache(const fs::path& dir) {
@@ -201,10 +218,11 @@ int main(int argc, char** argv) {
     }
   }
   const fs::path state = dir / "state";
-  auto bytes = build_store(state, model, n, tokens);
-  if (!bytes.ok()) return fail("building the store: " + bytes.error());
-  std::printf("store: %d bot segments, %.2f GB of segment files in %s\n", n, static_cast<double>(bytes.value()) / 1e9,
-              state.c_str());
+  const int probe = n / 2;
+  auto store = build_store(state, model, n, tokens, probe);
+  if (!store.ok()) return fail("building the store: " + store.error());
+  std::printf("store: %d bot segments, %.2f GB of segment files in %s; bot%d's chain is %zu tokens\n", n,
+              static_cast<double>(store->bytes) / 1e9, state.c_str(), probe, store->probe_chain);
   drop_page_cache(state);
 
   const std::string sock = (dir / "towerd.sock").string();
@@ -240,7 +258,7 @@ int main(int argc, char** argv) {
     }
     if (start_ms < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const std::string bot = "bot" + std::to_string(n / 2);
+  const std::string bot = "bot" + std::to_string(probe);
   double first_ms = -1;
   json reply;
   try {
@@ -261,9 +279,9 @@ int main(int argc, char** argv) {
   std::printf("first reply on %s: prompt %lld tokens, %lld from segment files, %lld prefilled\n", bot.c_str(),
               static_cast<long long>(prompt), static_cast<long long>(cached), static_cast<long long>(prompt - cached));
   if (!keep) fs::remove_all(dir, ec);
-  // The message and its template are a few tokens; the bot's chain is hundreds.
-  if (prompt - cached > 32) return fail("the first reply prefilled part of the bot's chain");
+  // Whatever was prefilled must be the message and its template only: the bot's whole chain came from files.
+  if (cached < static_cast<int64_t>(store->probe_chain)) return fail("the first reply prefilled part of the bot's chain");
   std::printf("restart n_segments=%d store_bytes=%llu start_ms=%.0f first_reply_ms=%.0f\n", n,
-              static_cast<unsigned long long>(bytes.value()), start_ms, first_ms);
+              static_cast<unsigned long long>(store->bytes), start_ms, first_ms);
   return 0;
 }
