@@ -106,3 +106,37 @@ TEST_CASE("a flipped byte anywhere in the log never makes a served transcript th
                      << " served shorter than the truth, none different");
   CHECK(cut > 0);
 }
+
+TEST_CASE("sealed session transcripts are Q8 by default, F16 when [pool] transcript_format says so") {
+  auto model = test::synth_tiny("transcript-format", "f16");
+  ThreadPool threads(1);
+  Forward fwd(*model, threads, Kernels::Reference);
+  PromptBuilder prompts(model->tokenizer(), ChatFamily::Plain);
+  const auto dir = test::temp_dir() / "transcript-format";
+  std::filesystem::remove_all(dir);
+  write_log(dir);
+  const auto toml = dir / "towerd.toml";
+  std::ofstream(toml) << "[pool]\ntranscript_format = \"f16\"\n";
+  auto f16 = load_config(toml);
+  REQUIRE(f16.ok());
+  const std::pair<Config, KvQuant> cases[] = {{Config{}, KvQuant::Q8}, {f16.value(), KvQuant::F16}};
+  for (const auto& [cfg, want] : cases) {
+    const std::string format = simd::kv_quant_name(want);
+    CAPTURE(format);
+    SegmentPool pool(*model, fwd, {});
+    std::vector<Record> recs;
+    std::vector<std::string> problems;
+    auto store = StateStore::open(dir, recs, problems);
+    REQUIRE(store.ok());
+    Catalog catalog(*model, pool, prompts, *store.value(), cfg, 7);
+    for (const auto& r : recs) REQUIRE(catalog.apply(r).ok());
+    REQUIRE(catalog.restore().ok());
+    size_t transcripts = 0;
+    for (const auto& info : pool.list()) {
+      if (info.label.rfind("session:", 0) != 0) continue;
+      ++transcripts;
+      CHECK(info.format == want);
+    }
+    CHECK(transcripts > 0);  // the two sessions' transcripts are the same tokens: they share segments
+  }
+}
