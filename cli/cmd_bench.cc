@@ -46,7 +46,7 @@ void add_bench(CLI::App& app) {
   struct Opts {
     std::string model;
     int threads = 0, prompt = 512, gen = 128, runs = 5, batch = 1, context = 0, context_batch = 512;
-    std::string context_format = "f16";
+    std::string context_format = "q8";
     bool reference = false;
   };
   auto o = std::make_shared<Opts>();
@@ -74,7 +74,7 @@ void add_bench(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--context-format", o->context_format,
                   "KV format of the --context: it is prefilled into a tower's tail, sealed into a segment of "
-                  "this format (as towerd seals transcripts: f16; shared bases q4/q6/q8 by depth), and decode "
+                  "this format (as towerd seals transcripts by default: q8; shared bases q4/q6/q8 by depth), and decode "
                   "runs on a tower over that segment")
       ->check(CLI::IsMember({"f32", "f16", "q8", "q6", "q4"}));
   cmd->add_option("--context-batch", o->context_batch, "Tokens per eval call when prefilling the --context")
