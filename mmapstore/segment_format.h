@@ -14,12 +14,12 @@
 // 64-byte aligned, non-overlapping, inside the file.
 //
 // Checks, and when they run:
-//   at open (start-up cost O(1) per file: the header and the tokens only)
+//   at open (start-up cost O(1) per file: the header and the tokens only, prefetched for all files first)
 //     magic, version, header_xxh3, model fingerprint, model shape, offsets and sizes against the file
 //     length, and against what the record log says of the segment: id, parent, computed position,
 //     format, token count, tokens_xxh3 (the tokens the log holds) and context_xxh3 (the tokens of the
 //     parent chain it was computed under, positions 0 .. computed_pos);
-//   before first use (first lease, or the background verifier)
+//   before first use (its first page-in; a file just written: right after the write)
 //     payload_xxh3 over every byte from tokens_offset to the end.
 // A file failing any check is never served: the segment is recomputed and the file replaced.
 //
