@@ -14,7 +14,7 @@
 // 64-byte aligned, non-overlapping, inside the file.
 //
 // Checks, and when they run:
-//   at open (start-up cost O(1) per file: the header and the tokens only, prefetched for all files first)
+//   at open (start-up cost O(1) per file: the header and the tokens only, read ahead for all files first)
 //     magic, version, header_xxh3, model fingerprint, model shape, offsets and sizes against the file
 //     length, and against what the record log says of the segment: id, parent, computed position,
 //     format, token count, tokens_xxh3 (the tokens the log holds) and context_xxh3 (the tokens of the
