@@ -71,7 +71,9 @@ api http://localhost/v1/chat/completions -H 'Content-Type: application/json' -d 
 api -N http://localhost/v1/chat/completions -d "${openai/\"stream\":false/\"stream\":true}" >"$tmp/sse"
 grep -q '^data: {' "$tmp/sse" && grep -v '^$' "$tmp/sse" | tail -1 | grep -q '^data: \[DONE\]' || fail "SSE: $(cat "$tmp/sse")"
 api http://localhost/v1/models | json 'd["data"][0]["id"]' | grep -q stories260K || fail "/v1/models"
-api http://localhost/metrics | grep -q '^towerd_pool_segments{tier="hot"} ' || fail "/metrics"
+# Read whole first: grep -q stops at its match and, under pipefail, curl's broken pipe would fail the line.
+metrics="$(api http://localhost/metrics)"
+grep -q '^towerd_pool_segments{tier="hot"} ' <<<"$metrics" || fail "/metrics"
 
 # Restart: transcripts and segments back; s5 (same history as s0 had) answers as s0 did.
 stop
