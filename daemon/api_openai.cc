@@ -184,7 +184,8 @@ ApiStatus parse_logprobs(const json& b, SamplerConfig* sampling) {
 // "response_format": {"type": "text"} (free text), {"type": "json_object"} (any JSON object), or
 // {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}: the schema is
 // compiled to a grammar (engine/json_schema.h) that every sampled token must follow.
-ApiStatus parse_response_format(const Service& svc, const json& b, std::shared_ptr<GrammarAutomaton>* grammar) {
+ApiStatus parse_response_format(const Service& svc, const json& b, std::string_view raw_body,
+                                std::shared_ptr<GrammarAutomaton>* grammar) {
   if (!b.contains("response_format") || b["response_format"].is_null()) return {};
   const json& rf = b["response_format"];
   const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
@@ -199,7 +200,14 @@ ApiStatus parse_response_format(const Service& svc, const json& b, std::shared_p
       return invalid_field("response_format.json_schema.schema",
                            "response_format of type \"json_schema\" needs \"json_schema\": {\"name\": ..., \"schema\": {...}}");
     }
-    auto compiled = json_schema_to_gbnf((*js)["schema"].dump());
+    // The schema's own text, in the client's key order (properties come out in that order, as
+    // OpenAI's strict mode gives them); `b` is a sorted map.
+    std::string schema_text = (*js)["schema"].dump();
+    if (!raw_body.empty()) {
+      const auto ordered = nlohmann::ordered_json::parse(raw_body, nullptr, /*allow_exceptions=*/false);
+      if (ordered.is_object()) schema_text = ordered["response_format"]["json_schema"]["schema"].dump();
+    }
+    auto compiled = json_schema_to_gbnf(schema_text);
     if (!compiled.ok()) return invalid_field("response_format.json_schema.schema", "response_format: " + compiled.error());
     gbnf = compiled.value();
   } else {
@@ -253,7 +261,7 @@ ApiStatus check_generation_fields(const json& body, std::initializer_list<std::s
   return {};
 }
 
-ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params) {
+ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params, std::string_view raw_body) {
   GenParams& p = *params;
   auto number = [&](const char* k, double lo, double hi, float* out) -> ApiStatus {
     if (!b.contains(k) || b[k].is_null()) return {};
@@ -274,7 +282,7 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params)
   }
   if (ApiStatus e = parse_logit_bias(svc, b, &p.sampling); !e.ok()) return e;
   if (ApiStatus e = parse_logprobs(b, &p.sampling); !e.ok()) return e;
-  if (ApiStatus e = parse_response_format(svc, b, &p.grammar); !e.ok()) return e;
+  if (ApiStatus e = parse_response_format(svc, b, raw_body, &p.grammar); !e.ok()) return e;
   if (b.contains("top_k") && !b["top_k"].is_null()) {
     if (!b["top_k"].is_number_integer()) return invalid_field("top_k", "\"top_k\" must be an integer");
     p.sampling.top_k = b["top_k"].get<int>();
@@ -413,7 +421,7 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
   }
   if (!svc.serves(model)) return model_not_found(model, "model");
   GenParams params;
-  if (ApiStatus e = parse_gen_params(svc, body, &params); !e.ok()) return e;
+  if (ApiStatus e = parse_gen_params(svc, body, &params, req.body); !e.ok()) return e;
   std::vector<ChatMessage> messages;
   if (ApiStatus e = parse_messages(body, &messages); !e.ok()) return e;
   GenerationSpec spec;
@@ -473,7 +481,7 @@ ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder
     body.erase("logprobs");
   }
   GenParams params;
-  if (ApiStatus e = parse_gen_params(svc, body, &params); !e.ok()) return e;
+  if (ApiStatus e = parse_gen_params(svc, body, &params, req.body); !e.ok()) return e;
   params.sampling.logprobs = logprobs;
   if (body.contains("best_of") && !body["best_of"].is_null() && body["best_of"] != params.n) {
     return ApiStatus(Status::Unimplemented("\"best_of\" is not supported by towerd (accepted: null, or equal to n)"), "best_of");

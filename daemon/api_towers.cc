@@ -220,7 +220,7 @@ ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& o
     std::string content;
     if (ApiStatus e = string_field(b, "content", true, &content); !e.ok()) return e;
     GenParams params;
-    if (ApiStatus e = parse_gen_params(svc, b, &params); !e.ok()) return e;
+    if (ApiStatus e = parse_gen_params(svc, b, &params, req.body); !e.ok()) return e;
     if (ApiStatus e = one_choice(params); !e.ok()) return e;
     GenerationSpec spec;
     if (ApiStatus e = begin_session_turn(svc, id, content, params, "", &spec); !e.ok()) return e;

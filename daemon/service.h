@@ -78,7 +78,9 @@ struct GenParams {
   // response_format json_object / json_schema: every choice follows it (null: free text).
   std::shared_ptr<GrammarAutomaton> grammar;
 };
-ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, GenParams* params);
+// raw_body: the request's text, for what must keep the client's key order (a JSON schema's properties).
+ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, GenParams* params,
+                           std::string_view raw_body = {});
 // Refuses n > 1 (param "n"): a session continues one transcript.
 ApiStatus one_choice(const GenParams& params);
 // Refuses what a generation request may not hold: a field that is neither one of `own` (the
