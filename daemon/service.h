@@ -40,8 +40,8 @@ struct Service {
   const HttpServer* http = nullptr;  // its connection counters, for /metrics
   // The vocabulary as a byte trie, for constrained decoding (response_format); built on first use.
   std::shared_ptr<const TokenTrie> token_trie() const;
-  mutable std::once_flag token_trie_once;
-  mutable std::shared_ptr<const TokenTrie> token_trie_;
+  mutable std::once_flag token_trie_once{};
+  mutable std::shared_ptr<const TokenTrie> token_trie_{};
 };
 
 void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out);
