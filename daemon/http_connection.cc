@@ -13,7 +13,6 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr size_t kReadChunk = 16 * 1024;
 constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr size_t kRefusalHeaderLimit = 8 * 1024;     // a refused peer's header: enough for a request line
 constexpr auto kRefusalTimeout = std::chrono::milliseconds(2000);
@@ -149,7 +148,11 @@ void Connection::read_some() {
   if (reading_ || phase_ == Phase::Closed) return;
   if (phase_ == Phase::Respond && in_.size() >= kMaxPendingInput) return;  // writes still see a disconnect
   reading_ = true;
-  socket_.async_read_some(in_.prepare(kReadChunk),
+  // Into a buffer of its own, not in_.prepare(): a read stays outstanding while a response is produced
+  // and in_ is parsed and consumed meanwhile (a consume that empties a flat_buffer moves its write
+  // position), so a region prepared before would be committed at the wrong place: the next request's
+  // bytes lost, stale ones parsed instead.
+  socket_.async_read_some(asio::buffer(read_buf_),
                           [self = shared_from_this()](error_code ec, size_t n) { self->on_read(ec, n); });
 }
 
@@ -157,7 +160,7 @@ void Connection::on_read(error_code ec, size_t n) {
   reading_ = false;
   if (phase_ == Phase::Closed) return;
   if (ec) return close(phase_ == Phase::Respond);  // EOF or reset: the client is gone
-  in_.commit(n);
+  in_.commit(asio::buffer_copy(in_.prepare(n), asio::buffer(read_buf_.data(), n)));
   switch (phase_.load()) {
     case Phase::Await:
       set_phase(Phase::Header);

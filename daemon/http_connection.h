@@ -13,6 +13,7 @@
 // Responses are queued by Exchange (the HttpResponder a handler gets) from any thread under out_mu_
 // and written by the strand.
 #pragma once
+#include <array>
 #include <atomic>
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange
 #include <boost/asio.hpp>
@@ -109,6 +110,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t timer_gen_ = 0;
   bool reading_ = false, writing_ = false, first_request_ = true;
   boost::beast::flat_buffer in_;
+  std::array<char, 16 * 1024> read_buf_;  // where the one outstanding read lands (then appended to in_)
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   ApiStatus refused_;
   size_t lingered_ = 0;
