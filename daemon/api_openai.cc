@@ -9,6 +9,7 @@
 #include "engine/grammar.h"
 #include "engine/grammar_matcher.h"
 #include "engine/json_schema.h"
+#include "engine/tool_format.h"
 
 namespace towers::daemon {
 
@@ -45,7 +46,6 @@ struct FieldRule {
 };
 
 bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
-bool is_boolean(const json& v) { return v.is_boolean(); }
 bool is_empty(const json& v) { return (v.is_array() || v.is_object()) && v.empty(); }
 bool no_tool_choice(const json& v) { return v == "none" || v == "auto"; }
 bool text_only(const json& v) { return v == json::array({"text"}); }
@@ -74,9 +74,9 @@ constexpr FieldRule kGenerationFields[] = {
     {"safety_identifier", Support::Metadata},
     {"prompt_cache_key", Support::Metadata},
     {"metadata", Support::Metadata},
-    {"tools", Support::NotYet, is_empty, "[]"},
-    {"tool_choice", Support::NotYet, no_tool_choice, "\"none\", \"auto\""},
-    {"parallel_tool_calls", Support::NotYet, is_boolean, "true, false (no tools)"},
+    {"tools", Support::Honoured},
+    {"tool_choice", Support::Honoured},
+    {"parallel_tool_calls", Support::Honoured},
     {"response_format", Support::Honoured},
     {"audio", Support::Unsupported, never, "null"},
     {"modalities", Support::Unsupported, text_only, "[\"text\"]"},
@@ -110,7 +110,36 @@ ApiStatus content_text(const json& m, size_t i, std::string* out) {
   return {};
 }
 
-ApiStatus parse_messages(const json& body, std::vector<ChatMessage>* out) {
+// One assistant message's "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}].
+ApiStatus parse_tool_calls(const json& calls, const std::string& at, std::vector<ToolCall>* out) {
+  const std::string where = at + ".tool_calls";
+  if (!calls.is_array()) return invalid_field(where, where + " must be an array");
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const json& c = calls[j];
+    const std::string cat = where + "[" + std::to_string(j) + "]";
+    if (!c.is_object() || c.value("type", "function") != "function" || !c.contains("function") || !c["function"].is_object()) {
+      return invalid_field(cat, cat + " must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    }
+    const json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string()) return invalid_field(cat + ".function.name", cat + ".function.name must be a string");
+    if (f.contains("arguments") && !f["arguments"].is_string() && !f["arguments"].is_null()) {
+      return invalid_field(cat + ".function.arguments", cat + ".function.arguments must be a string of JSON");
+    }
+    ToolCall call;
+    call.id = c.contains("id") && c["id"].is_string() ? c["id"].get<std::string>() : "";
+    call.name = f["name"].get<std::string>();
+    call.arguments = f.contains("arguments") && f["arguments"].is_string() ? f["arguments"].get<std::string>() : "{}";
+    if (!json::accept(call.arguments)) {
+      return invalid_field(cat + ".function.arguments", cat + ".function.arguments is not valid JSON");
+    }
+    out->push_back(std::move(call));
+  }
+  return {};
+}
+
+// "messages": system (or developer) first, then user, assistant (text, or tool_calls with null
+// content) and tool (a tool's result, with its tool_call_id) messages.
+ApiStatus parse_messages(const json& body, std::vector<ToolChatMessage>* out) {
   if (!body.contains("messages")) return invalid_field("messages", "\"messages\" is required");
   const json& ms = body["messages"];
   if (!ms.is_array() || ms.empty()) return invalid_field("messages", "\"messages\" must be a non-empty array");
@@ -118,23 +147,99 @@ ApiStatus parse_messages(const json& body, std::vector<ChatMessage>* out) {
     const json& m = ms[i];
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) return invalid_field(at, at + " must be an object");
-    for (const auto& [k, v] : m.items()) {
-      if (k != "role" && k != "content" && !v.is_null() && !is_empty(v)) {
-        return ApiStatus(Status::Unimplemented(at + "." + k + " is not supported (a message has a role and a content)"),
-                         at + "." + k);
-      }
-    }
     if (!m.contains("role") || !m["role"].is_string()) return invalid_field(at + ".role", at + ".role must be a string");
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant") {
-      return ApiStatus(Status::Unimplemented(at + ".role \"" + role + "\" is not supported (system, user, assistant)"),
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return ApiStatus(Status::Unimplemented(at + ".role \"" + role + "\" is not supported (system, user, assistant, tool)"),
                        at + ".role");
     }
+    for (const auto& [k, v] : m.items()) {
+      const bool known = k == "role" || k == "content" || (role == "assistant" && (k == "tool_calls" || k == "refusal")) ||
+                         (role == "tool" && k == "tool_call_id");
+      if (!known && !v.is_null() && !is_empty(v)) {
+        return ApiStatus(Status::Unimplemented(at + "." + k + " is not supported (a message has a role and a content" +
+                                               std::string(role == "assistant" ? ", or tool_calls" : "") +
+                                               (role == "tool" ? " and a tool_call_id" : "") + ")"),
+                         at + "." + k);
+      }
+    }
     if (role == "system" && i != 0) return invalid_field(at + ".role", "only the first message may be a system message");
-    std::string content;
-    if (ApiStatus e = content_text(m, i, &content); !e.ok()) return e;
-    out->push_back({role, std::move(content)});
+    ToolChatMessage msg;
+    msg.role = role;
+    const bool has_calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null() && !is_empty(m["tool_calls"]);
+    if (has_calls) {
+      if (ApiStatus e = parse_tool_calls(m["tool_calls"], at, &msg.tool_calls); !e.ok()) return e;
+    }
+    if (!(has_calls && (!m.contains("content") || m["content"].is_null()))) {
+      if (ApiStatus e = content_text(m, i, &msg.content); !e.ok()) return e;
+    }
+    if (role == "tool") {
+      if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string()) {
+        return invalid_field(at + ".tool_call_id", at + ".tool_call_id is required for a tool message");
+      }
+      msg.tool_call_id = m["tool_call_id"].get<std::string>();
+    }
+    out->push_back(std::move(msg));
+  }
+  return {};
+}
+
+// "tools": [{"type": "function", "function": {"name", "description", "parameters", "strict"}}],
+// "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name"}},
+// "parallel_tool_calls": bool. Parameter schemas keep the client's key order (`ordered`: the body
+// parsed in order, or null).
+struct ToolRequest {
+  std::vector<ToolDefinition> tools;
+  ToolChoice choice;
+  bool parallel = true;
+};
+ApiStatus parse_tools(const json& b, const nlohmann::ordered_json& ordered, ToolRequest* out) {
+  if (b.contains("tools") && !b["tools"].is_null()) {
+    const json& ts = b["tools"];
+    if (!ts.is_array()) return invalid_field("tools", "\"tools\" must be an array");
+    if (ts.size() > 128) return invalid_field("tools", "at most 128 tools");
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const std::string at = "tools[" + std::to_string(i) + "]";
+      const json& t = ts[i];
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function") {
+        return ApiStatus(Status::Unimplemented(at + ".type: only \"function\" tools are supported"), at + ".type");
+      }
+      if (!t.contains("function") || !t["function"].is_object()) return invalid_field(at + ".function", at + ".function is required");
+      const json& f = t["function"];
+      if (!f.contains("name") || !f["name"].is_string()) return invalid_field(at + ".function.name", at + ".function.name must be a string");
+      ToolDefinition def;
+      def.name = f["name"].get<std::string>();
+      if (f.contains("description") && f["description"].is_string()) def.description = f["description"].get<std::string>();
+      if (f.contains("parameters") && !f["parameters"].is_null()) {
+        if (!f["parameters"].is_object()) return invalid_field(at + ".function.parameters", at + ".function.parameters must be a JSON schema object");
+        const auto* of = ordered.is_object() && ordered.contains("tools") && ordered["tools"].is_array() && ordered["tools"].size() > i
+                             ? &ordered["tools"][i]["function"]
+                             : nullptr;
+        def.parameters = of && of->is_object() && of->contains("parameters") ? (*of)["parameters"].dump() : f["parameters"].dump();
+      }
+      out->tools.push_back(std::move(def));
+    }
+  }
+  if (b.contains("tool_choice") && !b["tool_choice"].is_null()) {
+    const json& c = b["tool_choice"];
+    if (c == "none") out->choice.mode = ToolChoice::Mode::None;
+    else if (c == "auto") out->choice.mode = ToolChoice::Mode::Auto;
+    else if (c == "required") out->choice.mode = ToolChoice::Mode::Required;
+    else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") && c["function"].is_object() &&
+             c["function"].contains("name") && c["function"]["name"].is_string()) {
+      out->choice.mode = ToolChoice::Mode::Named;
+      out->choice.name = c["function"]["name"].get<std::string>();
+    } else {
+      return invalid_field("tool_choice",
+                           "\"tool_choice\" must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    const bool asks = out->choice.mode == ToolChoice::Mode::Required || out->choice.mode == ToolChoice::Mode::Named;
+    if (asks && out->tools.empty()) return invalid_field("tool_choice", "\"tool_choice\" asks for a tool call but \"tools\" is empty");
+  }
+  if (b.contains("parallel_tool_calls") && !b["parallel_tool_calls"].is_null()) {
+    if (!b["parallel_tool_calls"].is_boolean()) return invalid_field("parallel_tool_calls", "\"parallel_tool_calls\" must be true or false");
+    out->parallel = b["parallel_tool_calls"].get<bool>();
   }
   return {};
 }
@@ -360,6 +465,18 @@ ApiStatus begin_session_turn(Service& svc, const std::string& session, const std
   return {};
 }
 
+ApiStatus no_tools_with_session(const json& body) {
+  for (const char* k : {"tools", "tool_choice"}) {
+    if (body.contains(k) && !body[k].is_null() && !is_empty(body[k]) && body[k] != "none" && body[k] != "auto") {
+      return ApiStatus(Status::Unimplemented(std::string("\"") + k +
+                                             "\" is not supported with a session (a session's transcript holds text turns; "
+                                             "send the conversation to /v1/chat/completions without \"session\")"),
+                       k);
+    }
+  }
+  return {};
+}
+
 ApiStatus one_choice(const GenParams& params) {
   if (params.n == 1) return {};
   return ApiStatus(Status::Unimplemented("\"n\" > 1 is not supported with a session (a session continues one transcript)"), "n");
@@ -389,6 +506,48 @@ GenerationSpec stateless_spec(Service& svc, Catalog::Stateless stateless) {
 ApiStatus model_not_found(const std::string& name, const char* param) {
   return ApiStatus(Status::NotFound("the model \"" + name + "\" is not served here (towerd serves one model; see GET /v1/models)"),
                    param, "model_not_found");
+}
+
+// A chat request with tools (or tool calls and results in its history): the conversation rendered in
+// the model family's tool format (engine/tool_format.h) on the session-less path (the system block with
+// the tools is a shared segment), and the tool-call grammar for tool_choice.
+ApiStatus tool_generation(Service& svc, const std::string& session, const std::string& bot,
+                          const std::vector<ToolChatMessage>& messages, const ToolRequest& tools, GenParams* params,
+                          GenerationSpec* spec) {
+  if (!session.empty()) {
+    return ApiStatus(Status::Unimplemented("tools and tool messages are not supported with \"session\" (a session's "
+                                           "transcript holds text turns): send the conversation without it"),
+                     "tools");
+  }
+  if (!bot.empty()) {
+    return ApiStatus(Status::Unimplemented("tools and tool messages are not supported with \"bot\" yet (the tools "
+                                           "are part of the system prompt): send the bot's text as a system message"),
+                     "tools");
+  }
+  if (params->grammar) {
+    return invalid_field("response_format", "\"response_format\" cannot be combined with \"tools\" (tool calls have their own grammar)");
+  }
+  const ChatFamily family = svc.prompts.family();
+  const ToolFormat format = tool_format_for(family);
+  auto rendered = render_tool_messages(family, messages, tools.tools, tools.choice,
+                                       chat_template_default_system(svc.model.tokenizer().chat_template()));
+  if (!rendered.ok()) return ApiStatus(rendered.status(), "messages");
+  auto conv = svc.prompts.conversation(rendered.value());
+  if (!conv.ok()) return ApiStatus(conv.status(), "messages");
+  auto gbnf = tool_call_gbnf(format, tools.tools, tools.choice, tools.parallel ? 8 : 1);
+  if (!gbnf.ok()) return ApiStatus(gbnf.status(), tools.choice.mode == ToolChoice::Mode::Named ? "tool_choice" : "tools");
+  if (!gbnf.value().empty()) {
+    auto g = Grammar::parse(gbnf.value());
+    if (!g.ok()) return ApiStatus(Status::Error("internal: the tool-call grammar does not parse: " + g.error()), "tools");
+    params->grammar = std::make_shared<GrammarAutomaton>(g.value(), svc.token_trie());
+  }
+  if (tools.choice.mode != ToolChoice::Mode::None && !tools.tools.empty()) params->tool_format = format;
+  Catalog::Stateless st;
+  st.base = std::move(conv.value().base);
+  st.rest = std::move(conv.value().rest);
+  st.prompt_estimate = st.base.size() + st.rest.size();
+  *spec = stateless_spec(svc, std::move(st));
+  return {};
 }
 
 }  // namespace
@@ -422,10 +581,18 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
   if (!svc.serves(model)) return model_not_found(model, "model");
   GenParams params;
   if (ApiStatus e = parse_gen_params(svc, body, &params, req.body); !e.ok()) return e;
-  std::vector<ChatMessage> messages;
+  std::vector<ToolChatMessage> messages;
   if (ApiStatus e = parse_messages(body, &messages); !e.ok()) return e;
+  const auto ordered = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  ToolRequest tools;
+  if (ApiStatus e = parse_tools(body, ordered, &tools); !e.ok()) return e;
+  const bool tool_history = std::any_of(messages.begin(), messages.end(), [](const ToolChatMessage& m) {
+    return m.role == "tool" || !m.tool_calls.empty();
+  });
   GenerationSpec spec;
-  if (!session.empty()) {
+  if (!tools.tools.empty() || tool_history) {
+    if (ApiStatus e = tool_generation(svc, session, bot, messages, tools, &params, &spec); !e.ok()) return e;
+  } else if (!session.empty()) {
     if (ApiStatus e = one_choice(params); !e.ok()) return e;
     // The session holds the history: only the last message, a user message, is new.
     if (messages.back().role != "user") {
@@ -433,7 +600,9 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
     }
     if (ApiStatus e = begin_session_turn(svc, session, messages.back().content, params, "session", &spec); !e.ok()) return e;
   } else {
-    auto begun = svc.catalog.begin_stateless(bot, std::move(messages));
+    std::vector<ChatMessage> chat;
+    for (auto& m : messages) chat.push_back({std::move(m.role), std::move(m.content)});
+    auto begun = svc.catalog.begin_stateless(bot, std::move(chat));
     if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");
     spec = stateless_spec(svc, std::move(begun.value()));
     if (!bot.empty()) spec.extra = {{"bot", bot}};

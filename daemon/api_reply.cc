@@ -24,8 +24,13 @@ ReplyBuilder::ReplyBuilder(ReplyApi api, std::string model_id, const GenParams& 
       include_usage_(params.include_usage),
       logprobs_(params.sampling.logprobs >= 0),
       prompt_tokens_(prompt_tokens),
+      tool_format_(api == ReplyApi::Chat ? params.tool_format : std::nullopt),
       extra_(std::move(extra)),
-      choices_(static_cast<size_t>(std::max(1, params.n))) {}
+      choices_(static_cast<size_t>(std::max(1, params.n))) {
+  if (tool_format_ && stream_) {
+    for (Choice& c : choices_) c.tools = std::make_unique<ToolCallParser>(*tool_format_, /*tools_active=*/true);
+  }
+}
 
 std::string ReplyBuilder::event(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
@@ -52,12 +57,46 @@ std::string ReplyBuilder::add(int choice, std::string_view text, std::vector<Log
     for (auto& lp : logprobs) c.logprobs.push_back(std::move(lp));
     return {};
   }
+  if (c.tools) return tool_events(choice, c.tools->feed(text), logprobs);
   if (text.empty() && logprobs.empty()) return {};
   json lp = logprobs_json(logprobs, &c.text_offset);
   json ch = api_ == ReplyApi::Chat
                 ? json{{"index", choice}, {"delta", {{"content", text}}}, {"logprobs", std::move(lp)}, {"finish_reason", nullptr}}
                 : json{{"index", choice}, {"text", text}, {"logprobs", std::move(lp)}, {"finish_reason", nullptr}};
   return event(chunk(json::array({std::move(ch)})));
+}
+
+std::string ReplyBuilder::tool_events(int choice, const std::vector<ToolCallParser::Event>& events,
+                                      std::vector<Logprobs>& logprobs) {
+  Choice& c = choices_.at(static_cast<size_t>(choice));
+  std::string out;
+  for (const auto& ev : events) {
+    json delta;
+    if (ev.kind == ToolCallParser::Event::Kind::Content) {
+      delta = {{"content", ev.text}};
+    } else if (ev.kind == ToolCallParser::Event::Kind::CallStart) {
+      c.call_ids.push_back(random_hex_id("call_"));
+      delta = {{"tool_calls", json::array({{{"index", ev.index},
+                                             {"id", c.call_ids.back()},
+                                             {"type", "function"},
+                                             {"function", {{"name", ev.text}, {"arguments", ""}}}}})}};
+    } else {
+      delta = {{"tool_calls", json::array({{{"index", ev.index}, {"function", {{"arguments", ev.text}}}}})}};
+    }
+    json lp = logprobs.empty() ? json(nullptr) : logprobs_json(logprobs, &c.text_offset);
+    logprobs.clear();
+    out += event(chunk(json::array({{{"index", choice}, {"delta", std::move(delta)}, {"logprobs", std::move(lp)}, {"finish_reason", nullptr}}})));
+  }
+  // Text held back (it may begin a call): its logprobs wait for the text, as a chunk of their own.
+  if (!logprobs.empty() && logprobs_) {
+    out += event(chunk(json::array({{{"index", choice}, {"delta", {{"content", ""}}}, {"logprobs", logprobs_json(logprobs, &c.text_offset)}, {"finish_reason", nullptr}}})));
+  }
+  return out;
+}
+
+std::string ReplyBuilder::finish_of(const Choice& c, const std::string& reason) const {
+  const std::string finish = openai_finish(reason);
+  return finish == "stop" && !c.call_ids.empty() ? "tool_calls" : finish;
 }
 
 std::string ReplyBuilder::start_events() const {
@@ -99,11 +138,17 @@ json ReplyBuilder::timings(const GenOutcome& o) const {
           {"first_token_ms", o.first_token_s * 1000}, {"total_ms", o.total_s * 1000}, {"finish", o.finish_reason}};
 }
 
-std::string ReplyBuilder::end_events(const GenOutcome& o) const {
+std::string ReplyBuilder::end_events(const GenOutcome& o) {
   std::string out;
   const auto finishes = outcome_choices(o);
   for (size_t i = 0; i < choices_.size() && i < finishes.size(); ++i) {
-    const json finish = openai_finish(finishes[i].finish_reason);
+    if (choices_[i].tools) {
+      // What the parser held back; a call cut short (max_tokens) is left as it was streamed.
+      auto rest = choices_[i].tools->finish();
+      std::vector<Logprobs> none;
+      if (rest.ok()) out += tool_events(static_cast<int>(i), rest.value(), none);
+    }
+    const json finish = finish_of(choices_[i], finishes[i].finish_reason);
     json ch = api_ == ReplyApi::Chat
                   ? json{{"index", i}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish}}
                   : json{{"index", i}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish}};
@@ -128,10 +173,22 @@ json ReplyBuilder::whole(const GenOutcome& o) const {
     size_t offset = 0;
     json lp = logprobs_json(c.logprobs, &offset);
     if (api_ == ReplyApi::Chat) {
-      choices.push_back({{"index", i},
-                         {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
-                         {"logprobs", std::move(lp)},
-                         {"finish_reason", finish}});
+      json message = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      auto parsed = tool_format_ ? parse_tool_reply(*tool_format_, c.text) : Result<ParsedReply>(Status::NotFound(""));
+      json chat_finish = finish;
+      if (parsed.ok() && !parsed.value().tool_calls.empty()) {
+        // A reply cut by max_tokens does not parse: it stays text, with finish_reason "length".
+        json calls = json::array();
+        for (const auto& call : parsed.value().tool_calls) {
+          calls.push_back({{"id", random_hex_id("call_")},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        }
+        message["content"] = parsed.value().content.empty() ? json(nullptr) : json(parsed.value().content);
+        message["tool_calls"] = std::move(calls);
+        if (chat_finish == "stop") chat_finish = "tool_calls";
+      }
+      choices.push_back({{"index", i}, {"message", std::move(message)}, {"logprobs", std::move(lp)}, {"finish_reason", chat_finish}});
     } else {
       choices.push_back({{"index", i}, {"text", c.text}, {"logprobs", std::move(lp)}, {"finish_reason", finish}});
     }

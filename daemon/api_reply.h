@@ -6,10 +6,16 @@
 // delta; every piece of text is a chunk of one choice (its logprobs with it); at the end each choice's
 // finish chunk, then — only when stream_options.include_usage asked for it — a chunk with
 // "choices": [] and the usage (the other chunks then carry "usage": null), then "data: [DONE]".
+// With tools (GenParams::tool_format), each choice's text goes through a ToolCallParser: content
+// deltas until a call starts, then "tool_calls" deltas (the call's id, type and name first, then its
+// arguments in pieces); a reply with calls finishes with "tool_calls". Whole, the message carries
+// "tool_calls" and a null content when the calls are all it says.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "daemon/service.h"
@@ -27,7 +33,7 @@ class ReplyBuilder {
   // SSE events: the stream's start (chat: the role deltas), and its end from the outcome (finish
   // chunks, usage if asked, [DONE]).
   std::string start_events() const;
-  std::string end_events(const GenOutcome& o) const;
+  std::string end_events(const GenOutcome& o);
   // The whole reply (not streamed).
   nlohmann::json whole(const GenOutcome& o) const;
 
@@ -44,7 +50,12 @@ class ReplyBuilder {
     std::string text;
     std::vector<Logprobs> logprobs;
     size_t text_offset = 0;  // completions' logprobs: bytes of text before the next token
+    std::unique_ptr<ToolCallParser> tools;  // streamed with tools: what is content, what a call
+    std::vector<std::string> call_ids;       // ... and the ids given to its calls
   };
+  // Streamed with tools: the chunks of a choice's parser events (logprobs ride on the first).
+  std::string tool_events(int choice, const std::vector<ToolCallParser::Event>& events, std::vector<Logprobs>& logprobs);
+  std::string finish_of(const Choice& c, const std::string& reason) const;
   nlohmann::json chunk(nlohmann::json choices) const;
   nlohmann::json usage(const GenOutcome& o) const;
   nlohmann::json timings(const GenOutcome& o) const;
@@ -57,6 +68,7 @@ class ReplyBuilder {
   int64_t created_;
   bool stream_, include_usage_, logprobs_;
   size_t prompt_tokens_;
+  std::optional<ToolFormat> tool_format_;
   nlohmann::json extra_;
   std::vector<Choice> choices_;
   size_t dropped_turns_ = 0, dropped_tokens_ = 0;

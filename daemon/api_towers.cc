@@ -216,6 +216,7 @@ ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& o
     if (req.method != "POST") return wrong_method("POST");
     json b;
     if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+    if (ApiStatus e = no_tools_with_session(b); !e.ok()) return e;
     if (ApiStatus e = check_generation_fields(b, {"content"}); !e.ok()) return e;
     std::string content;
     if (ApiStatus e = string_field(b, "content", true, &content); !e.ok()) return e;

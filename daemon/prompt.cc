@@ -143,4 +143,30 @@ Result<std::vector<int32_t>> PromptBuilder::last_turn(bool has_system, size_t n_
   return out;
 }
 
+Result<PromptBuilder::Conversation> PromptBuilder::conversation(std::span<const ChatMessage> messages) const {
+  if (messages.empty()) return Status::InvalidArgument("a conversation needs a message");
+  auto sentinel = [&](size_t i) { return "TWRSNTL" + nonce_ + "M" + std::to_string(i) + "Z"; };
+  std::vector<ChatMessage> slotted;
+  for (size_t i = 0; i < messages.size(); ++i) slotted.push_back({messages[i].role, sentinel(i)});
+  auto text = apply_chat_template(family_, slotted, special_, /*add_generation_prompt=*/true);
+  if (!text.ok()) return text.status();
+  const std::string& r = text.value();
+  Conversation c;
+  size_t at = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string s = sentinel(i);
+    const size_t p = r.find(s, at);
+    if (p == std::string::npos) return Status::Error("the chat template reorders or drops messages");
+    // The base: the template opening, the system content and the template text up to the first
+    // turn's content (as system_block() gives it).
+    const bool system_first = messages[0].role == "system";
+    append(i == 0 || (i == 1 && system_first) ? c.base : c.rest, encode_template(r.substr(at, p - at), at == 0));
+    append(i == 0 && system_first ? c.base : c.rest,
+           encode_content(i == 0 && system_first ? strip(messages[i].content) : trim_content(messages[i].content)));
+    at = p + s.size();
+  }
+  append(c.rest, encode_template(r.substr(at), false));
+  return c;
+}
+
 }  // namespace towers::daemon

@@ -55,6 +55,16 @@ class PromptBuilder {
   // first user content; without a system message, the template opening alone (maybe empty).
   Result<std::vector<int32_t>> system_block(const std::string* system) const;
 
+  // A whole conversation of any roles the family's template knows (tool calling renders "ipython"
+  // turns, tool results inside user turns, ...: engine/tool_format.h), split where the first message
+  // that is not the system message starts: `base` is the template opening and the system block (the
+  // part requests with the same tools and system share), `rest` the turns and the reply's opening.
+  // Contents are tokenized as plain text, template text with special tokens, as everywhere here.
+  struct Conversation {
+    std::vector<int32_t> base, rest;
+  };
+  Result<Conversation> conversation(std::span<const ChatMessage> messages) const;
+
   std::vector<std::string> stop_strings() const { return chat_stop_strings(family_); }
   std::string trim_content(const std::string& s) const;
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "daemon/api_error.h"
@@ -16,6 +17,7 @@
 #include "daemon/offload.h"
 #include "daemon/prompt.h"
 #include "daemon/scheduler.h"
+#include "engine/tool_format.h"
 #include "mmapstore/compressor.h"
 
 namespace towers::daemon {
@@ -77,6 +79,9 @@ struct GenParams {
   int n = 1;                   // choices
   // response_format json_object / json_schema: every choice follows it (null: free text).
   std::shared_ptr<GrammarAutomaton> grammar;
+  // tools with tool_choice other than "none": each choice's reply is parsed into content and
+  // tool_calls in this format (engine/tool_format.h); nullopt: the reply is text.
+  std::optional<ToolFormat> tool_format;
 };
 // raw_body: the request's text, for what must keep the client's key order (a JSON schema's properties).
 ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, GenParams* params,
@@ -88,6 +93,8 @@ ApiStatus one_choice(const GenParams& params);
 // metadata such as "user"), and a generation field towerd does not support (yet) unless it holds
 // that field's neutral value. The error names the field (param).
 ApiStatus check_generation_fields(const nlohmann::json& body, std::initializer_list<std::string_view> own);
+// Refuses tools and tool_choice (param "tools"): a session's transcript holds text turns only.
+ApiStatus no_tools_with_session(const nlohmann::json& body);
 
 // Runs a generation through the scheduler and answers, from the scheduler thread as the model runs:
 // a chat.completion object, or SSE chat.completion.chunk events ending in "data: [DONE]"

@@ -71,15 +71,23 @@ expect_error 413 request_too_large null "$chat" --data-binary @"$tmp/big.json"
 # Unsupported fields: refused naming them, unless they hold their neutral value.
 for field in '"audio":{"voice":"alloy","format":"wav"}' '"modalities":["text","audio"]' \
              '"prediction":{"type":"content","content":"x"}' '"web_search_options":{}' '"store":true' \
-             '"reasoning_effort":"low"' '"tools":[{"type":"function","function":{"name":"f"}}]' \
-             '"tool_choice":"required"' \
+             '"reasoning_effort":"low"' '"tools":[{"type":"code_interpreter"}]' \
              '"functions":[{"name":"f"}]'; do
   name="${field%%\":*}"; name="${name#\"}"
+  [ "$name" = tools ] && name='tools[0].type'
   expect_error 400 unsupported_parameter "$name" "$chat" -d "{$msg,$field}"
 done
 expect_error 400 unsupported_parameter 'messages[0].content' "$chat" \
   -d '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}'
-expect_error 400 unsupported_parameter 'messages[0].role' "$chat" -d '{"messages":[{"role":"tool","content":"x"}]}'
+expect_error 400 unsupported_parameter 'messages[0].role' "$chat" -d '{"messages":[{"role":"function","content":"x"}]}'
+# Tools: a tool message needs its call's id; a call asked for needs tools; tools bring their own grammar.
+expect_error 400 invalid_request_error 'messages[1].tool_call_id' "$chat" -d '{"messages":[{"role":"user","content":"x"},{"role":"tool","content":"x"}]}'
+expect_error 400 invalid_request_error tool_choice "$chat" -d "{$msg,\"tool_choice\":\"required\"}"
+expect_error 400 invalid_request_error response_format "$chat" \
+  -d "{$msg,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"response_format\":{\"type\":\"json_object\"}}"
+expect_error 400 invalid_request_error 'messages[1].tool_calls[0].function.arguments' "$chat" \
+  -d '{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{nope"}}]}]}'
+expect_error 400 unsupported_parameter tools "$chat" -d "{$msg,\"bot\":\"bot\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
 expect_error 400 unsupported_parameter 'messages[0].name' "$chat" -d '{"messages":[{"role":"user","content":"x","name":"bob"}]}'
 expect_error 400 unsupported_parameter tools http://localhost/v1/sessions/nope/messages -d '{"content":"x","tools":[{"type":"function"}]}'
 # Honoured sampling fields with bad values: 400 naming the field.

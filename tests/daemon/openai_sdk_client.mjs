@@ -205,6 +205,65 @@ const checks = {
       (e) => e.status === 400 && String(e.error?.param ?? '').startsWith('response_format'));
   },
 
+  // Tools round trip: a required call is a valid call of a given tool (arguments parse and follow its
+  // schema), streamed as OpenAI streams tool calls (id and name first, then argument pieces); the call
+  // and its result go back in the history (assistant tool_calls with null content, a tool message)
+  // and the model answers in text when tool_choice is "none".
+  async tools() {
+    const tools = [{
+      type: 'function',
+      function: {
+        name: 'get_weather', description: 'The weather in a city',
+        parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 }, days: { type: 'integer' } },
+                      required: ['city', 'days'], additionalProperties: false },
+      },
+    }, { type: 'function', function: { name: 'tell_time', parameters: { type: 'object', properties: {}, additionalProperties: false } } }];
+    const body = { model, max_tokens: 150, temperature: 1, seed: 5, messages: user('What is the weather in Paris?'), tools };
+    const whole = await client.chat.completions.create({ ...body, tool_choice: 'required', parallel_tool_calls: false });
+    const c = whole.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls');
+    assert.equal(c.message.content, null);
+    assert.equal(c.message.tool_calls.length, 1);
+    const call = c.message.tool_calls[0];
+    assert.match(call.id, /^call_/);
+    assert.equal(call.type, 'function');
+    assert.ok(['get_weather', 'tell_time'].includes(call.function.name));
+    const args = JSON.parse(call.function.arguments);
+    if (call.function.name === 'get_weather') {
+      assert.deepEqual(Object.keys(args), ['city', 'days']);
+      assert.ok(typeof args.city === 'string' && args.city.length <= 12);
+      assert.ok(Number.isInteger(args.days));
+    }
+    // A named choice: that function, always.
+    const named = await client.chat.completions.create({ ...body, seed: 6, tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+    assert.equal(named.choices[0].message.tool_calls[0].function.name, 'get_weather');
+    const namedArgs = JSON.parse(named.choices[0].message.tool_calls[0].function.arguments);
+    assert.deepEqual(Object.keys(namedArgs), ['city', 'days']);
+    assert.ok(typeof namedArgs.city === 'string' && namedArgs.city.length <= 12 && Number.isInteger(namedArgs.days));
+    // Streamed with the same seed: the same call, in OpenAI's delta shape.
+    const chunks = await collect(await client.chat.completions.create({ ...body, tool_choice: 'required', parallel_tool_calls: false, stream: true }));
+    const deltas = chunks.flatMap((k) => k.choices.flatMap((ch) => ch.delta?.tool_calls ?? []));
+    assert.ok(deltas.length >= 2, `${deltas.length} tool-call deltas`);
+    assert.match(deltas[0].id, /^call_/);
+    assert.equal(deltas[0].function.name, call.function.name);
+    assert.ok(deltas.slice(1).every((d) => d.index === 0 && d.id === undefined && typeof d.function.arguments === 'string'));
+    assert.equal(deltas.map((d) => d.function.arguments).join(''), call.function.arguments);
+    assert.equal(chunks.at(-1).choices[0].finish_reason, 'tool_calls');
+    // The round trip: the call and its result in the history; "none" asks for text.
+    const history = [...body.messages, { role: 'assistant', content: null, tool_calls: [call] },
+      { role: 'tool', tool_call_id: call.id, content: '{"sky": "sunny"}' }];
+    const answer = await client.chat.completions.create({ model, max_tokens: 12, temperature: 0, messages: history, tools, tool_choice: 'none' });
+    assert.equal(answer.choices[0].message.tool_calls, undefined);
+    assert.equal(typeof answer.choices[0].message.content, 'string');
+    // The call and its result are in the prompt: it is longer than the question's alone.
+    const question = await client.chat.completions.create({ model, max_tokens: 1, messages: body.messages, tools, tool_choice: 'none' });
+    assert.ok(answer.usage.prompt_tokens > question.usage.prompt_tokens + 10,
+      `${answer.usage.prompt_tokens} prompt tokens with the call and result, ${question.usage.prompt_tokens} without`);
+    // A choice naming no given tool: 400 naming the field.
+    await expectApiError(client.chat.completions.create({ ...body, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+      400, 'invalid_request_error', 'tool_choice');
+  },
+
   async completions() {
     const body = { model, prompt: 'Once upon a time, there was a', max_tokens: 12, temperature: 0 };
     const r = await client.completions.create(body);

@@ -1,0 +1,141 @@
+// The OpenAI reply objects with tools (daemon/api_reply.h): streamed tool-call deltas rebuild the
+// call the whole reply carries; and a tool conversation's tokens (PromptBuilder::conversation) equal
+// the plain chat path's where the two overlap.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/api_reply.h"
+#include "daemon/prompt.h"
+#include "model_fixtures.h"
+
+using namespace towers;
+using namespace towers::daemon;
+using namespace towers::daemon::api;
+using json = nlohmann::json;
+
+namespace {
+
+// The JSON objects of an SSE text ("data: {...}\n\n" ...), without "[DONE]".
+std::vector<json> sse_objects(const std::string& events) {
+  std::vector<json> out;
+  size_t at = 0;
+  while ((at = events.find("data: ", at)) != std::string::npos) {
+    const size_t end = events.find("\n\n", at);
+    const std::string data = events.substr(at + 6, end - at - 6);
+    if (data != "[DONE]") out.push_back(json::parse(data));
+    at = end;
+  }
+  return out;
+}
+
+GenParams tool_params(bool stream) {
+  GenParams p;
+  p.stream = stream;
+  p.tool_format = ToolFormat::Hermes;
+  return p;
+}
+
+const std::string kReply = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>";
+
+GenOutcome finished(const std::string& reason) {
+  GenOutcome o;
+  o.finish_reason = reason;
+  o.tokens = {1, 2, 3};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("streamed tool calls arrive as OpenAI deltas and rebuild the whole reply's call") {
+  ReplyBuilder stream(ReplyApi::Chat, "m", tool_params(true), 10, json::object());
+  std::string events = stream.start_events();
+  for (size_t i = 0; i < kReply.size(); i += 3) events += stream.add(0, std::string_view(kReply).substr(i, 3), {});
+  events += stream.end_events(finished("eos"));
+  std::string content, name, arguments, id;
+  int starts = 0;
+  std::string finish;
+  for (const json& c : sse_objects(events)) {
+    for (const json& ch : c["choices"]) {
+      const json& d = ch["delta"];
+      if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
+      if (d.contains("tool_calls")) {
+        for (const json& call : d["tool_calls"]) {
+          CHECK(call["index"] == 0);
+          if (call.contains("id")) {
+            ++starts;
+            id = call["id"];
+            CHECK(call["type"] == "function");
+            name = call["function"]["name"];
+            CHECK(call["function"]["arguments"] == "");
+          } else {
+            CHECK_FALSE(call["function"].contains("name"));
+            arguments += call["function"]["arguments"].get<std::string>();
+          }
+        }
+      }
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+  }
+  CHECK(content == "Let me look.");
+  CHECK(starts == 1);
+  CHECK(id.rfind("call_", 0) == 0);
+  CHECK(name == "get_weather");
+  CHECK(json::parse(arguments) == json::parse(R"({"city": "Paris", "days": 3})"));
+  CHECK(finish == "tool_calls");
+
+  ReplyBuilder whole(ReplyApi::Chat, "m", tool_params(false), 10, json::object());
+  (void)whole.add(0, kReply, {});
+  const json r = whole.whole(finished("eos"));
+  const json& msg = r["choices"][0]["message"];
+  CHECK(r["choices"][0]["finish_reason"] == "tool_calls");
+  CHECK(msg["content"] == "Let me look.");
+  REQUIRE(msg["tool_calls"].size() == 1);
+  CHECK(msg["tool_calls"][0]["function"]["name"] == "get_weather");
+  CHECK(msg["tool_calls"][0]["function"]["arguments"].get<std::string>() == arguments);
+}
+
+TEST_CASE("a tool reply cut by max_tokens stays text with finish_reason length") {
+  const std::string cut = kReply.substr(0, kReply.size() / 2);
+  ReplyBuilder whole(ReplyApi::Chat, "m", tool_params(false), 10, json::object());
+  (void)whole.add(0, cut, {});
+  const json r = whole.whole(finished("length"));
+  CHECK(r["choices"][0]["finish_reason"] == "length");
+  CHECK(r["choices"][0]["message"]["content"] == cut);
+  CHECK_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+
+  // Without tools, the same text is content, and finishes as "stop".
+  GenParams plain;
+  ReplyBuilder text(ReplyApi::Chat, "m", plain, 10, json::object());
+  (void)text.add(0, kReply, {});
+  const json t = text.whole(finished("eos"));
+  CHECK(t["choices"][0]["finish_reason"] == "stop");
+  CHECK(t["choices"][0]["message"]["content"] == kReply);
+}
+
+TEST_CASE("a conversation's tokens equal the chat path's: system block, then the turns") {
+  auto model = test::synth_tiny("api-reply", "f16");
+  for (ChatFamily family : {ChatFamily::ChatML, ChatFamily::Llama3, ChatFamily::Llama2, ChatFamily::Plain}) {
+    CAPTURE(chat_family_name(family));
+    PromptBuilder prompts(model->tokenizer(), family);
+    const std::vector<ChatMessage> turns = {{"user", "Hello there"}, {"assistant", "Hi, how can I help?"}, {"user", "Tell a story"}};
+    std::vector<ChatMessage> all = {{"system", "You are kind."}};
+    all.insert(all.end(), turns.begin(), turns.end());
+    auto conv = prompts.conversation(all);
+    REQUIRE(conv.ok());
+    const std::string system = "You are kind.";
+    auto base = prompts.system_block(&system);
+    auto rest = prompts.turns(true, turns);
+    REQUIRE(base.ok());
+    REQUIRE(rest.ok());
+    CHECK(conv.value().base == base.value());
+    CHECK(conv.value().rest == rest.value());
+    // Without a system message: the template's opening is the base.
+    auto bare = prompts.conversation(turns);
+    auto bare_base = prompts.system_block(nullptr);
+    auto bare_rest = prompts.turns(false, turns);
+    REQUIRE(bare.ok());
+    CHECK(bare.value().base == bare_base.value());
+    CHECK(bare.value().rest == bare_rest.value());
+  }
+}
