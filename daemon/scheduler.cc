@@ -1,5 +1,6 @@
 #include "daemon/scheduler.h"
 
+#include <algorithm>
 #include <future>
 
 #include "daemon/log.h"
@@ -463,9 +464,22 @@ void Scheduler::step() {
   };
   std::vector<Slot> slots;
   const auto now = Clock::now();
+  // A short prompt (a chat message) that this step would finish gets its first token from a step of
+  // its own, without the decodes: on a compute-bound CPU a step costs about its token count, so the
+  // waiting client gets its first token in the time of its prompt alone (not prompt + every decode),
+  // while the streams wait about as long as they would for the step that held both. Never two such
+  // steps in a row, so a flood of new prompts cannot stall the streams.
+  auto short_prompt = [](const Seq& s) {
+    return s.assembled && !s.done && !s.decoder && !s.job->cancelled && s.out.prompt.size() - s.pos <= kPromptFloor;
+  };
+  auto decodes = [](const Seq& s) { return s.assembled && !s.done && s.decoder; };
+  const bool first_token_step = !decodes_waited_ && std::any_of(seqs_.begin(), seqs_.end(), [&](auto& s) { return short_prompt(*s); }) &&
+                                std::any_of(seqs_.begin(), seqs_.end(), [&](auto& s) { return decodes(*s); });
+  decodes_waited_ = first_token_step;
   // Decodes first: one token of every decoding sequence.
   for (auto& sp : seqs_) {
     Seq& s = *sp;
+    if (first_token_step) break;
     if (!s.assembled || s.done) continue;
     if (s.job->cancelled) {
       finish(s, "cancelled");
@@ -484,19 +498,20 @@ void Scheduler::step() {
   // step (a chat message is done in one step); builds are background work and get what the pacer
   // leaves.
   const size_t decoding = batch.size();
-  const int paced = pacer_.budget(decoding);
+  const int paced = first_token_step ? kPromptFloor : pacer_.budget(decoding);
   const int prompt_budget = decoding == 0 ? paced : std::max(paced, kPromptFloor);
   int prompt_tokens = 0;
   for (auto& sp : seqs_) {
     Seq& s = *sp;
     if (prompt_tokens >= prompt_budget) break;
     if (!s.assembled || s.done || s.decoder) continue;
+    if (first_token_step && !short_prompt(s)) continue;
     const size_t n = std::min<size_t>(static_cast<size_t>(prompt_budget - prompt_tokens), s.out.prompt.size() - s.pos);
     prompt_tokens += static_cast<int>(n);
     batch.push_back({s.lease.tower.get(), std::span<const int32_t>(s.out.prompt).subspan(s.pos, n), Logits::Last});
     slots.push_back({&s, nullptr, n});
   }
-  int budget = paced - prompt_tokens;  // builds: what the prompts left of the pacer's budget
+  int budget = first_token_step ? 0 : paced - prompt_tokens;  // builds: what the prompts left of the pacer's budget
   for (auto& bp : builds_) {
     Build& b = *bp;
     if (budget <= 0) break;

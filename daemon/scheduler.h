@@ -151,6 +151,7 @@ class Scheduler {
   Metrics& metrics_;
   Options opt_;
   PrefillPacer pacer_;  // scheduler thread only
+  bool decodes_waited_ = false;  // the last step left the decodes out for a first token (scheduler thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenJob>> queue_;
