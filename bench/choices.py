@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""n choices on one tower against n separate requests (issue 14: "n up to a limit — the n choices share
+the prompt's tower and decode as one batch; measure n=4 vs 4 separate requests").
+
+  bench/choices.py --towerd build/daemon/towerd --model M.gguf [--threads 2] [--n 4]
+                   [--prompt-words 400] [--gen 64] [--runs 3]
+
+Each run, on a towerd this script starts, with a system prompt of PROMPT_WORDS words that no earlier
+request used (so nothing is cached), temperature 1, GEN tokens per choice (ignore_eos is not an
+OpenAI field: a choice that ends early makes less work, the same for both sides):
+  one       one request with "n": N
+  separate  N requests with "n": 1 sent at once, each with its own seed
+  serial    the same N requests one after another (what a client without n does to be safe)
+and reads the model work from towerd_step_tokens_total (tokens evaluated in model steps) around each.
+Prints a table and, last, exactly one line:
+  choices n=N prompt_tokens=P one_ms=A separate_ms=B serial_ms=C separate_over_one=R step_tokens_one=X step_tokens_separate=Y
+(medians over the runs). Needs only python3's standard library.
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from towerd_client import UnixHTTPConnection, call, start_towerd, stop_towerd  # noqa: E402
+
+VOCAB = ["the", "cat", "sat", "on", "a", "mat", "and", "looked", "at", "sky", "while", "birds", "sang", "songs",
+         "under", "green", "trees", "near", "river", "stones"]
+
+
+def words(n, seed):
+    return " ".join(VOCAB[(i * 7 + seed * 13 + (i * i) // 5 + seed * i) % len(VOCAB)] for i in range(n))
+
+
+def step_tokens(sock):
+    c = UnixHTTPConnection(sock)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    m = re.search(r"^towerd_step_tokens_total (\d+(?:\.\d+)?)", text, re.M)
+    if not m:
+        raise RuntimeError("towerd_step_tokens_total missing from /metrics")
+    return float(m.group(1))
+
+
+def chat(sock, system, n, seed, gen):
+    return call(sock, "POST", "/v1/chat/completions", {
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Tell me a story."}],
+        "n": n, "seed": seed, "temperature": 1, "max_tokens": gen})
+
+
+def timed(sock, fn):
+    before = step_tokens(sock)
+    t = time.monotonic()
+    out = fn()
+    ms = (time.monotonic() - t) * 1000
+    return ms, step_tokens(sock) - before, out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--towerd", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--prompt-words", type=int, default=400)
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    if not 2 <= a.n <= 64 or a.runs < 1 or a.gen < 1:
+        ap.error("--n must be 2..64, --runs and --gen at least 1")
+    tmp = tempfile.mkdtemp(prefix="towers-choices.")
+    p = None
+    rows = []
+    try:
+        p, sock = start_towerd(a.towerd, a.model, tmp, a.threads,
+                               "[limits]\nmax_batch = %d\n[cold]\nenabled = false\n" % max(8, a.n))
+        chat(sock, words(20, 999), 1, 0, 1)  # warm up: first allocations, thread start
+        seed = 0
+        for r in range(a.runs):
+            seed += 1
+            one_ms, one_work, one = timed(sock, lambda: chat(sock, words(a.prompt_words, seed), a.n, r, a.gen))
+            seed += 1
+            system = words(a.prompt_words, seed)
+            results, errors = [None] * a.n, []
+
+            def worker(i, system=system):
+                try:
+                    results[i] = chat(sock, system, 1, 1000 * r + i, a.gen)
+                except Exception as e:  # noqa: BLE001  (reported below)
+                    errors.append(e)
+
+            def separate():
+                ts = [threading.Thread(target=worker, args=(i,)) for i in range(a.n)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                if errors:
+                    raise RuntimeError(errors[0])
+                return results
+            sep_ms, sep_work, _ = timed(sock, separate)
+            seed += 1
+            system = words(a.prompt_words, seed)
+            serial_ms, serial_work, _ = timed(sock, lambda: [chat(sock, system, 1, 2000 * r + i, a.gen) for i in range(a.n)])
+            gen_one = one["usage"]["completion_tokens"]
+            rows.append((one["usage"]["prompt_tokens"], one_ms, sep_ms, serial_ms, one_work, sep_work, serial_work, gen_one))
+            print("run %d: prompt %d tokens, %d generated by the n=%d request: one %.0f ms (%d step tokens), "
+                  "separate %.0f ms (%d), serial %.0f ms (%d)"
+                  % (r + 1, rows[-1][0], gen_one, a.n, one_ms, one_work, sep_ms, sep_work, serial_ms, serial_work),
+                  flush=True)
+    finally:
+        if p:
+            stop_towerd(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
+    print("choices n=%d prompt_tokens=%d one_ms=%.0f separate_ms=%.0f serial_ms=%.0f separate_over_one=%.2f "
+          "step_tokens_one=%d step_tokens_separate=%d"
+          % (a.n, med(0), med(1), med(2), med(3), med(2) / med(1), med(4), med(5)))
+
+
+if __name__ == "__main__":
+    main()
