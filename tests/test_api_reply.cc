@@ -7,6 +7,7 @@
 
 #include "daemon/api_reply.h"
 #include "daemon/prompt.h"
+#include "engine/tool_format.h"
 #include "model_fixtures.h"
 
 using namespace towers;
@@ -137,5 +138,31 @@ TEST_CASE("a conversation's tokens equal the chat path's: system block, then the
     REQUIRE(bare.ok());
     CHECK(bare.value().base == bare_base.value());
     CHECK(bare.value().rest == bare_rest.value());
+  }
+}
+
+TEST_CASE("tool conversations render through the prompt builder in every tool format") {
+  auto model = test::synth_tiny("api-reply-tools", "f16");
+  const std::vector<ToolDefinition> tools = {{"get_weather", "The weather", R"({"type": "object", "properties": {"city": {"type": "string"}}})"}};
+  std::vector<ToolChatMessage> history(3);
+  history[0].role = "user";
+  history[0].content = "Weather in Paris?";
+  history[1].role = "assistant";
+  history[1].tool_calls = {{"call_1", "get_weather", R"({"city": "Paris"})"}};
+  history[2].role = "tool";
+  history[2].content = "sunny";
+  history[2].tool_call_id = "call_1";
+  for (ChatFamily family : {ChatFamily::Llama3, ChatFamily::ChatML, ChatFamily::Llama2}) {
+    CAPTURE(chat_family_name(family));
+    PromptBuilder prompts(model->tokenizer(), family);
+    auto rendered = render_tool_messages(family, history, tools, ToolChoice{}, "You are helpful.");
+    REQUIRE(rendered.ok());
+    auto conv = prompts.conversation(rendered.value());
+    REQUIRE(conv.ok());
+    // The tool's name and the result are in the prompt, as plain text of the conversation.
+    const std::string text = model->tokenizer().decode(conv.value().base) + model->tokenizer().decode(conv.value().rest);
+    CHECK(text.find("get_weather") != std::string::npos);
+    CHECK(text.find("sunny") != std::string::npos);
+    CHECK_FALSE(conv.value().rest.empty());
   }
 }
