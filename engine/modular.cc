@@ -46,6 +46,10 @@ Result<std::shared_ptr<const ModularSegment>> ModularSegment::compute(Forward& f
   return std::shared_ptr<const ModularSegment>(new ModularSegment(std::move(seg)));
 }
 
+std::shared_ptr<const ModularSegment> ModularSegment::reuse(std::shared_ptr<const Segment> segment) {
+  return std::shared_ptr<const ModularSegment>(new ModularSegment(std::move(segment)));
+}
+
 std::shared_ptr<const Segment> ModularSegment::rest(int32_t r) const {
   if (r <= 0) return segment_;
   if (r >= length()) return nullptr;

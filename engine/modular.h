@@ -37,6 +37,11 @@ class ModularSegment {
                                                                int32_t bos, std::vector<int32_t> tokens,
                                                                KvQuant format, SegmentId id);
 
+  // An exact segment computed under one parent chain, reused under another (its parent was edited,
+  // or it is linked under a second parent): the same placement, with the old context's error instead
+  // of "BOS alone" (docs/towers.md, "Edited parents").
+  static std::shared_ptr<const ModularSegment> reuse(std::shared_ptr<const Segment> segment);
+
   const std::shared_ptr<const Segment>& segment() const { return segment_; }
   int32_t length() const { return segment_->length(); }
   // Rows [r, length()) (r < length()), cut once per r and shared by every placement that repairs r

@@ -165,3 +165,71 @@ TEST_CASE("modular placement: exact when fully repaired, KL and top-1 agreement 
   CHECK(by_r[16].kl() <= by_r[0].kl());
   CHECK(by_r[16].top1() >= by_r[0].top1());
 }
+
+// The daemon's case (issue 16): a bot computed under its platform, whose platform text is then edited:
+// 30 tokens inserted 20 tokens before its end ("insert"), or its last 20 tokens replaced by 30 others
+// ("rewrite end", the hardest place: right before the bot). The bot's cached rows are placed under the
+// new platform with a RoPE shift and their first r tokens repaired, against recomputing the bot there.
+TEST_CASE("edited parent: a child reused under its edited parent, r = 0 8 16 32 against recomputation") {
+  const std::vector<int32_t> repairs = {0, 8, 16, 32};
+  const int P = 100, I = 30, M = 60, C = 80;  // old parent (with BOS), inserted, child, continuation
+  for (const std::string file : {"models/stories260K.gguf", "models/babyllama105.gguf"}) {
+    CAPTURE(file);
+    auto model = load_shared(file.c_str());
+    if (!model) return;
+    auto ps = passages(*model, 9, P + M + C);
+    if (ps.size() < 2) return;
+    ThreadPool pool(2);
+    Forward fwd(*model, pool, Kernels::Reference);
+    const ModelConfig& cfg = model->config();
+    const int V = cfg.n_vocab;
+    for (const bool rewrite_end : {false, true}) {
+      CAPTURE(rewrite_end);
+      std::map<int32_t, Agreement> by_r;
+      for (size_t k = 0; k + 1 < ps.size(); ++k) {
+        const auto& ids = ps[k];
+        const auto& other = ps[k + 1];
+        std::vector<int32_t> a(ids.begin(), ids.begin() + P);
+        std::vector<int32_t> b(ids.begin(), ids.begin() + P - 20);
+        b.insert(b.end(), other.begin() + 1, other.begin() + 1 + I);
+        if (!rewrite_end) b.insert(b.end(), ids.begin() + P - 20, ids.begin() + P);
+        const int32_t shift = static_cast<int32_t>(b.size()) - P;
+        std::span<const int32_t> child(ids.data() + P, M), cont(ids.data() + P + M, C);
+        std::vector<int32_t> mono_ids = b;
+        mono_ids.insert(mono_ids.end(), ids.begin() + P, ids.end());
+        DenseKvCache mono(cfg, static_cast<int32_t>(mono_ids.size()));
+        auto ref = eval_all(fwd, mono, mono_ids);
+        std::vector<float> want(ref.begin() + static_cast<std::ptrdiff_t>((b.size() + M) * V), ref.end());
+
+        auto old_parent = exact_segment(*model, fwd, {}, a, KvQuant::F32, 1);
+        auto old_child = exact_segment(*model, fwd, {old_parent}, child, KvQuant::F32, 2);
+        auto new_parent = exact_segment(*model, fwd, {}, b, KvQuant::F32, 3);
+        auto reused = ModularSegment::reuse(old_child);
+        for (int32_t r : repairs) {
+          ModularPlacement pl;
+          pl.repair = r;
+          pl.tail_capacity = C;
+          auto t = place_modular(fwd, cfg, {new_parent}, *reused, pl);
+          REQUIRE(t.ok());
+          std::vector<KvSpan> spans;
+          t.value()->spans(0, 0, spans);
+          CHECK(spans.back().rope_delta == shift);  // the cached rows act where the new parent ends
+          by_r[r].add(want, eval_all(fwd, *t.value(), cont), V);
+        }
+        // Repairing all of it is recomputation.
+        ModularPlacement full;
+        full.repair = M;
+        full.tail_capacity = C;
+        auto t_full = place_modular(fwd, cfg, {new_parent}, *reused, full);
+        REQUIRE(t_full.ok());
+        CHECK(max_abs_diff(eval_all(fwd, *t_full.value(), cont), want) < 1e-4);
+      }
+      for (int32_t r : repairs) {
+        MESSAGE(file << (rewrite_end ? std::string(" rewrite end") : std::string(" insert")) << " r=" << r << ": mean KL " << by_r[r].kl()
+                     << " nats, top-1 agreement " << 100 * by_r[r].top1() << "% (" << by_r[r].count << " positions)");
+      }
+      CHECK(by_r[32].kl() <= by_r[0].kl());
+      CHECK(by_r[32].top1() >= by_r[0].top1());
+    }
+  }
+}
