@@ -67,8 +67,35 @@ uint64_t SegmentPool::context_xxh3_locked(SegmentId parent) const {
 
 size_t SegmentPool::depth_locked(SegmentId id) const {
   mu_.assert_held();
-  auto info = trie_.info(id);
-  return info.ok() ? info.value().depth : 0;
+  // Along the segments' own parents, not the trie's payload ancestors: a payload may sit below
+  // another one whose KV it was not computed after (tokens [0, 10) and [0, 20) of one session each).
+  size_t depth = 0;
+  for (auto it = entries_.find(id); it != entries_.end() && it->second->parent != kNoSegment;
+       it = entries_.find(it->second->parent)) {
+    ++depth;
+  }
+  return depth;
+}
+
+std::vector<SegmentId> SegmentPool::usable_chain_locked(std::span<const int32_t> tokens, bool hot_only) const {
+  mu_.assert_held();
+  auto m = trie_.match(tokens);
+  if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();  // leave a token to prefill
+  // The payloads on the matched path all hold a prefix of `tokens`, but the trie's path is not a
+  // chain of KV: a payload's KV was computed after its own parent, which need not be the payload
+  // above it in the trie. Each payload's own parent chain is. The deepest one whose whole chain is
+  // usable wins.
+  for (auto step = m.path.rbegin(); step != m.path.rend(); ++step) {
+    auto ids = chain_ids_locked(step->segment);
+    if (ids.empty() || ids.back() != step->segment) continue;
+    const Entry& last = *entries_.at(step->segment);
+    if (static_cast<size_t>(last.computed_pos + last.length) != step->end) continue;  // cannot happen
+    const bool usable = !hot_only || std::all_of(ids.begin(), ids.end(), [&](SegmentId s) {
+      return entries_.at(s)->segment != nullptr;
+    });
+    if (usable) return ids;
+  }
+  return {};
 }
 
 Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options) {
@@ -169,7 +196,9 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
                                    ", beyond the model's context of " + std::to_string(cfg.n_ctx_train));
   }
   auto m = trie_.match(sequence);
-  if (m.length == sequence.size()) return m.segment;  // already in the pool under the same chain
+  // Already in the pool: one segment per token sequence (it may have been computed after another
+  // chain of segments than `parent`'s; its own chain is what a tower over it holds).
+  if (m.length == sequence.size()) return m.segment;
   auto id_or = allocate_id_locked(options);
   if (!id_or.ok()) return id_or.status();
   const SegmentId id = id_or.value();
@@ -332,12 +361,11 @@ size_t SegmentPool::collect_garbage() {
 PathPlan SegmentPool::plan(std::span<const int32_t> tokens) const {
   std::lock_guard lock(mu_);
   PathPlan p;
-  auto m = trie_.match(tokens);
-  if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
-  for (const auto& step : m.path) {
-    p.path.push_back(step.segment);
-    p.tiers.push_back(entries_.at(step.segment)->tier());
-    p.ends.push_back(step.end);
+  for (SegmentId s : usable_chain_locked(tokens, false)) {
+    const Entry& e = *entries_.at(s);
+    p.path.push_back(s);
+    p.tiers.push_back(e.tier());
+    p.ends.push_back(static_cast<size_t>(e.computed_pos + e.length));
   }
   return p;
 }
@@ -360,17 +388,15 @@ Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t ext
   Lease lease;
   {
     std::lock_guard lock(mu_);
-    auto m = trie_.match(tokens);
-    if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
     const auto now = std::chrono::steady_clock::now();
-    for (const auto& step : m.path) {
-      Entry& e = *entries_.at(step.segment);
-      if (!e.segment || !trie_.acquire(step.segment).ok()) break;
+    for (SegmentId s : usable_chain_locked(tokens, true)) {
+      Entry& e = *entries_.at(s);
+      (void)trie_.acquire(s);
       e.hits++;
       e.last_used = now;
       segs.push_back(e.segment);
-      lease.path.push_back(step.segment);
-      lease.cached_tokens = step.end;
+      lease.path.push_back(s);
+      lease.cached_tokens = static_cast<size_t>(e.computed_pos + e.length);
     }
     counters_.leases++;
     if (!lease.path.empty()) counters_.lease_hits++;
@@ -437,6 +463,32 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
   auto id = add_cold_locked(parent, tail_tokens, o);
   if (!id.ok()) return id.status();
   Entry& e = *entries_.at(id.value());
+  if (e.parent != parent) {
+    // These tokens are cached already as a segment computed after another chain (another session's
+    // turns ended elsewhere). Its own chain is a valid tower for them; ours plus it would not be.
+    auto ids = chain_ids_locked(e.id);
+    for (SegmentId s : ids) {
+      if (!entries_.at(s)->segment) {
+        return Status::Conflict("seal: these tokens are segment " + std::to_string(e.id) +
+                                " already, under another chain that is not in memory");
+      }
+    }
+    std::vector<std::shared_ptr<const Segment>> segs;
+    for (SegmentId s : ids) {
+      (void)trie_.acquire(s);
+      entries_.at(s)->last_used = std::chrono::steady_clock::now();
+      segs.push_back(entries_.at(s)->segment);
+    }
+    for (SegmentId s : lease.path) (void)trie_.release(s);
+    lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
+    lease.path = std::move(ids);
+    lease.cached_tokens = static_cast<size_t>(lease.tower->base_length());
+    const size_t tail = lease.tower->tail_bytes();
+    tail_bytes_ = tail_bytes_ - std::min(tail_bytes_, lease.tail_bytes) + tail;
+    lease.tail_bytes = tail;
+    assert_invariants_locked();
+    return e.id;
+  }
   if (e.segment) {
     // Someone sealed the same tokens already: the tower switches to theirs, our copy of the rows goes.
     std::vector<std::shared_ptr<const Segment>> segs = lease.tower->segments();
@@ -522,8 +574,8 @@ SegmentInfo SegmentPool::info_locked(const Entry& e) const {
   s.hits = e.hits;
   s.created = e.created;
   s.last_used = e.last_used;
+  s.depth = depth_locked(e.id);
   if (auto t = trie_.info(s.id); t.ok()) {
-    s.depth = t.value().depth;
     s.refcount = t.value().refcount;
     s.fan_out = t.value().fan_out;
   }

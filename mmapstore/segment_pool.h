@@ -149,7 +149,8 @@ class SegmentPool {
 
   // Prefills `tokens` after the whole chain of `parent` (kNoSegment: at the top; the caller includes
   // BOS in a top segment's tokens) and keeps the result as a segment in the format of its depth.
-  // Returns the existing id when exactly this (parent chain, tokens) is already in the pool.
+  // Returns the existing id when this token sequence (parent chain's tokens + tokens) is already in
+  // the pool; that segment's own parent may differ from `parent` (its chain ends elsewhere).
   // Runs the model (add_cold + thaw).
   Result<SegmentId> add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options = {});
   // The same segment, cold: indexed by the trie, no KV yet (a build or a thaw computes it). Never
@@ -169,8 +170,10 @@ class SegmentPool {
   // segments whose unlink did not happen, and stray .tmp files). Returns how many went.
   size_t collect_garbage();
 
-  // Where `tokens` stands: the longest path of segments (any tier) matching a prefix of them, backed
-  // off so that at least one token is left to prefill.
+  // Where `tokens` stands: the chain (parent chain, root first, any tier) of the deepest segment
+  // whose sequence is a prefix of them, backed off so that at least one token is left to prefill.
+  // Never the trie's payload path as such: a payload may sit below another one whose KV it was not
+  // computed after (two sessions sealed [hi r1..r9] and [hi r1..r19] under one bot).
   PathPlan plan(std::span<const int32_t> tokens) const;
   // The chain root .. id and each step's tier (what a build under `id` needs in memory).
   PathPlan plan_chain(SegmentId id) const;
@@ -179,9 +182,12 @@ class SegmentPool {
   // model runs. A segment whose file fails is dropped to cold (Corruption: the caller rebuilds it).
   Status page_in(std::span<const SegmentId> ids);
 
-  // Longest hot prefix of `tokens` as a tower with room for the rest plus `extra_capacity` tokens.
-  // Never runs the model and never waits for the disk: a warm or cold segment ends the reused prefix
-  // (plan + page_in + thaw first to avoid that). At least one token is always left to prefill.
+  // The longest cached prefix of `tokens` whose segments are all in memory, as a tower over that
+  // segment's parent chain (lease.path, root first: exactly plan()'s path when it is all hot) with
+  // room for the rest plus `extra_capacity` tokens. Matching segments are tried deepest first; the
+  // first whose whole chain is hot wins. Never runs the model and never waits for the disk: a warm
+  // or cold segment makes a shorter prefix win (plan + page_in + thaw first to avoid that). At least
+  // one token is always left to prefill.
   Result<Lease> assemble(std::span<const int32_t> tokens, int32_t extra_capacity);
   // A tower over exactly the chain root .. id (all hot), with room for `extra_capacity` tokens: what
   // a build of a segment under `id` prefills into. NotFound / Unavailable (not hot) otherwise.
@@ -190,7 +196,9 @@ class SegmentPool {
   void release(Lease& lease);
 
   // Turns the lease's tail (whose tokens the caller passes) into a segment under the lease's last
-  // segment, so later requests with this prefix find it; the lease keeps working on it.
+  // segment, so later requests with this prefix find it; the lease keeps working on it. When the
+  // same tokens are a segment already under another chain, the lease switches to that segment's
+  // chain (its path changes) if it is all in memory, and the seal is refused (Conflict) otherwise.
   Result<SegmentId> seal(Lease& lease, std::vector<int32_t> tail_tokens, const SegmentOptions& options = {});
   // Completes a build: the cold segment `id` gets its KV (computed under its parent chain); it is
   // hot now and its file is queued for writing.
@@ -248,6 +256,9 @@ class SegmentPool {
   // Pages in and computes every segment of the chain root .. id; `fresh` is being added (not a thaw).
   Status compute_chain(SegmentId id, SegmentId fresh);
   std::vector<SegmentId> chain_ids_locked(SegmentId id) const;  // root first
+  // The chain (root first) of the deepest segment whose sequence is a prefix of `tokens` (leaving at
+  // least one token) and, when hot_only, whose whole chain is in memory; empty when none.
+  std::vector<SegmentId> usable_chain_locked(std::span<const int32_t> tokens, bool hot_only) const;
   void install_locked(Entry& e, std::shared_ptr<const Segment> seg);
   void on_written(SegmentId id, const std::filesystem::path& path, const Status& status);
   void drop_kv_locked(Entry& e);  // to warm (when durable) or cold

@@ -134,7 +134,7 @@ size_t SegmentPool::enforce_budget() {
     c.id = id;
     c.bytes = e->resident_bytes();
     c.tokens = e->length;
-    c.depth = info.value().depth;
+    c.depth = depth_locked(id);
     c.pinned = e->pinned;
     c.leases = info.value().refcount;
     c.fan_out = info.value().fan_out;

@@ -265,6 +265,160 @@ TEST_CASE("sealing a session's tail lets the next request with that prefix reuse
   pool.release(*again);
 }
 
+namespace {
+// A session turn as the daemon runs it: a lease over what is cached of `prompt`, the rest of `turn`
+// (prompt tokens, then the generated ones) evaluated into its tail, and the tail sealed.
+SegmentId seal_turn(Fixture& f, SegmentPool& pool, std::span<const int32_t> base, std::span<const int32_t> turn,
+                    size_t prompt) {
+  auto lease = pool.assemble(concat({base, turn.first(prompt)}), static_cast<int32_t>(turn.size() - prompt));
+  REQUIRE(lease.ok());
+  REQUIRE(lease->cached_tokens == base.size());
+  std::vector<float> logits;
+  REQUIRE(f.fwd.eval(*lease->tower, turn, Logits::Last, logits).ok());
+  auto id = pool.seal(*lease, std::vector<int32_t>(turn.begin(), turn.end()));
+  REQUIRE_MESSAGE(id.ok(), id.error());
+  pool.release(*lease);
+  return id.value();
+}
+
+// The tower's segments lie back to back from position 0, each where it was computed.
+void check_back_to_back(const Tower& tower) {
+  int32_t pos = 0;
+  for (const auto& seg : tower.segments()) {
+    CHECK(seg->computed_pos() == pos);
+    pos += seg->length();
+  }
+  CHECK(pos == tower.base_length());
+}
+}  // namespace
+
+TEST_CASE("a tower is the matched segment's own parent chain, never the trie's payload path") {
+  // Two sessions of one bot send the same first message; one turn is sealed after 10 tokens, the
+  // other after 20, both under the bot. In the trie the longer one sits below the shorter one, but
+  // its KV was computed after the bot: a tower over bot, short, long would hold the first 10 tokens
+  // twice and everything after at the wrong positions.
+  Fixture f;
+  auto sys = random_tokens(f.rng, 20, f.vocab()), turn = random_tokens(f.rng, 20, f.vocab()),
+       next = random_tokens(f.rng, 5, f.vocab());
+  const std::span<const int32_t> t(turn);
+  auto all = concat({sys, turn, next});
+
+  // The reference: only the longer turn exists.
+  SegmentPool alone(*f.model, f.fwd, exact_f32());
+  const SegmentId alone_base = alone.add(kNoSegment, sys).value();
+  const SegmentId alone_long = seal_turn(f, alone, sys, t, 4);
+  auto ref = alone.assemble(all, 0);
+  REQUIRE(ref.ok());
+  CHECK(ref->path == std::vector<SegmentId>{alone_base, alone_long});
+  std::vector<float> want;
+  REQUIRE(f.fwd.eval(*ref->tower, next, Logits::All, want).ok());
+  alone.release(*ref);
+
+  for (bool short_first : {true, false}) {
+    CAPTURE(short_first);
+    SegmentPool pool(*f.model, f.fwd, exact_f32());
+    const SegmentId base = pool.add(kNoSegment, sys).value();
+    SegmentId shorter = kNoSegment, longer = kNoSegment;
+    if (short_first) {
+      shorter = seal_turn(f, pool, sys, t.first(10), 4);
+      longer = seal_turn(f, pool, sys, t, 4);
+    } else {
+      longer = seal_turn(f, pool, sys, t, 4);
+      shorter = seal_turn(f, pool, sys, t.first(10), 4);
+    }
+    CHECK(pool.info(longer)->parent == base);
+    CHECK(pool.info(shorter)->parent == base);
+    CHECK(pool.info(longer)->depth == 1);
+    REQUIRE(pool.check_invariants().ok());
+
+    CHECK(pool.plan(all).path == std::vector<SegmentId>{base, longer});
+    auto lease = pool.assemble(all, 0);
+    REQUIRE(lease.ok());
+    CHECK(lease->path == std::vector<SegmentId>{base, longer});
+    CHECK(lease->cached_tokens == 40);
+    CHECK(lease->tower->base_length() == 40);
+    check_back_to_back(*lease->tower);
+    std::vector<float> got;
+    REQUIRE(f.fwd.eval(*lease->tower, next, Logits::All, got).ok());
+    CHECK(got == want);  // as if the shorter turn did not exist
+    pool.release(*lease);
+
+    // The shorter turn's continuation still finds its own chain.
+    auto own = concat({sys, t.first(10), next});
+    auto l2 = pool.assemble(own, 0);
+    REQUIRE(l2.ok());
+    CHECK(l2->path == std::vector<SegmentId>{base, shorter});
+    CHECK(l2->cached_tokens == 30);
+    pool.release(*l2);
+
+    // Without the longer segment in memory, the shorter one's chain is the longest usable prefix.
+    REQUIRE(pool.freeze(longer, {}).ok());
+    CHECK(pool.plan(all).path == std::vector<SegmentId>{base, longer});  // what to build
+    auto l3 = pool.assemble(all, 0);
+    REQUIRE(l3.ok());
+    CHECK(l3->path == std::vector<SegmentId>{base, shorter});
+    CHECK(l3->cached_tokens == 30);
+    check_back_to_back(*l3->tower);
+    pool.release(*l3);
+    REQUIRE(pool.thaw(longer).ok());
+    auto l4 = pool.assemble(all, 0);
+    REQUIRE(l4.ok());
+    std::vector<float> thawed;
+    REQUIRE(f.fwd.eval(*l4->tower, next, Logits::All, thawed).ok());
+    CHECK(thawed == want);
+    pool.release(*l4);
+  }
+}
+
+TEST_CASE("sealing tokens that are a segment under another chain switches the lease to that chain") {
+  Fixture f;
+  SegmentPool pool(*f.model, f.fwd, exact_f32());
+  auto sys = random_tokens(f.rng, 20, f.vocab()), turn = random_tokens(f.rng, 20, f.vocab()),
+       next = random_tokens(f.rng, 5, f.vocab());
+  const std::span<const int32_t> t(turn);
+  const SegmentId base = pool.add(kNoSegment, sys).value();
+  const SegmentId longer = seal_turn(f, pool, sys, t, 4);
+  const SegmentId shorter = seal_turn(f, pool, sys, t.first(10), 4);
+  auto all = concat({sys, turn, next});
+  auto ref = pool.assemble(all, 0);
+  REQUIRE(ref.ok());
+  std::vector<float> want;
+  REQUIRE(f.fwd.eval(*ref->tower, next, Logits::All, want).ok());
+  pool.release(*ref);
+
+  // A lease over base, shorter whose tail reaches the end of `longer` (computed after base only).
+  auto lease = pool.assemble(concat({sys, t.first(12)}), 8 + 5);
+  REQUIRE(lease.ok());
+  CHECK(lease->path == std::vector<SegmentId>{base, shorter});
+  std::vector<float> logits;
+  REQUIRE(f.fwd.eval(*lease->tower, t.subspan(10), Logits::Last, logits).ok());
+  auto id = pool.seal(*lease, std::vector<int32_t>(turn.begin() + 10, turn.end()));
+  REQUIRE_MESSAGE(id.ok(), id.error());
+  CHECK(id.value() == longer);
+  CHECK(lease->path == std::vector<SegmentId>{base, longer});
+  CHECK(lease->cached_tokens == 40);
+  check_back_to_back(*lease->tower);
+  CHECK(pool.info(shorter)->refcount == 0);
+  CHECK(pool.info(longer)->refcount == 1);
+  std::vector<float> got;
+  REQUIRE(f.fwd.eval(*lease->tower, next, Logits::All, got).ok());
+  CHECK(got == want);
+  pool.release(*lease);
+  CHECK(pool.info(base)->refcount == 0);
+
+  // The same when `longer` is not in memory: refused, the lease unchanged.
+  REQUIRE(pool.freeze(longer, {}).ok());
+  auto l2 = pool.assemble(concat({sys, t.first(12)}), 8);
+  REQUIRE(l2.ok());
+  REQUIRE(f.fwd.eval(*l2->tower, t.subspan(10), Logits::Last, logits).ok());
+  auto refused = pool.seal(*l2, std::vector<int32_t>(turn.begin() + 10, turn.end()));
+  CHECK(refused.status().code() == Status::Code::kConflict);
+  CHECK(l2->path == std::vector<SegmentId>{base, shorter});
+  CHECK(pool.info(longer)->tier == Tier::Cold);
+  pool.release(*l2);
+  REQUIRE(pool.check_invariants().ok());
+}
+
 TEST_CASE("over budget, segments go warm (unmapped, on disk) and come back by page_in, exactly") {
   Fixture f;
   PoolOptions o = exact_f32();
