@@ -745,21 +745,19 @@ void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, co
   std::vector<SegmentId> seal_ids = s.seal_ids;
   SegmentId tail = s.tail_segment;
   if (!out.tail.empty()) {
+    // The seals are the lease's chain after the bot's segments (the tower the turn ran on, plus the
+    // sealed tail): never the old seals, which do not fit the transcript once turns were dropped.
     auto id = pool_.seal(*lease, out.tail, transcript_options(s));
-    if (id.ok()) {
-      seals.clear();
-      seal_ids.clear();
-      for (SegmentId p : lease->path) {
-        auto info = pool_.info(p);
-        if (!info) continue;
-        const size_t end = static_cast<size_t>(info->begin + info->length);
-        if (end > base_len) seals.push_back(end - base_len), seal_ids.push_back(p);
-      }
-      tail = id.value();
-    } else {
-      log_warn("session \"" + s.id + "\": cannot seal the reply: " + id.error());
-      tail = kNoSegment;
+    if (!id.ok()) log_warn("session \"" + s.id + "\": cannot seal the reply: " + id.error());
+    seals.clear();
+    seal_ids.clear();
+    for (SegmentId p : lease->path) {
+      auto info = pool_.info(p);
+      if (!info) continue;
+      const size_t end = static_cast<size_t>(info->begin + info->length);
+      if (end > base_len) seals.push_back(end - base_len), seal_ids.push_back(p);
     }
+    tail = seal_ids.empty() ? kNoSegment : seal_ids.back();
   }
   record::SessionTurn rec{s.id,  s.turns + 1, t.drop_turns, t.drop_tokens, t.user, reply_text, t.delta, out.tokens,
                           seals, std::vector<uint64_t>(seal_ids.begin(), seal_ids.end()), now_s()};
