@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "engine/modular.h"
 #include "mmapstore/segment_file.h"
 #include "mmapstore/segment_pool_entry.h"
 #include "mmapstore/segment_writer.h"
@@ -31,7 +32,8 @@ bool PathPlan::all_hot() const {
 }
 
 SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions options)
-    : model_(model), forward_(forward), options_(std::move(options)), fs_(options_.fs ? *options_.fs : posix_fs()) {
+    : model_(model), forward_(forward), rope_(model.config()), options_(std::move(options)),
+      fs_(options_.fs ? *options_.fs : posix_fs()) {
   if (!options_.store_dir.empty()) {
     writer_ = std::make_unique<SegmentWriter>(
         fs_, options_.model_fingerprint,
@@ -108,16 +110,24 @@ Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options)
   return id;
 }
 
-void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg) {
+void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived) {
   mu_.assert_held();
   e.kv_bytes = seg->kv_bytes();
-  e.segment = seg;
+  e.segment = std::move(seg);
   e.file.reset();
   e.coded.clear();
-  if (writer_) {
-    e.writing = true;
-    writer_->submit({std::move(seg), file_path(e.id), context_xxh3_locked(e.parent)});
-  }
+  e.derived = derived;
+  e.derive_from = kNoSegment;
+  e.derive_skip = 0;
+  submit_write_locked(e);
+}
+
+void SegmentPool::submit_write_locked(Entry& e) {
+  mu_.assert_held();
+  if (!writer_ || !e.segment) return;
+  e.writing = true;
+  writer_->submit({e.segment, file_path(e.id), context_xxh3_locked(e.parent),
+                   e.derived ? segment_format::kFlagDerived : uint8_t{0}});
 }
 
 void SegmentPool::on_written(SegmentId id, const std::filesystem::path& path, const Status& status) {
@@ -135,33 +145,88 @@ void SegmentPool::on_written(SegmentId id, const std::filesystem::path& path, co
       else st = s.status();
     }
   }
-  std::lock_guard lock(mu_);
-  auto it = entries_.find(id);
-  if (it == entries_.end()) {  // removed while it was being written
-    (void)fs_.remove(path);
-    return;
+  // when_durable callers to answer once the lock is released (they may append records).
+  std::vector<std::pair<std::function<void(const Status&)>, Status>> answers;
+  {
+    std::lock_guard lock(mu_);
+    Status outcome = Status::Ok();
+    auto it = entries_.find(id);
+    if (it == entries_.end()) {  // removed while it was being written
+      (void)fs_.remove(path);
+      outcome = Status::NotFound("segment " + std::to_string(id) + " was removed before its file was written");
+    } else {
+      Entry& e = *it->second;
+      e.writing = false;
+      if (!st.ok()) {
+        counters_.write_errors++;
+        counters_.write_error = st.message();
+        // It stays hot in RAM; it cannot leave memory but by eviction (when_durable writes it again).
+        outcome = st.prefixed("segment " + std::to_string(id) + ": ");
+      } else {
+        counters_.files_written++;
+        if (!e.segment) {  // frozen while it was being written: the file goes with the KV
+          (void)fs_.remove(path);
+          outcome = Status::Unavailable("segment " + std::to_string(id) + " left memory before its file was written");
+        } else {
+          e.durable = true;
+          e.verified = true;
+          e.file_bytes = file->file_bytes();
+          if (mapped->id() == e.segment->id() && mapped->length() == e.segment->length()) {
+            // From now on attention reads the mapping; leases holding the RAM copy keep it until released.
+            e.segment = std::move(mapped);
+            e.file = std::move(file);
+          }
+        }
+      }
+    }
+    for (auto w = waiters_.begin(); w != waiters_.end();) {
+      auto at = std::find(w->pending.begin(), w->pending.end(), id);
+      const bool waits = at != w->pending.end();
+      if (waits && outcome.ok()) w->pending.erase(at);
+      if (waits && (!outcome.ok() || w->pending.empty())) {
+        answers.emplace_back(std::move(w->done), outcome);
+        w = waiters_.erase(w);
+      } else {
+        ++w;
+      }
+    }
+    assert_invariants_locked();
   }
-  Entry& e = *it->second;
-  e.writing = false;
-  if (!st.ok()) {
-    counters_.write_errors++;
-    counters_.write_error = st.message();
-    return;  // it stays hot in RAM; it cannot leave memory but by eviction
+  for (auto& [done, outcome] : answers) {
+    if (done) done(outcome);
   }
-  counters_.files_written++;
-  if (!e.segment) {  // frozen while it was being written: the file goes with the KV
-    (void)fs_.remove(path);
-    return;
+}
+
+void SegmentPool::when_durable(std::span<const SegmentId> ids, std::function<void(const Status&)> done) {
+  Status st = Status::Ok();
+  {
+    std::lock_guard lock(mu_);
+    DurableWaiter w;
+    for (SegmentId id : ids) {
+      if (!writer_) break;  // no store: nothing is ever written, nothing to wait for
+      auto it = entries_.find(id);
+      if (it == entries_.end()) {
+        st = Status::NotFound("segment " + std::to_string(id) + " is not in the pool");
+        break;
+      }
+      Entry& e = *it->second;
+      if (e.durable) continue;
+      if (!e.writing) {
+        if (!e.segment) {
+          st = Status::Unavailable("segment " + std::to_string(id) + " has neither KV in memory nor a file");
+          break;
+        }
+        submit_write_locked(e);  // its write failed before: once more
+      }
+      if (std::find(w.pending.begin(), w.pending.end(), id) == w.pending.end()) w.pending.push_back(id);
+    }
+    if (st.ok() && !w.pending.empty()) {
+      w.done = std::move(done);
+      waiters_.push_back(std::move(w));
+      return;
+    }
   }
-  e.durable = true;
-  e.verified = true;
-  e.file_bytes = file->file_bytes();
-  if (mapped->id() == e.segment->id() && mapped->length() == e.segment->length()) {
-    // From now on attention reads the mapping; leases holding the RAM copy keep it until released.
-    e.segment = std::move(mapped);
-    e.file = std::move(file);
-  }
-  assert_invariants_locked();
+  if (done) done(st);
 }
 
 Result<SegmentId> SegmentPool::add_cold(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options) {
@@ -184,6 +249,14 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   if (parent != kNoSegment && !entries_.count(parent)) {
     return Status::NotFound("unknown parent segment " + std::to_string(parent));
   }
+  if (options.derive_from != kNoSegment) {
+    auto src = entries_.find(options.derive_from);
+    if (src == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(options.derive_from) + " to derive from");
+    if (options.derive_skip < 0 || options.derive_skip + static_cast<int64_t>(tokens.size()) > src->second->length) {
+      return Status::InvalidArgument("rows " + std::to_string(options.derive_skip) + " + " + std::to_string(tokens.size()) +
+                                     " are outside segment " + std::to_string(options.derive_from));
+    }
+  }
   std::vector<int32_t> sequence;
   if (parent != kNoSegment) {
     auto seq = trie_.sequence(parent);
@@ -198,7 +271,16 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   auto m = trie_.match(sequence);
   // Already in the pool: one segment per token sequence (it may have been computed after another
   // chain of segments than `parent`'s; its own chain is what a tower over it holds).
-  if (m.length == sequence.size()) return m.segment;
+  if (m.length == sequence.size()) {
+    Entry& e = *entries_.at(m.segment);
+    if (options.derive_from != kNoSegment && e.tier() == Tier::Cold && e.parent == parent && e.derive_from == kNoSegment) {
+      // Waiting to be computed anyway (restored without a file, or a turn that failed): from the
+      // source's rows, as a new one would be.
+      e.derive_from = options.derive_from;
+      e.derive_skip = options.derive_skip;
+    }
+    return m.segment;
+  }
   auto id_or = allocate_id_locked(options);
   if (!id_or.ok()) return id_or.status();
   const SegmentId id = id_or.value();
@@ -212,6 +294,8 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   e->computed_pos = static_cast<int32_t>(sequence.size() - tokens.size());
   e->format = options.format.value_or(options_.depth.at_depth(parent == kNoSegment ? 0 : depth_locked(parent) + 1));
   if (options.cold) e->coded = *options.cold;
+  e->derive_from = options.derive_from;
+  e->derive_skip = options.derive_skip;
   e->label = options.label;
   e->pinned = options.pinned;
   e->created = e->last_used = std::chrono::steady_clock::now();
@@ -310,6 +394,7 @@ Status SegmentPool::adopt(const AdoptSpec& spec) {
   }
   Entry& e = *entries_.at(spec.id);
   e.durable = true;
+  e.derived = (h.flags & segment_format::kFlagDerived) != 0;
   e.file_bytes = file.value()->file_bytes();
   e.kv_bytes = 2 * h.kv_bytes + 4 * h.n_scales;
   assert_invariants_locked();
@@ -527,6 +612,44 @@ Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment
   return Status::Ok();
 }
 
+Status SegmentPool::derive(SegmentId id) {
+  std::unique_lock lock(mu_);
+  return derive_locked(id, lock);
+}
+
+Status SegmentPool::derive_locked(SegmentId id, std::unique_lock<Mutex>& lock) {
+  mu_.assert_held();
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
+  Entry* e = it->second.get();
+  if (e->tier() != Tier::Cold) return Status::Ok();
+  if (e->derive_from == kNoSegment) return Status::InvalidArgument("segment " + std::to_string(id) + " is not derived");
+  auto src_it = entries_.find(e->derive_from);
+  if (src_it == entries_.end()) {
+    e->derive_from = kNoSegment;
+    return Status::NotFound("segment " + std::to_string(id) + ": the segment it is derived from left the pool");
+  }
+  std::shared_ptr<const Segment> src = src_it->second->segment;
+  if (!src) return Status::Unavailable("segment " + std::to_string(e->derive_from) + " is not in memory");
+  const SegmentId from = e->derive_from, parent = e->parent;
+  const int32_t skip = e->derive_skip, length = e->length, pos = e->computed_pos;
+  (void)trie_.acquire(id);
+  (void)trie_.acquire(from);  // neither is removed while the lock is down
+  lock.unlock();
+  // The rows as they were computed, rotated to their new positions (the RoPE shift).
+  std::shared_ptr<const Segment> part =
+      skip > 0 || length != src->length() ? slice_segment(*src, skip, skip + length, id) : src;
+  std::shared_ptr<const Segment> seg = part ? part->shifted(pos, rope_, id, parent) : nullptr;
+  lock.lock();
+  (void)trie_.release(id);
+  (void)trie_.release(from);
+  e = entries_.at(id).get();
+  if (!seg || seg->length() != e->length) return Status::Error("internal: deriving segment " + std::to_string(id) + " failed");
+  if (e->tier() == Tier::Cold) install_locked(*e, std::move(seg), true);
+  assert_invariants_locked();
+  return Status::Ok();
+}
+
 Status SegmentPool::remove(SegmentId id) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
@@ -571,6 +694,8 @@ SegmentInfo SegmentPool::info_locked(const Entry& e) const {
   s.pinned = e.pinned;
   s.tier = e.tier();
   s.durable = e.durable;
+  s.derived = e.derived;
+  s.derive_from = e.derive_from;
   s.hits = e.hits;
   s.created = e.created;
   s.last_used = e.last_used;

@@ -1,10 +1,14 @@
 // The segment pool: hierarchy segments prefilled once, towers leased by longest prefix, exact against
 // monolithic prefill, pins that keep leased segments alive, and eviction by policy within a budget.
 #include <algorithm>
-#include <fstream>
+#include <atomic>
 #include <cmath>
+#include <fstream>
+#include <future>
 #include <random>
 
+#include "fault_injection_fs.h"
+#include "gated_fs.h"
 #include "mmapstore/segment_pool.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -578,4 +582,198 @@ TEST_CASE("a segment added cold (a cold tier restored from disk) runs no model u
   CHECK(test::to_vec(pool.get(b.value())->v_bytes()) == want_v);
   CHECK(pool.info(b.value())->kv_bytes == hot_pool.info(hb)->kv_bytes);
   pool.release(*l);
+}
+
+namespace {
+PoolOptions stored(const std::string& name, FileSystem* fs = nullptr) {
+  PoolOptions o;  // the default formats: transcripts are Q8, as the daemon keeps them
+  o.store_dir = test::temp_dir() / name;
+  std::filesystem::remove_all(o.store_dir);
+  std::filesystem::create_directories(o.store_dir);
+  o.model_fingerprint = 42;
+  o.fs = fs;
+  return o;
+}
+
+SegmentOptions derived_from(SegmentId source, int32_t skip) {
+  SegmentOptions o;
+  o.derive_from = source;
+  o.derive_skip = skip;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("a derived segment is its source's rows shifted, from memory or from the source's file, and never goes cold") {
+  // A session's kept turns after older ones were dropped: rows [8, 20) of a 20-token turn move from
+  // position 30 to position 20, right below the bot. No prefill of those 12 tokens gives that KV.
+  Fixture f;
+  auto sys = random_tokens(f.rng, 20, f.vocab()), old_turn = random_tokens(f.rng, 10, f.vocab()),
+       turn = random_tokens(f.rng, 20, f.vocab());
+  const std::span<const int32_t> kept = std::span<const int32_t>(turn).subspan(8);
+  std::vector<uint8_t> want_k, want_v;
+  for (bool from_file : {false, true}) {
+    CAPTURE(from_file);
+    PoolOptions o = stored("derive-pool");
+    SegmentPool pool(*f.model, f.fwd, o);
+    const SegmentId base = pool.add(kNoSegment, sys).value();
+    const SegmentId t1 = pool.add(base, old_turn).value();
+    const SegmentId t2 = pool.add(t1, turn).value();
+    const SegmentId moved = pool.add_cold(base, kept, derived_from(t2, 8)).value();
+    CHECK(pool.info(moved)->tier == Tier::Cold);
+    CHECK(pool.info(moved)->derive_from == t2);
+    CHECK(pool.info(moved)->begin == 20);
+    pool.flush_writes();
+    if (from_file) {
+      pool.set_ram_budget(1);
+      REQUIRE(pool.enforce_budget() >= 1);
+      REQUIRE(pool.info(t2)->tier == Tier::Warm);
+      CHECK(pool.derive(moved).code() == Status::Code::kUnavailable);  // its source is on disk
+      REQUIRE(pool.thaw(moved).ok());  // pages the source in, then shifts: no prefill
+      pool.set_ram_budget(0);
+    } else {
+      REQUIRE(pool.derive(moved).ok());
+    }
+    auto info = pool.info(moved);
+    CHECK(info->tier == Tier::Hot);
+    CHECK(info->derived);
+    CHECK(info->derive_from == kNoSegment);
+    CHECK(pool.stats().thaws == 0);  // no model run
+    auto seg = pool.get(moved);
+    REQUIRE(seg);
+    CHECK(seg->computed_pos() == 20);
+    CHECK(seg->parent() == base);
+    if (!from_file) {
+      want_k = test::to_vec(seg->k_bytes());
+      want_v = test::to_vec(seg->v_bytes());
+      // Not what a prefill of the kept tokens under the base gives.
+      SegmentPool plain(*f.model, f.fwd, PoolOptions{});
+      const SegmentId pb = plain.add(kNoSegment, sys).value();
+      CHECK(test::to_vec(plain.get(plain.add(pb, kept).value())->k_bytes()) != want_k);
+    } else {
+      CHECK(test::to_vec(seg->k_bytes()) == want_k);  // the same bytes whichever tier the source was in
+      CHECK(test::to_vec(seg->v_bytes()) == want_v);
+    }
+
+    // It leaves memory only to the warm tier: its file is its only copy.
+    CHECK(pool.freeze(moved, {}).code() == Status::Code::kConflict);
+    auto idle = pool.idle(std::chrono::seconds(0));
+    CHECK(std::find(idle.begin(), idle.end(), moved) == idle.end());
+    pool.flush_writes();
+    pool.set_ram_budget(1);
+    pool.enforce_budget();
+    CHECK(pool.info(moved)->tier == Tier::Warm);
+    pool.set_ram_budget(0);
+    pool.flush_writes();
+
+    // A restart: the file says it is derived.
+    SegmentPool restarted(*f.model, f.fwd, o);
+    REQUIRE(restarted.adopt({base, kNoSegment, sys, {}}).ok());
+    REQUIRE(restarted.adopt({moved, base, std::vector<int32_t>(kept.begin(), kept.end()), {}}).ok());
+    CHECK(restarted.info(moved)->derived);
+    CHECK(!restarted.info(base)->derived);
+    CHECK(restarted.freeze(moved, {}).code() == Status::Code::kConflict);
+  }
+}
+
+TEST_CASE("the disk budget never sends a derived segment cold") {
+  Fixture f;
+  PoolOptions o = stored("derive-disk");
+  SegmentPool pool(*f.model, f.fwd, o);
+  auto sys = random_tokens(f.rng, 20, f.vocab()), turn = random_tokens(f.rng, 20, f.vocab()),
+       other = random_tokens(f.rng, 20, f.vocab());
+  const SegmentId base = pool.add(kNoSegment, sys).value();
+  const SegmentId t = pool.add(base, turn).value();
+  const SegmentId moved = pool.add_cold(base, std::span<const int32_t>(turn).subspan(5), derived_from(t, 5)).value();
+  REQUIRE(pool.derive(moved).ok());
+  const SegmentId plain = pool.add(base, other).value();
+  pool.flush_writes();
+  pool.set_ram_budget(1);
+  pool.enforce_budget();
+  REQUIRE(pool.info(moved)->tier == Tier::Warm);
+  REQUIRE(pool.info(plain)->tier == Tier::Warm);
+  // A budget of one byte: every warm segment that may go cold goes.
+  SegmentPool budgeted(*f.model, f.fwd, [&] {
+    PoolOptions b = o;
+    b.disk_budget_bytes = 1;
+    return b;
+  }());
+  REQUIRE(budgeted.adopt({base, kNoSegment, sys, {}}).ok());
+  REQUIRE(budgeted.adopt({t, base, turn, {}}).ok());
+  REQUIRE(budgeted.adopt({moved, base, std::vector<int32_t>(turn.begin() + 5, turn.end()), {}}).ok());
+  REQUIRE(budgeted.adopt({plain, base, other, {}}).ok());
+  CHECK(budgeted.enforce_disk_budget() == 3);
+  CHECK(budgeted.info(moved)->tier == Tier::Warm);
+  CHECK(budgeted.info(plain)->tier == Tier::Cold);
+  CHECK(budgeted.info(t)->tier == Tier::Cold);
+}
+
+TEST_CASE("when_durable answers once the given segments' files are written and synced") {
+  Fixture f;
+  test::GatedFS gate;
+  SegmentPool pool(*f.model, f.fwd, stored("durable-pool", &gate));
+  auto sys = random_tokens(f.rng, 20, f.vocab()), turn = random_tokens(f.rng, 12, f.vocab());
+  const SegmentId base = pool.add(kNoSegment, sys).value();
+  pool.flush_writes();
+
+  // Already durable: at once, on this thread.
+  std::optional<Status> now;
+  pool.when_durable(std::vector<SegmentId>{base}, [&](const Status& st) { now = st; });
+  REQUIRE(now.has_value());
+  CHECK(now->ok());
+  // Unknown: at once, an error.
+  now.reset();
+  pool.when_durable(std::vector<SegmentId>{999}, [&](const Status& st) { now = st; });
+  REQUIRE(now.has_value());
+  CHECK(now->code() == Status::Code::kNotFound);
+
+  // Two new segments whose files the writer cannot create yet: no answer until both are there.
+  gate.close();
+  const SegmentId a = pool.add(base, turn).value();
+  const SegmentId b = pool.add_cold(base, std::span<const int32_t>(turn).subspan(4), derived_from(a, 4)).value();
+  REQUIRE(pool.derive(b).ok());
+  std::atomic<bool> answered{false};
+  std::promise<std::pair<Status, bool>> result;
+  pool.when_durable(std::vector<SegmentId>{base, a, b}, [&](const Status& st) {
+    answered = true;
+    // What a record appended here may name exists on disk.
+    result.set_value({st, std::filesystem::exists(pool.file_path(a)) && std::filesystem::exists(pool.file_path(b))});
+  });
+  CHECK(!answered);  // the writer is held at its first file
+  CHECK(!pool.info(a)->durable);
+  gate.open();
+  auto [st, files] = result.get_future().get();
+  CHECK(st.ok());
+  CHECK(files);
+  CHECK(pool.info(a)->durable);
+  CHECK(pool.info(b)->durable);
+
+  // Without a store nothing is ever written: at once.
+  SegmentPool ram(*f.model, f.fwd, exact_f32());
+  const SegmentId r = ram.add(kNoSegment, sys).value();
+  now.reset();
+  ram.when_durable(std::vector<SegmentId>{r}, [&](const Status& s) { now = s; });
+  REQUIRE(now.has_value());
+  CHECK(now->ok());
+}
+
+TEST_CASE("when_durable reports a failed write and writes the segment again when asked again") {
+  Fixture f;
+  test::FaultInjectionFS fs;
+  SegmentPool pool(*f.model, f.fwd, stored("durable-fail", &fs));
+  auto sys = random_tokens(f.rng, 20, f.vocab());
+  fs.faults.fail_sync_after = 0;  // the next file sync fails
+  const SegmentId base = pool.add(kNoSegment, sys).value();
+  std::promise<Status> first;
+  pool.when_durable(std::vector<SegmentId>{base}, [&](const Status& st) { first.set_value(st); });
+  Status failed = first.get_future().get();
+  CHECK(!failed.ok());
+  CHECK(!pool.info(base)->durable);
+  CHECK(pool.info(base)->tier == Tier::Hot);  // still in memory
+
+  fs.faults.fail_sync_after = -1;
+  std::promise<Status> second;
+  pool.when_durable(std::vector<SegmentId>{base}, [&](const Status& st) { second.set_value(st); });
+  CHECK(second.get_future().get().ok());
+  CHECK(pool.info(base)->durable);
+  CHECK(std::filesystem::exists(pool.file_path(base)));
 }
