@@ -7,7 +7,6 @@
 
 #include "daemon/log.h"
 #include "daemon/random_id.h"
-#include "engine/modular.h"
 
 namespace towers::daemon {
 
@@ -59,7 +58,7 @@ Status not_recorded(const std::string& what, const Status& st) {
 
 Catalog::Catalog(const Model& model, SegmentPool& pool, const PromptBuilder& prompts, StateStore& store,
                  const Config& config, uint64_t fingerprint)
-    : model_(model), rope_(model.config()), pool_(pool), prompts_(prompts), store_(store), config_(config),
+    : model_(model), pool_(pool), prompts_(prompts), store_(store), config_(config),
       fingerprint_(fingerprint) {}
 
 size_t Catalog::prompt_limit() const {
@@ -685,17 +684,19 @@ Status Catalog::shift_kept_locked(const Session& s, SegmentId base_id, size_t ba
     if (end > from) {
       auto toks = std::span<const int32_t>(s.transcript).subspan(from, end - from);
       SegmentOptions o = transcript_options(s);
-      auto old = named ? pool_.get_hot(s.seal_ids[i]) : nullptr;
-      if (old) o.format = old->format();
+      // The kept rows, rotated to their new positions (the RoPE shift) instead of recomputed: what
+      // they attend to stays what they were computed with. Whatever tier the old segment is in (a
+      // restart leaves it warm): the scheduler pages it in (or computes it) before the shift, so the
+      // result never depends on what happened to be in memory.
+      auto old = named ? pool_.info(s.seal_ids[i]) : std::nullopt;
+      if (old && old->length == static_cast<int32_t>(end - at)) {
+        o.format = old->format;
+        o.derive_from = old->id;
+        o.derive_skip = static_cast<int32_t>(from - at);
+      }
       auto id = pool_.add_cold(parent, toks, o);
       if (!id.ok()) return id.status().prefixed("cannot move session \"" + s.id + "\" up: ");
-      if (old && pool_.info(id.value())->tier == Tier::Cold) {
-        // The kept rows, rotated to their new positions (the RoPE shift) instead of recomputed; a
-        // segment not in memory is left cold and recomputed by prefill instead.
-        auto part = from > at ? slice_segment(*old, static_cast<int32_t>(from - at), static_cast<int32_t>(end - at), id.value())
-                              : old;
-        if (part) (void)pool_.install(id.value(), part->shifted(static_cast<int32_t>(pos), rope_, id.value(), parent));
-      }
+      if (o.derive_from != kNoSegment) (void)pool_.derive(id.value());  // now when the old one is in memory
       parent = id.value();
       pos += end - from;
     }
@@ -745,28 +746,34 @@ void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, co
   std::vector<SegmentId> seal_ids = s.seal_ids;
   SegmentId tail = s.tail_segment;
   if (!out.tail.empty()) {
+    // The seals are the lease's chain after the bot's segments (the tower the turn ran on, plus the
+    // sealed tail): never the old seals, which do not fit the transcript once turns were dropped.
     auto id = pool_.seal(*lease, out.tail, transcript_options(s));
-    if (id.ok()) {
-      seals.clear();
-      seal_ids.clear();
-      for (SegmentId p : lease->path) {
-        auto info = pool_.info(p);
-        if (!info) continue;
-        const size_t end = static_cast<size_t>(info->begin + info->length);
-        if (end > base_len) seals.push_back(end - base_len), seal_ids.push_back(p);
-      }
-      tail = id.value();
-    } else {
-      log_warn("session \"" + s.id + "\": cannot seal the reply: " + id.error());
-      tail = kNoSegment;
+    if (!id.ok()) log_warn("session \"" + s.id + "\": cannot seal the reply: " + id.error());
+    seals.clear();
+    seal_ids.clear();
+    for (SegmentId p : lease->path) {
+      auto info = pool_.info(p);
+      if (!info) continue;
+      const size_t end = static_cast<size_t>(info->begin + info->length);
+      if (end > base_len) seals.push_back(end - base_len), seal_ids.push_back(p);
     }
+    tail = seal_ids.empty() ? kNoSegment : seal_ids.back();
   }
   record::SessionTurn rec{s.id,  s.turns + 1, t.drop_turns, t.drop_tokens, t.user, reply_text, t.delta, out.tokens,
                           seals, std::vector<uint64_t>(seal_ids.begin(), seal_ids.end()), now_s()};
+  // Segments the record names that no prefill could give back (the kept turns, RoPE-shifted after a
+  // drop): the record waits for their files, so a crash never leaves it naming one that is missing.
+  // The others are recomputed from the log's tokens, to the same bytes, when their file is missing.
+  std::vector<SegmentId> derived;
+  for (SegmentId p : seal_ids) {
+    auto info = pool_.info(p);
+    if (info && info->derived) derived.push_back(p);
+  }
   lock.unlock();
-  // The turn joins the session once it is durable (on the log's writer thread); the session stays
-  // busy until then, so no other turn can interleave.
-  store_.append_async(rec, [this, rec, tail, done = std::move(done)](const Status& st) {
+  // The turn joins the session once it is durable (on the log's completion thread); the session
+  // stays busy until then, so no other turn can interleave.
+  auto settle = std::make_shared<std::function<void(const Status&)>>([this, rec, tail, done = std::move(done)](const Status& st) {
     std::unique_lock lock(mu_);
     auto it = sessions_.find(rec.id);
     if (it != sessions_.end()) {
@@ -785,6 +792,12 @@ void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, co
     lock.unlock();
     if (done) done(st.ok() ? st : not_recorded("the reply", st));
   });
+  auto record = [this, rec, settle](const Status& files) {
+    if (!files.ok()) return (*settle)(files.prefixed("a moved transcript segment has no file: "));
+    store_.append_async(rec, [settle](const Status& st) { (*settle)(st); });
+  };
+  if (derived.empty()) record(Status::Ok());
+  else pool_.when_durable(derived, std::move(record));
 }
 
 Result<Catalog::Stateless> Catalog::begin_stateless(const std::string& bot, std::vector<ChatMessage> messages) {

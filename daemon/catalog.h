@@ -206,13 +206,14 @@ class Catalog {
   std::string cold_mismatch_locked(const SegmentDef& d, std::span<const int32_t> context) const;
 
   // Moves a session's kept transcript up after `drop_tokens` of it were dropped: the segments of the
-  // kept part go in under base_id at their new positions (RoPE-shifted copies when in memory, cold
-  // otherwise). The session itself changes only when the turn is recorded.
+  // kept part go in under base_id at their new positions as RoPE-shifted copies of the old ones
+  // (derived segments: at once when the old one is in memory, else cold with the recipe, and the
+  // scheduler pages in or computes the old one and shifts). The session itself changes only when the
+  // turn is recorded, and that record waits for the shifted segments' files (finish_turn).
   Status shift_kept_locked(const Session& s, SegmentId base_id, size_t base_len, size_t drop_tokens);
   size_t prompt_limit() const;
 
   const Model& model_;
-  Rope rope_;
   SegmentPool& pool_;
   const PromptBuilder& prompts_;
   StateStore& store_;

@@ -315,6 +315,21 @@ void Scheduler::resolve_build(Build& b) {
   auto info = pool_.info(b.id);
   if (!info) return finish_build(b, Status::NotFound("segment " + std::to_string(b.id) + " left the pool"));
   if (info->tier != Tier::Cold) return finish_build(b, Status::Ok());  // in memory, or on disk: nothing to compute
+  if (info->derive_from != kNoSegment) {
+    // Shifted rows of another segment (a session's kept turns): that one in memory first (paged in,
+    // or computed itself), then the shift; no model run.
+    if (auto src = pool_.info(info->derive_from)) {
+      PathPlan source;
+      source.path = {src->id};
+      source.tiers = {src->tier};
+      source.ends = {static_cast<size_t>(src->begin + src->length)};
+      if (!ready(source)) return;
+      Status st = pool_.derive(b.id);
+      if (st.code() == Status::Code::kUnavailable) return;  // it left memory meanwhile: next round
+      if (st.code() != Status::Code::kNotFound) return finish_build(b, st);
+    }
+    // The source left the pool: computed by prefill below, as any segment.
+  }
   if (info->parent != kNoSegment && !ready(pool_.plan_chain(info->parent))) return;
   auto lease = pool_.lease_chain(info->parent, info->length);
   if (!lease.ok()) {

@@ -28,8 +28,9 @@ std::span<const uint8_t> bytes_of(std::span<const T> s) {
 }
 
 // The header of `s`, with every offset laid out and the payload checksum computed.
-fmt::Header make_header(const Segment& s, uint64_t fingerprint, uint64_t context_xxh3) {
+fmt::Header make_header(const Segment& s, uint64_t fingerprint, uint64_t context_xxh3, uint8_t flags) {
   fmt::Header h{};
+  h.flags = flags;
   std::memcpy(h.magic, fmt::kMagic, sizeof fmt::kMagic);
   h.version = fmt::kVersion;
   h.format = static_cast<uint8_t>(s.format());
@@ -118,8 +119,8 @@ struct FileParts {
   fmt::Header header;
   Payload payload;
   std::vector<std::span<const uint8_t>> parts;
-  FileParts(const Segment& s, uint64_t fingerprint, uint64_t context_xxh3)
-      : header(make_header(s, fingerprint, context_xxh3)), payload(header, s) {
+  FileParts(const Segment& s, uint64_t fingerprint, uint64_t context_xxh3, uint8_t flags)
+      : header(make_header(s, fingerprint, context_xxh3, flags)), payload(header, s) {
     header.payload_xxh3 = payload.checksum();
     header.header_xxh3 = header_checksum(header);
     parts.push_back({reinterpret_cast<const uint8_t*>(&header), sizeof header});
@@ -128,15 +129,17 @@ struct FileParts {
 };
 }  // namespace
 
-std::vector<uint8_t> encode_segment(const Segment& s, uint64_t model_fingerprint, uint64_t context_xxh3) {
-  FileParts f(s, model_fingerprint, context_xxh3);
+std::vector<uint8_t> encode_segment(const Segment& s, uint64_t model_fingerprint, uint64_t context_xxh3,
+                                    uint8_t flags) {
+  FileParts f(s, model_fingerprint, context_xxh3, flags);
   std::vector<uint8_t> out;
   for (auto part : f.parts) out.insert(out.end(), part.begin(), part.end());
   return out;
 }
 
-Status append_segment(WritableFile& file, const Segment& s, uint64_t model_fingerprint, uint64_t context_xxh3) {
-  FileParts f(s, model_fingerprint, context_xxh3);
+Status append_segment(WritableFile& file, const Segment& s, uint64_t model_fingerprint, uint64_t context_xxh3,
+                      uint8_t flags) {
+  FileParts f(s, model_fingerprint, context_xxh3, flags);
   for (auto part : f.parts) {
     if (Status st = file.append(part); !st.ok()) return st;
   }
@@ -144,8 +147,8 @@ Status append_segment(WritableFile& file, const Segment& s, uint64_t model_finge
 }
 
 Status write_segment_file(FileSystem& fs, const Segment& s, const std::filesystem::path& path,
-                          uint64_t model_fingerprint, uint64_t context_xxh3) {
-  FileParts f(s, model_fingerprint, context_xxh3);
+                          uint64_t model_fingerprint, uint64_t context_xxh3, uint8_t flags) {
+  FileParts f(s, model_fingerprint, context_xxh3, flags);
   return write_file_atomic(fs, path, f.parts);
 }
 

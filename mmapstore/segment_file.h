@@ -22,13 +22,16 @@ uint64_t xxh3_64(std::span<const uint8_t> bytes, uint64_t seed = 0);
 uint64_t xxh3_tokens(std::span<const int32_t> tokens);  // of the tokens' little-endian bytes
 
 // The whole file in memory (tests, tools). context_xxh3: xxh3_tokens of the parent chain's tokens.
-std::vector<uint8_t> encode_segment(const Segment& segment, uint64_t model_fingerprint, uint64_t context_xxh3);
+// flags: segment_format::kFlag* (the header's flags byte).
+std::vector<uint8_t> encode_segment(const Segment& segment, uint64_t model_fingerprint, uint64_t context_xxh3,
+                                    uint8_t flags = 0);
 
 // Appends the whole file's bytes to `file` (the writer batches its syncs and renames itself).
-Status append_segment(WritableFile& file, const Segment& segment, uint64_t model_fingerprint, uint64_t context_xxh3);
+Status append_segment(WritableFile& file, const Segment& segment, uint64_t model_fingerprint, uint64_t context_xxh3,
+                      uint8_t flags = 0);
 // Writes the file atomically (mmapstore/posix_file.h write_file_atomic).
 Status write_segment_file(FileSystem& fs, const Segment& segment, const std::filesystem::path& path,
-                          uint64_t model_fingerprint, uint64_t context_xxh3);
+                          uint64_t model_fingerprint, uint64_t context_xxh3, uint8_t flags = 0);
 
 // What the record log knows of a segment; opening a file checks its header against it.
 struct SegmentExpect {

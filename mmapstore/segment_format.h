@@ -3,7 +3,8 @@
 //
 // File layout, version 2 (every integer little-endian; x86-64 and ARM64 both are):
 //
-//   offset 0            Header, 152 bytes (below)
+//   offset 0            Header, 152 bytes (below; `flags` was a reserved zero byte before, so
+//                       files without flags read as flags 0 and the version stays 2)
 //   tokens_offset       int32 tokens[n_tokens]
 //   k_offset            K: [layer][row][kv head] vectors in `format`, kv_bytes bytes       (64-aligned)
 //   v_offset            V: the same shape, kv_bytes bytes                                  (64-aligned)
@@ -40,7 +41,8 @@ struct Header {
   char magic[8];
   uint32_t version;
   uint8_t format;               // simd::KvQuant
-  uint8_t reserved0[3];
+  uint8_t flags;                // kFlag* below (0 in files of towerd before it: a reserved byte)
+  uint8_t reserved0[2];
   uint64_t model_fingerprint;   // engine/codec.h model_fingerprint()
   uint64_t id, parent;          // pool ids (0 = no parent)
   int32_t computed_pos;         // position of the first token when computed (= parent chain length)
@@ -57,6 +59,12 @@ struct Header {
 };
 static_assert(sizeof(Header) == 152, "the header layout is part of the file format");
 static_assert(offsetof(Header, header_xxh3) == sizeof(Header) - 8, "header_xxh3 comes last");
+
+// The KV is not what a prefill of the tokens after the parent chain gives: it is a RoPE-shifted
+// copy of rows computed under a longer context (a session's kept turns after older ones were
+// dropped). Such a segment cannot be recomputed from the log: it never goes to the cold tier, and a
+// record names it only once its file is durable (docs/store.md).
+inline constexpr uint8_t kFlagDerived = 1;
 
 inline constexpr uint64_t align_up(uint64_t n) { return (n + kSectionAlign - 1) / kSectionAlign * kSectionAlign; }
 

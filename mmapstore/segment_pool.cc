@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "engine/modular.h"
 #include "mmapstore/segment_file.h"
 #include "mmapstore/segment_pool_entry.h"
 #include "mmapstore/segment_writer.h"
@@ -31,7 +32,8 @@ bool PathPlan::all_hot() const {
 }
 
 SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions options)
-    : model_(model), forward_(forward), options_(std::move(options)), fs_(options_.fs ? *options_.fs : posix_fs()) {
+    : model_(model), forward_(forward), rope_(model.config()), options_(std::move(options)),
+      fs_(options_.fs ? *options_.fs : posix_fs()) {
   if (!options_.store_dir.empty()) {
     writer_ = std::make_unique<SegmentWriter>(
         fs_, options_.model_fingerprint,
@@ -67,8 +69,35 @@ uint64_t SegmentPool::context_xxh3_locked(SegmentId parent) const {
 
 size_t SegmentPool::depth_locked(SegmentId id) const {
   mu_.assert_held();
-  auto info = trie_.info(id);
-  return info.ok() ? info.value().depth : 0;
+  // Along the segments' own parents, not the trie's payload ancestors: a payload may sit below
+  // another one whose KV it was not computed after (tokens [0, 10) and [0, 20) of one session each).
+  size_t depth = 0;
+  for (auto it = entries_.find(id); it != entries_.end() && it->second->parent != kNoSegment;
+       it = entries_.find(it->second->parent)) {
+    ++depth;
+  }
+  return depth;
+}
+
+std::vector<SegmentId> SegmentPool::usable_chain_locked(std::span<const int32_t> tokens, bool hot_only) const {
+  mu_.assert_held();
+  auto m = trie_.match(tokens);
+  if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();  // leave a token to prefill
+  // The payloads on the matched path all hold a prefix of `tokens`, but the trie's path is not a
+  // chain of KV: a payload's KV was computed after its own parent, which need not be the payload
+  // above it in the trie. Each payload's own parent chain is. The deepest one whose whole chain is
+  // usable wins.
+  for (auto step = m.path.rbegin(); step != m.path.rend(); ++step) {
+    auto ids = chain_ids_locked(step->segment);
+    if (ids.empty() || ids.back() != step->segment) continue;
+    const Entry& last = *entries_.at(step->segment);
+    if (static_cast<size_t>(last.computed_pos + last.length) != step->end) continue;  // cannot happen
+    const bool usable = !hot_only || std::all_of(ids.begin(), ids.end(), [&](SegmentId s) {
+      return entries_.at(s)->segment != nullptr;
+    });
+    if (usable) return ids;
+  }
+  return {};
 }
 
 Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options) {
@@ -81,16 +110,24 @@ Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options)
   return id;
 }
 
-void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg) {
+void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived) {
   mu_.assert_held();
   e.kv_bytes = seg->kv_bytes();
-  e.segment = seg;
+  e.segment = std::move(seg);
   e.file.reset();
   e.coded.clear();
-  if (writer_) {
-    e.writing = true;
-    writer_->submit({std::move(seg), file_path(e.id), context_xxh3_locked(e.parent)});
-  }
+  e.derived = derived;
+  e.derive_from = kNoSegment;
+  e.derive_skip = 0;
+  submit_write_locked(e);
+}
+
+void SegmentPool::submit_write_locked(Entry& e) {
+  mu_.assert_held();
+  if (!writer_ || !e.segment) return;
+  e.writing = true;
+  writer_->submit({e.segment, file_path(e.id), context_xxh3_locked(e.parent),
+                   e.derived ? segment_format::kFlagDerived : uint8_t{0}});
 }
 
 void SegmentPool::on_written(SegmentId id, const std::filesystem::path& path, const Status& status) {
@@ -108,33 +145,88 @@ void SegmentPool::on_written(SegmentId id, const std::filesystem::path& path, co
       else st = s.status();
     }
   }
-  std::lock_guard lock(mu_);
-  auto it = entries_.find(id);
-  if (it == entries_.end()) {  // removed while it was being written
-    (void)fs_.remove(path);
-    return;
+  // when_durable callers to answer once the lock is released (they may append records).
+  std::vector<std::pair<std::function<void(const Status&)>, Status>> answers;
+  {
+    std::lock_guard lock(mu_);
+    Status outcome = Status::Ok();
+    auto it = entries_.find(id);
+    if (it == entries_.end()) {  // removed while it was being written
+      (void)fs_.remove(path);
+      outcome = Status::NotFound("segment " + std::to_string(id) + " was removed before its file was written");
+    } else {
+      Entry& e = *it->second;
+      e.writing = false;
+      if (!st.ok()) {
+        counters_.write_errors++;
+        counters_.write_error = st.message();
+        // It stays hot in RAM; it cannot leave memory but by eviction (when_durable writes it again).
+        outcome = st.prefixed("segment " + std::to_string(id) + ": ");
+      } else {
+        counters_.files_written++;
+        if (!e.segment) {  // frozen while it was being written: the file goes with the KV
+          (void)fs_.remove(path);
+          outcome = Status::Unavailable("segment " + std::to_string(id) + " left memory before its file was written");
+        } else {
+          e.durable = true;
+          e.verified = true;
+          e.file_bytes = file->file_bytes();
+          if (mapped->id() == e.segment->id() && mapped->length() == e.segment->length()) {
+            // From now on attention reads the mapping; leases holding the RAM copy keep it until released.
+            e.segment = std::move(mapped);
+            e.file = std::move(file);
+          }
+        }
+      }
+    }
+    for (auto w = waiters_.begin(); w != waiters_.end();) {
+      auto at = std::find(w->pending.begin(), w->pending.end(), id);
+      const bool waits = at != w->pending.end();
+      if (waits && outcome.ok()) w->pending.erase(at);
+      if (waits && (!outcome.ok() || w->pending.empty())) {
+        answers.emplace_back(std::move(w->done), outcome);
+        w = waiters_.erase(w);
+      } else {
+        ++w;
+      }
+    }
+    assert_invariants_locked();
   }
-  Entry& e = *it->second;
-  e.writing = false;
-  if (!st.ok()) {
-    counters_.write_errors++;
-    counters_.write_error = st.message();
-    return;  // it stays hot in RAM; it cannot leave memory but by eviction
+  for (auto& [done, outcome] : answers) {
+    if (done) done(outcome);
   }
-  counters_.files_written++;
-  if (!e.segment) {  // frozen while it was being written: the file goes with the KV
-    (void)fs_.remove(path);
-    return;
+}
+
+void SegmentPool::when_durable(std::span<const SegmentId> ids, std::function<void(const Status&)> done) {
+  Status st = Status::Ok();
+  {
+    std::lock_guard lock(mu_);
+    DurableWaiter w;
+    for (SegmentId id : ids) {
+      if (!writer_) break;  // no store: nothing is ever written, nothing to wait for
+      auto it = entries_.find(id);
+      if (it == entries_.end()) {
+        st = Status::NotFound("segment " + std::to_string(id) + " is not in the pool");
+        break;
+      }
+      Entry& e = *it->second;
+      if (e.durable) continue;
+      if (!e.writing) {
+        if (!e.segment) {
+          st = Status::Unavailable("segment " + std::to_string(id) + " has neither KV in memory nor a file");
+          break;
+        }
+        submit_write_locked(e);  // its write failed before: once more
+      }
+      if (std::find(w.pending.begin(), w.pending.end(), id) == w.pending.end()) w.pending.push_back(id);
+    }
+    if (st.ok() && !w.pending.empty()) {
+      w.done = std::move(done);
+      waiters_.push_back(std::move(w));
+      return;
+    }
   }
-  e.durable = true;
-  e.verified = true;
-  e.file_bytes = file->file_bytes();
-  if (mapped->id() == e.segment->id() && mapped->length() == e.segment->length()) {
-    // From now on attention reads the mapping; leases holding the RAM copy keep it until released.
-    e.segment = std::move(mapped);
-    e.file = std::move(file);
-  }
-  assert_invariants_locked();
+  if (done) done(st);
 }
 
 Result<SegmentId> SegmentPool::add_cold(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options) {
@@ -157,6 +249,14 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   if (parent != kNoSegment && !entries_.count(parent)) {
     return Status::NotFound("unknown parent segment " + std::to_string(parent));
   }
+  if (options.derive_from != kNoSegment) {
+    auto src = entries_.find(options.derive_from);
+    if (src == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(options.derive_from) + " to derive from");
+    if (options.derive_skip < 0 || options.derive_skip + static_cast<int64_t>(tokens.size()) > src->second->length) {
+      return Status::InvalidArgument("rows " + std::to_string(options.derive_skip) + " + " + std::to_string(tokens.size()) +
+                                     " are outside segment " + std::to_string(options.derive_from));
+    }
+  }
   std::vector<int32_t> sequence;
   if (parent != kNoSegment) {
     auto seq = trie_.sequence(parent);
@@ -169,7 +269,18 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
                                    ", beyond the model's context of " + std::to_string(cfg.n_ctx_train));
   }
   auto m = trie_.match(sequence);
-  if (m.length == sequence.size()) return m.segment;  // already in the pool under the same chain
+  // Already in the pool: one segment per token sequence (it may have been computed after another
+  // chain of segments than `parent`'s; its own chain is what a tower over it holds).
+  if (m.length == sequence.size()) {
+    Entry& e = *entries_.at(m.segment);
+    if (options.derive_from != kNoSegment && e.tier() == Tier::Cold && e.parent == parent && e.derive_from == kNoSegment) {
+      // Waiting to be computed anyway (restored without a file, or a turn that failed): from the
+      // source's rows, as a new one would be.
+      e.derive_from = options.derive_from;
+      e.derive_skip = options.derive_skip;
+    }
+    return m.segment;
+  }
   auto id_or = allocate_id_locked(options);
   if (!id_or.ok()) return id_or.status();
   const SegmentId id = id_or.value();
@@ -183,6 +294,8 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   e->computed_pos = static_cast<int32_t>(sequence.size() - tokens.size());
   e->format = options.format.value_or(options_.depth.at_depth(parent == kNoSegment ? 0 : depth_locked(parent) + 1));
   if (options.cold) e->coded = *options.cold;
+  e->derive_from = options.derive_from;
+  e->derive_skip = options.derive_skip;
   e->label = options.label;
   e->pinned = options.pinned;
   e->created = e->last_used = std::chrono::steady_clock::now();
@@ -281,6 +394,7 @@ Status SegmentPool::adopt(const AdoptSpec& spec) {
   }
   Entry& e = *entries_.at(spec.id);
   e.durable = true;
+  e.derived = (h.flags & segment_format::kFlagDerived) != 0;
   e.file_bytes = file.value()->file_bytes();
   e.kv_bytes = 2 * h.kv_bytes + 4 * h.n_scales;
   assert_invariants_locked();
@@ -332,12 +446,11 @@ size_t SegmentPool::collect_garbage() {
 PathPlan SegmentPool::plan(std::span<const int32_t> tokens) const {
   std::lock_guard lock(mu_);
   PathPlan p;
-  auto m = trie_.match(tokens);
-  if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
-  for (const auto& step : m.path) {
-    p.path.push_back(step.segment);
-    p.tiers.push_back(entries_.at(step.segment)->tier());
-    p.ends.push_back(step.end);
+  for (SegmentId s : usable_chain_locked(tokens, false)) {
+    const Entry& e = *entries_.at(s);
+    p.path.push_back(s);
+    p.tiers.push_back(e.tier());
+    p.ends.push_back(static_cast<size_t>(e.computed_pos + e.length));
   }
   return p;
 }
@@ -360,17 +473,15 @@ Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t ext
   Lease lease;
   {
     std::lock_guard lock(mu_);
-    auto m = trie_.match(tokens);
-    if (!m.path.empty() && m.path.back().end == tokens.size()) m.path.pop_back();
     const auto now = std::chrono::steady_clock::now();
-    for (const auto& step : m.path) {
-      Entry& e = *entries_.at(step.segment);
-      if (!e.segment || !trie_.acquire(step.segment).ok()) break;
+    for (SegmentId s : usable_chain_locked(tokens, true)) {
+      Entry& e = *entries_.at(s);
+      (void)trie_.acquire(s);
       e.hits++;
       e.last_used = now;
       segs.push_back(e.segment);
-      lease.path.push_back(step.segment);
-      lease.cached_tokens = step.end;
+      lease.path.push_back(s);
+      lease.cached_tokens = static_cast<size_t>(e.computed_pos + e.length);
     }
     counters_.leases++;
     if (!lease.path.empty()) counters_.lease_hits++;
@@ -437,6 +548,32 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
   auto id = add_cold_locked(parent, tail_tokens, o);
   if (!id.ok()) return id.status();
   Entry& e = *entries_.at(id.value());
+  if (e.parent != parent) {
+    // These tokens are cached already as a segment computed after another chain (another session's
+    // turns ended elsewhere). Its own chain is a valid tower for them; ours plus it would not be.
+    auto ids = chain_ids_locked(e.id);
+    for (SegmentId s : ids) {
+      if (!entries_.at(s)->segment) {
+        return Status::Conflict("seal: these tokens are segment " + std::to_string(e.id) +
+                                " already, under another chain that is not in memory");
+      }
+    }
+    std::vector<std::shared_ptr<const Segment>> segs;
+    for (SegmentId s : ids) {
+      (void)trie_.acquire(s);
+      entries_.at(s)->last_used = std::chrono::steady_clock::now();
+      segs.push_back(entries_.at(s)->segment);
+    }
+    for (SegmentId s : lease.path) (void)trie_.release(s);
+    lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
+    lease.path = std::move(ids);
+    lease.cached_tokens = static_cast<size_t>(lease.tower->base_length());
+    const size_t tail = lease.tower->tail_bytes();
+    tail_bytes_ = tail_bytes_ - std::min(tail_bytes_, lease.tail_bytes) + tail;
+    lease.tail_bytes = tail;
+    assert_invariants_locked();
+    return e.id;
+  }
   if (e.segment) {
     // Someone sealed the same tokens already: the tower switches to theirs, our copy of the rows goes.
     std::vector<std::shared_ptr<const Segment>> segs = lease.tower->segments();
@@ -471,6 +608,44 @@ Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment
   install_locked(e, std::move(segment));
   counters_.thaws++;
   counters_.thaw_tokens += e.length;
+  assert_invariants_locked();
+  return Status::Ok();
+}
+
+Status SegmentPool::derive(SegmentId id) {
+  std::unique_lock lock(mu_);
+  return derive_locked(id, lock);
+}
+
+Status SegmentPool::derive_locked(SegmentId id, std::unique_lock<Mutex>& lock) {
+  mu_.assert_held();
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
+  Entry* e = it->second.get();
+  if (e->tier() != Tier::Cold) return Status::Ok();
+  if (e->derive_from == kNoSegment) return Status::InvalidArgument("segment " + std::to_string(id) + " is not derived");
+  auto src_it = entries_.find(e->derive_from);
+  if (src_it == entries_.end()) {
+    e->derive_from = kNoSegment;
+    return Status::NotFound("segment " + std::to_string(id) + ": the segment it is derived from left the pool");
+  }
+  std::shared_ptr<const Segment> src = src_it->second->segment;
+  if (!src) return Status::Unavailable("segment " + std::to_string(e->derive_from) + " is not in memory");
+  const SegmentId from = e->derive_from, parent = e->parent;
+  const int32_t skip = e->derive_skip, length = e->length, pos = e->computed_pos;
+  (void)trie_.acquire(id);
+  (void)trie_.acquire(from);  // neither is removed while the lock is down
+  lock.unlock();
+  // The rows as they were computed, rotated to their new positions (the RoPE shift).
+  std::shared_ptr<const Segment> part =
+      skip > 0 || length != src->length() ? slice_segment(*src, skip, skip + length, id) : src;
+  std::shared_ptr<const Segment> seg = part ? part->shifted(pos, rope_, id, parent) : nullptr;
+  lock.lock();
+  (void)trie_.release(id);
+  (void)trie_.release(from);
+  e = entries_.at(id).get();
+  if (!seg || seg->length() != e->length) return Status::Error("internal: deriving segment " + std::to_string(id) + " failed");
+  if (e->tier() == Tier::Cold) install_locked(*e, std::move(seg), true);
   assert_invariants_locked();
   return Status::Ok();
 }
@@ -519,11 +694,13 @@ SegmentInfo SegmentPool::info_locked(const Entry& e) const {
   s.pinned = e.pinned;
   s.tier = e.tier();
   s.durable = e.durable;
+  s.derived = e.derived;
+  s.derive_from = e.derive_from;
   s.hits = e.hits;
   s.created = e.created;
   s.last_used = e.last_used;
+  s.depth = depth_locked(e.id);
   if (auto t = trie_.info(s.id); t.ok()) {
-    s.depth = t.value().depth;
     s.refcount = t.value().refcount;
     s.fan_out = t.value().fan_out;
   }

@@ -26,6 +26,7 @@
 #pragma once
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "engine/forward.h"
+#include "engine/rope.h"
 #include "engine/segment.h"
 #include "mmapstore/cache_trie.h"
 #include "mmapstore/eviction.h"
@@ -70,6 +72,12 @@ struct SegmentOptions {
   std::string label;              // free text for listings ("platform", "bot:helper", "session:ID", ...)
   // Add the segment cold (add_cold), with its tokens arithmetic-coded (may be empty: none kept).
   std::optional<std::vector<uint8_t>> cold;
+  // Compute it (derive(), or a thaw) as a RoPE-shifted copy of rows [derive_skip, derive_skip +
+  // length) of segment derive_from instead of by prefill: a session's kept turns, moved up after
+  // older turns were dropped, keep the KV they were computed with. The result is *derived*: no
+  // prefill of its tokens gives it, so it never goes cold (see SegmentInfo::derived).
+  SegmentId derive_from = kNoSegment;
+  int32_t derive_skip = 0;
 };
 
 struct SegmentInfo {
@@ -86,6 +94,12 @@ struct SegmentInfo {
   bool pinned = false;
   Tier tier = Tier::Hot;
   bool durable = false;           // its file is written and synced
+  // Its KV is a RoPE-shifted copy (SegmentOptions::derive_from), which a prefill of its tokens would
+  // not reproduce: it leaves memory only to the warm tier (never frozen, never dropped under the
+  // disk budget), its file says so (segment_format::kFlagDerived), and a record should name it only
+  // once that file is durable (when_durable).
+  bool derived = false;
+  SegmentId derive_from = kNoSegment;  // cold, waiting to be derived from this segment
   uint64_t hits = 0;              // leases that used it
   std::chrono::steady_clock::time_point created, last_used;
 };
@@ -149,7 +163,8 @@ class SegmentPool {
 
   // Prefills `tokens` after the whole chain of `parent` (kNoSegment: at the top; the caller includes
   // BOS in a top segment's tokens) and keeps the result as a segment in the format of its depth.
-  // Returns the existing id when exactly this (parent chain, tokens) is already in the pool.
+  // Returns the existing id when this token sequence (parent chain's tokens + tokens) is already in
+  // the pool; that segment's own parent may differ from `parent` (its chain ends elsewhere).
   // Runs the model (add_cold + thaw).
   Result<SegmentId> add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options = {});
   // The same segment, cold: indexed by the trie, no KV yet (a build or a thaw computes it). Never
@@ -169,8 +184,10 @@ class SegmentPool {
   // segments whose unlink did not happen, and stray .tmp files). Returns how many went.
   size_t collect_garbage();
 
-  // Where `tokens` stands: the longest path of segments (any tier) matching a prefix of them, backed
-  // off so that at least one token is left to prefill.
+  // Where `tokens` stands: the chain (parent chain, root first, any tier) of the deepest segment
+  // whose sequence is a prefix of them, backed off so that at least one token is left to prefill.
+  // Never the trie's payload path as such: a payload may sit below another one whose KV it was not
+  // computed after (two sessions sealed [hi r1..r9] and [hi r1..r19] under one bot).
   PathPlan plan(std::span<const int32_t> tokens) const;
   // The chain root .. id and each step's tier (what a build under `id` needs in memory).
   PathPlan plan_chain(SegmentId id) const;
@@ -179,9 +196,12 @@ class SegmentPool {
   // model runs. A segment whose file fails is dropped to cold (Corruption: the caller rebuilds it).
   Status page_in(std::span<const SegmentId> ids);
 
-  // Longest hot prefix of `tokens` as a tower with room for the rest plus `extra_capacity` tokens.
-  // Never runs the model and never waits for the disk: a warm or cold segment ends the reused prefix
-  // (plan + page_in + thaw first to avoid that). At least one token is always left to prefill.
+  // The longest cached prefix of `tokens` whose segments are all in memory, as a tower over that
+  // segment's parent chain (lease.path, root first: exactly plan()'s path when it is all hot) with
+  // room for the rest plus `extra_capacity` tokens. Matching segments are tried deepest first; the
+  // first whose whole chain is hot wins. Never runs the model and never waits for the disk: a warm
+  // or cold segment makes a shorter prefix win (plan + page_in + thaw first to avoid that). At least
+  // one token is always left to prefill.
   Result<Lease> assemble(std::span<const int32_t> tokens, int32_t extra_capacity);
   // A tower over exactly the chain root .. id (all hot), with room for `extra_capacity` tokens: what
   // a build of a segment under `id` prefills into. NotFound / Unavailable (not hot) otherwise.
@@ -190,11 +210,25 @@ class SegmentPool {
   void release(Lease& lease);
 
   // Turns the lease's tail (whose tokens the caller passes) into a segment under the lease's last
-  // segment, so later requests with this prefix find it; the lease keeps working on it.
+  // segment, so later requests with this prefix find it; the lease keeps working on it. When the
+  // same tokens are a segment already under another chain, the lease switches to that segment's
+  // chain (its path changes) if it is all in memory, and the seal is refused (Conflict) otherwise.
   Result<SegmentId> seal(Lease& lease, std::vector<int32_t> tail_tokens, const SegmentOptions& options = {});
   // Completes a build: the cold segment `id` gets its KV (computed under its parent chain); it is
   // hot now and its file is queued for writing.
   Status install(SegmentId id, std::shared_ptr<const Segment> segment);
+  // Computes a cold segment added with SegmentOptions::derive_from from its source's rows (no model
+  // run; the shift runs without the pool lock). Ok when it is not cold (nothing to do). Unavailable
+  // while the source is not in memory (page it in, or build it, first); NotFound when the source
+  // left the pool (the recipe is dropped: the segment is then computed by prefill like any other).
+  Status derive(SegmentId id);
+  // Runs `done` once the files of all `ids` are durable (written, synced, renamed, directory synced):
+  // at once, on this thread, when they are (or when the pool has no store: no file will ever exist),
+  // else on the writer thread after the last one. A segment in memory without a file and no write
+  // queued (a write that failed) is written again. An error when one of them cannot get a file: it
+  // is unknown, cold, removed or frozen meanwhile, or its write fails. What the record log names
+  // must exist (LevelDB's rule): a record naming derived segments is appended from `done`.
+  void when_durable(std::span<const SegmentId> ids, std::function<void(const Status&)> done);
 
   // Removes a segment nobody leases and nothing depends on, and its file. The error says why not.
   Status remove(SegmentId id);
@@ -247,9 +281,21 @@ class SegmentPool {
   Status prefill_under_chain(SegmentId id, bool thawing, std::unique_lock<Mutex>& lock);
   // Pages in and computes every segment of the chain root .. id; `fresh` is being added (not a thaw).
   Status compute_chain(SegmentId id, SegmentId fresh);
+  // derive() with the lock held (unlocked while the rows are shifted; both segments pinned).
+  Status derive_locked(SegmentId id, std::unique_lock<Mutex>& lock);
   std::vector<SegmentId> chain_ids_locked(SegmentId id) const;  // root first
-  void install_locked(Entry& e, std::shared_ptr<const Segment> seg);
+  // The chain (root first) of the deepest segment whose sequence is a prefix of `tokens` (leaving at
+  // least one token) and, when hot_only, whose whole chain is in memory; empty when none.
+  std::vector<SegmentId> usable_chain_locked(std::span<const int32_t> tokens, bool hot_only) const;
+  // Gives e its KV (derived: a shifted copy) and queues its file.
+  void install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived = false);
+  void submit_write_locked(Entry& e);
   void on_written(SegmentId id, const std::filesystem::path& path, const Status& status);
+  // when_durable callers waiting for files: the ids not durable yet.
+  struct DurableWaiter {
+    std::vector<SegmentId> pending;
+    std::function<void(const Status&)> done;
+  };
   void drop_kv_locked(Entry& e);  // to warm (when durable) or cold
   void delete_file_locked(Entry& e);
   Result<SegmentId> allocate_id_locked(const SegmentOptions& options);
@@ -261,6 +307,7 @@ class SegmentPool {
 
   const Model& model_;
   Forward& forward_;
+  Rope rope_;
   PoolOptions options_;
   FileSystem& fs_;
   mutable Mutex mu_;
@@ -269,6 +316,7 @@ class SegmentPool {
   SegmentId next_id_ = 1;
   size_t tail_bytes_ = 0;  // of leases not yet released
   PoolStats counters_;
+  std::vector<DurableWaiter> waiters_;
   std::unique_ptr<SegmentWriter> writer_;  // last member: its thread calls back into the pool
 };
 

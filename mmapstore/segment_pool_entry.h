@@ -23,6 +23,9 @@ struct SegmentPool::Entry {
   bool verified = false;                    // its payload checksum passed in this process
   bool writing = false;                     // queued at the writer
   bool loading = false;                     // a page_in maps it right now (without the lock)
+  bool derived = false;                     // SegmentInfo::derived
+  SegmentId derive_from = kNoSegment;       // cold: computed as rows of this segment, shifted
+  int32_t derive_skip = 0;                  // ... from this row of it
   std::vector<uint8_t> coded;               // cold: the compressor's coded tokens
   std::string label;
   bool pinned = false;

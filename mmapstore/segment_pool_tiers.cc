@@ -71,6 +71,8 @@ Status SegmentPool::page_in(std::span<const SegmentId> ids) {
       counters_.page_in_error = j.status.message();
       failed = Status::Corruption("cannot page in segment " + std::to_string(e.id) + ": " + j.status.message());
       delete_file_locked(e);
+      // A derived segment's KV is lost with its file: the build that comes next (a prefill) defines it.
+      e.derived = false;
       continue;
     }
     e.segment = std::move(j.segment);
@@ -128,13 +130,14 @@ size_t SegmentPool::enforce_budget() {
     // Only what holds memory and can leave it: in memory, not being paged in, and with a durable
     // file to come back from (or, without a store, gone for good).
     if (!e->segment || e->loading || (store && !e->durable)) continue;
+    if (!store && e->derived) continue;  // gone for good, it could not be computed again
     auto info = trie_.info(id);
     if (!info.ok()) continue;
     EvictionCandidate c;
     c.id = id;
     c.bytes = e->resident_bytes();
     c.tokens = e->length;
-    c.depth = info.value().depth;
+    c.depth = depth_locked(id);
     c.pinned = e->pinned;
     c.leases = info.value().refcount;
     c.fan_out = info.value().fan_out;
@@ -181,7 +184,8 @@ size_t SegmentPool::enforce_disk_budget() {
   for (const auto& [id, e] : entries_) {
     if (!e->durable) continue;
     on_disk += e->file_bytes;
-    if (e->tier() == Tier::Warm && !e->loading && !e->pinned) warm.push_back(e.get());
+    // A derived segment's file is its only copy: no prefill would give its KV back.
+    if (e->tier() == Tier::Warm && !e->loading && !e->pinned && !e->derived) warm.push_back(e.get());
   }
   if (on_disk <= options_.disk_budget_bytes) return 0;
   std::sort(warm.begin(), warm.end(), [](const Entry* a, const Entry* b) { return a->last_used < b->last_used; });
@@ -204,7 +208,7 @@ std::vector<SegmentId> SegmentPool::idle(std::chrono::steady_clock::duration idl
   const auto cutoff = std::chrono::steady_clock::now() - idle_for;
   std::vector<std::pair<std::chrono::steady_clock::time_point, SegmentId>> found;
   for (const auto& [id, e] : entries_) {
-    if (e->pinned || e->tier() == Tier::Cold || e->last_used > cutoff) continue;
+    if (e->pinned || e->derived || e->tier() == Tier::Cold || e->last_used > cutoff) continue;
     auto info = trie_.info(id);
     if (!info.ok() || info.value().refcount > 0 || info.value().fan_out >= options_.pin_fan_out) continue;
     found.emplace_back(e->last_used, id);
@@ -227,6 +231,10 @@ Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {
     return Status::Conflict("segment " + std::to_string(id) + " is pinned");
   }
   if (e.tier() == Tier::Cold) return Status::Conflict("segment " + std::to_string(id) + " is cold already");
+  if (e.derived) {
+    return Status::Conflict("segment " + std::to_string(id) +
+                            " is a shifted copy (derived): no prefill would give its KV back, so it never goes cold");
+  }
   drop_kv_locked(e);
   delete_file_locked(e);
   e.coded = std::move(coded);
@@ -250,9 +258,21 @@ Status SegmentPool::compute_chain(SegmentId id, SegmentId fresh) {
     auto it = entries_.find(s);
     if (it == entries_.end()) return Status::NotFound("segment " + std::to_string(s) + " left the pool");
     if (it->second->tier() == Tier::Warm) return paged.ok() ? Status::Unavailable("segment is being paged in") : paged;
-    if (it->second->tier() == Tier::Cold) {
-      if (Status st = prefill_under_chain(s, s != fresh, lock); !st.ok()) return st;
+    if (it->second->tier() != Tier::Cold) continue;
+    if (const SegmentId from = it->second->derive_from; from != kNoSegment) {
+      // Shifted rows of another segment: that one in memory first (paged in, or computed itself).
+      lock.unlock();
+      Status src = compute_chain(from, kNoSegment);
+      lock.lock();
+      Status st = src.ok() ? derive_locked(s, lock) : src;
+      if (st.ok() || st.code() != Status::Code::kNotFound) {
+        if (!st.ok()) return st;
+        continue;
+      }
+      // Its source left the pool: computed by prefill like any other.
+      if (!entries_.count(s)) return st;
     }
+    if (Status st = prefill_under_chain(s, s != fresh, lock); !st.ok()) return st;
   }
   return Status::Ok();
 }

@@ -68,7 +68,7 @@ void SegmentWriter::write_batch(std::deque<Job>& batch) {
       status[i] = file.status();
       continue;
     }
-    Status st = append_segment(*file.value(), *j.segment, fingerprint_, j.context_xxh3);
+    Status st = append_segment(*file.value(), *j.segment, fingerprint_, j.context_xxh3, j.flags);
     if (st.ok()) st = file.value()->sync();
     if (!st.ok()) {
       file.value().reset();

@@ -23,6 +23,7 @@ class SegmentWriter {
     std::shared_ptr<const Segment> segment;
     std::filesystem::path path;
     uint64_t context_xxh3 = 0;  // of the parent chain's tokens (mmapstore/segment_format.h)
+    uint8_t flags = 0;          // segment_format::kFlag*
   };
   using Done = std::function<void(const Job& job, const Status& status)>;
 

@@ -93,7 +93,7 @@ class FaultInjectionFS final : public FileSystem {
     for (auto& [path, old] : replaced_) {
       if (old) {
         std::ofstream(path, std::ios::binary | std::ios::trunc) << *old;
-        files_[path] = State{old->size(), true};
+        files_[path] = State{old->size(), true, {}};
       } else {
         std::filesystem::remove(path);
         files_.erase(path);

@@ -1,10 +1,14 @@
 // The segment pool: hierarchy segments prefilled once, towers leased by longest prefix, exact against
 // monolithic prefill, pins that keep leased segments alive, and eviction by policy within a budget.
 #include <algorithm>
-#include <fstream>
+#include <atomic>
 #include <cmath>
+#include <fstream>
+#include <future>
 #include <random>
 
+#include "fault_injection_fs.h"
+#include "gated_fs.h"
 #include "mmapstore/segment_pool.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -265,6 +269,160 @@ TEST_CASE("sealing a session's tail lets the next request with that prefix reuse
   pool.release(*again);
 }
 
+namespace {
+// A session turn as the daemon runs it: a lease over what is cached of `prompt`, the rest of `turn`
+// (prompt tokens, then the generated ones) evaluated into its tail, and the tail sealed.
+SegmentId seal_turn(Fixture& f, SegmentPool& pool, std::span<const int32_t> base, std::span<const int32_t> turn,
+                    size_t prompt) {
+  auto lease = pool.assemble(concat({base, turn.first(prompt)}), static_cast<int32_t>(turn.size() - prompt));
+  REQUIRE(lease.ok());
+  REQUIRE(lease->cached_tokens == base.size());
+  std::vector<float> logits;
+  REQUIRE(f.fwd.eval(*lease->tower, turn, Logits::Last, logits).ok());
+  auto id = pool.seal(*lease, std::vector<int32_t>(turn.begin(), turn.end()));
+  REQUIRE_MESSAGE(id.ok(), id.error());
+  pool.release(*lease);
+  return id.value();
+}
+
+// The tower's segments lie back to back from position 0, each where it was computed.
+void check_back_to_back(const Tower& tower) {
+  int32_t pos = 0;
+  for (const auto& seg : tower.segments()) {
+    CHECK(seg->computed_pos() == pos);
+    pos += seg->length();
+  }
+  CHECK(pos == tower.base_length());
+}
+}  // namespace
+
+TEST_CASE("a tower is the matched segment's own parent chain, never the trie's payload path") {
+  // Two sessions of one bot send the same first message; one turn is sealed after 10 tokens, the
+  // other after 20, both under the bot. In the trie the longer one sits below the shorter one, but
+  // its KV was computed after the bot: a tower over bot, short, long would hold the first 10 tokens
+  // twice and everything after at the wrong positions.
+  Fixture f;
+  auto sys = random_tokens(f.rng, 20, f.vocab()), turn = random_tokens(f.rng, 20, f.vocab()),
+       next = random_tokens(f.rng, 5, f.vocab());
+  const std::span<const int32_t> t(turn);
+  auto all = concat({sys, turn, next});
+
+  // The reference: only the longer turn exists.
+  SegmentPool alone(*f.model, f.fwd, exact_f32());
+  const SegmentId alone_base = alone.add(kNoSegment, sys).value();
+  const SegmentId alone_long = seal_turn(f, alone, sys, t, 4);
+  auto ref = alone.assemble(all, 0);
+  REQUIRE(ref.ok());
+  CHECK(ref->path == std::vector<SegmentId>{alone_base, alone_long});
+  std::vector<float> want;
+  REQUIRE(f.fwd.eval(*ref->tower, next, Logits::All, want).ok());
+  alone.release(*ref);
+
+  for (bool short_first : {true, false}) {
+    CAPTURE(short_first);
+    SegmentPool pool(*f.model, f.fwd, exact_f32());
+    const SegmentId base = pool.add(kNoSegment, sys).value();
+    SegmentId shorter = kNoSegment, longer = kNoSegment;
+    if (short_first) {
+      shorter = seal_turn(f, pool, sys, t.first(10), 4);
+      longer = seal_turn(f, pool, sys, t, 4);
+    } else {
+      longer = seal_turn(f, pool, sys, t, 4);
+      shorter = seal_turn(f, pool, sys, t.first(10), 4);
+    }
+    CHECK(pool.info(longer)->parent == base);
+    CHECK(pool.info(shorter)->parent == base);
+    CHECK(pool.info(longer)->depth == 1);
+    REQUIRE(pool.check_invariants().ok());
+
+    CHECK(pool.plan(all).path == std::vector<SegmentId>{base, longer});
+    auto lease = pool.assemble(all, 0);
+    REQUIRE(lease.ok());
+    CHECK(lease->path == std::vector<SegmentId>{base, longer});
+    CHECK(lease->cached_tokens == 40);
+    CHECK(lease->tower->base_length() == 40);
+    check_back_to_back(*lease->tower);
+    std::vector<float> got;
+    REQUIRE(f.fwd.eval(*lease->tower, next, Logits::All, got).ok());
+    CHECK(got == want);  // as if the shorter turn did not exist
+    pool.release(*lease);
+
+    // The shorter turn's continuation still finds its own chain.
+    auto own = concat({sys, t.first(10), next});
+    auto l2 = pool.assemble(own, 0);
+    REQUIRE(l2.ok());
+    CHECK(l2->path == std::vector<SegmentId>{base, shorter});
+    CHECK(l2->cached_tokens == 30);
+    pool.release(*l2);
+
+    // Without the longer segment in memory, the shorter one's chain is the longest usable prefix.
+    REQUIRE(pool.freeze(longer, {}).ok());
+    CHECK(pool.plan(all).path == std::vector<SegmentId>{base, longer});  // what to build
+    auto l3 = pool.assemble(all, 0);
+    REQUIRE(l3.ok());
+    CHECK(l3->path == std::vector<SegmentId>{base, shorter});
+    CHECK(l3->cached_tokens == 30);
+    check_back_to_back(*l3->tower);
+    pool.release(*l3);
+    REQUIRE(pool.thaw(longer).ok());
+    auto l4 = pool.assemble(all, 0);
+    REQUIRE(l4.ok());
+    std::vector<float> thawed;
+    REQUIRE(f.fwd.eval(*l4->tower, next, Logits::All, thawed).ok());
+    CHECK(thawed == want);
+    pool.release(*l4);
+  }
+}
+
+TEST_CASE("sealing tokens that are a segment under another chain switches the lease to that chain") {
+  Fixture f;
+  SegmentPool pool(*f.model, f.fwd, exact_f32());
+  auto sys = random_tokens(f.rng, 20, f.vocab()), turn = random_tokens(f.rng, 20, f.vocab()),
+       next = random_tokens(f.rng, 5, f.vocab());
+  const std::span<const int32_t> t(turn);
+  const SegmentId base = pool.add(kNoSegment, sys).value();
+  const SegmentId longer = seal_turn(f, pool, sys, t, 4);
+  const SegmentId shorter = seal_turn(f, pool, sys, t.first(10), 4);
+  auto all = concat({sys, turn, next});
+  auto ref = pool.assemble(all, 0);
+  REQUIRE(ref.ok());
+  std::vector<float> want;
+  REQUIRE(f.fwd.eval(*ref->tower, next, Logits::All, want).ok());
+  pool.release(*ref);
+
+  // A lease over base, shorter whose tail reaches the end of `longer` (computed after base only).
+  auto lease = pool.assemble(concat({sys, t.first(12)}), 8 + 5);
+  REQUIRE(lease.ok());
+  CHECK(lease->path == std::vector<SegmentId>{base, shorter});
+  std::vector<float> logits;
+  REQUIRE(f.fwd.eval(*lease->tower, t.subspan(10), Logits::Last, logits).ok());
+  auto id = pool.seal(*lease, std::vector<int32_t>(turn.begin() + 10, turn.end()));
+  REQUIRE_MESSAGE(id.ok(), id.error());
+  CHECK(id.value() == longer);
+  CHECK(lease->path == std::vector<SegmentId>{base, longer});
+  CHECK(lease->cached_tokens == 40);
+  check_back_to_back(*lease->tower);
+  CHECK(pool.info(shorter)->refcount == 0);
+  CHECK(pool.info(longer)->refcount == 1);
+  std::vector<float> got;
+  REQUIRE(f.fwd.eval(*lease->tower, next, Logits::All, got).ok());
+  CHECK(got == want);
+  pool.release(*lease);
+  CHECK(pool.info(base)->refcount == 0);
+
+  // The same when `longer` is not in memory: refused, the lease unchanged.
+  REQUIRE(pool.freeze(longer, {}).ok());
+  auto l2 = pool.assemble(concat({sys, t.first(12)}), 8);
+  REQUIRE(l2.ok());
+  REQUIRE(f.fwd.eval(*l2->tower, t.subspan(10), Logits::Last, logits).ok());
+  auto refused = pool.seal(*l2, std::vector<int32_t>(turn.begin() + 10, turn.end()));
+  CHECK(refused.status().code() == Status::Code::kConflict);
+  CHECK(l2->path == std::vector<SegmentId>{base, shorter});
+  CHECK(pool.info(longer)->tier == Tier::Cold);
+  pool.release(*l2);
+  REQUIRE(pool.check_invariants().ok());
+}
+
 TEST_CASE("over budget, segments go warm (unmapped, on disk) and come back by page_in, exactly") {
   Fixture f;
   PoolOptions o = exact_f32();
@@ -424,4 +582,198 @@ TEST_CASE("a segment added cold (a cold tier restored from disk) runs no model u
   CHECK(test::to_vec(pool.get(b.value())->v_bytes()) == want_v);
   CHECK(pool.info(b.value())->kv_bytes == hot_pool.info(hb)->kv_bytes);
   pool.release(*l);
+}
+
+namespace {
+PoolOptions stored(const std::string& name, FileSystem* fs = nullptr) {
+  PoolOptions o;  // the default formats: transcripts are Q8, as the daemon keeps them
+  o.store_dir = test::temp_dir() / name;
+  std::filesystem::remove_all(o.store_dir);
+  std::filesystem::create_directories(o.store_dir);
+  o.model_fingerprint = 42;
+  o.fs = fs;
+  return o;
+}
+
+SegmentOptions derived_from(SegmentId source, int32_t skip) {
+  SegmentOptions o;
+  o.derive_from = source;
+  o.derive_skip = skip;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("a derived segment is its source's rows shifted, from memory or from the source's file, and never goes cold") {
+  // A session's kept turns after older ones were dropped: rows [8, 20) of a 20-token turn move from
+  // position 30 to position 20, right below the bot. No prefill of those 12 tokens gives that KV.
+  Fixture f;
+  auto sys = random_tokens(f.rng, 20, f.vocab()), old_turn = random_tokens(f.rng, 10, f.vocab()),
+       turn = random_tokens(f.rng, 20, f.vocab());
+  const std::span<const int32_t> kept = std::span<const int32_t>(turn).subspan(8);
+  std::vector<uint8_t> want_k, want_v;
+  for (bool from_file : {false, true}) {
+    CAPTURE(from_file);
+    PoolOptions o = stored("derive-pool");
+    SegmentPool pool(*f.model, f.fwd, o);
+    const SegmentId base = pool.add(kNoSegment, sys).value();
+    const SegmentId t1 = pool.add(base, old_turn).value();
+    const SegmentId t2 = pool.add(t1, turn).value();
+    const SegmentId moved = pool.add_cold(base, kept, derived_from(t2, 8)).value();
+    CHECK(pool.info(moved)->tier == Tier::Cold);
+    CHECK(pool.info(moved)->derive_from == t2);
+    CHECK(pool.info(moved)->begin == 20);
+    pool.flush_writes();
+    if (from_file) {
+      pool.set_ram_budget(1);
+      REQUIRE(pool.enforce_budget() >= 1);
+      REQUIRE(pool.info(t2)->tier == Tier::Warm);
+      CHECK(pool.derive(moved).code() == Status::Code::kUnavailable);  // its source is on disk
+      REQUIRE(pool.thaw(moved).ok());  // pages the source in, then shifts: no prefill
+      pool.set_ram_budget(0);
+    } else {
+      REQUIRE(pool.derive(moved).ok());
+    }
+    auto info = pool.info(moved);
+    CHECK(info->tier == Tier::Hot);
+    CHECK(info->derived);
+    CHECK(info->derive_from == kNoSegment);
+    CHECK(pool.stats().thaws == 0);  // no model run
+    auto seg = pool.get(moved);
+    REQUIRE(seg);
+    CHECK(seg->computed_pos() == 20);
+    CHECK(seg->parent() == base);
+    if (!from_file) {
+      want_k = test::to_vec(seg->k_bytes());
+      want_v = test::to_vec(seg->v_bytes());
+      // Not what a prefill of the kept tokens under the base gives.
+      SegmentPool plain(*f.model, f.fwd, PoolOptions{});
+      const SegmentId pb = plain.add(kNoSegment, sys).value();
+      CHECK(test::to_vec(plain.get(plain.add(pb, kept).value())->k_bytes()) != want_k);
+    } else {
+      CHECK(test::to_vec(seg->k_bytes()) == want_k);  // the same bytes whichever tier the source was in
+      CHECK(test::to_vec(seg->v_bytes()) == want_v);
+    }
+
+    // It leaves memory only to the warm tier: its file is its only copy.
+    CHECK(pool.freeze(moved, {}).code() == Status::Code::kConflict);
+    auto idle = pool.idle(std::chrono::seconds(0));
+    CHECK(std::find(idle.begin(), idle.end(), moved) == idle.end());
+    pool.flush_writes();
+    pool.set_ram_budget(1);
+    pool.enforce_budget();
+    CHECK(pool.info(moved)->tier == Tier::Warm);
+    pool.set_ram_budget(0);
+    pool.flush_writes();
+
+    // A restart: the file says it is derived.
+    SegmentPool restarted(*f.model, f.fwd, o);
+    REQUIRE(restarted.adopt({base, kNoSegment, sys, {}}).ok());
+    REQUIRE(restarted.adopt({moved, base, std::vector<int32_t>(kept.begin(), kept.end()), {}}).ok());
+    CHECK(restarted.info(moved)->derived);
+    CHECK(!restarted.info(base)->derived);
+    CHECK(restarted.freeze(moved, {}).code() == Status::Code::kConflict);
+  }
+}
+
+TEST_CASE("the disk budget never sends a derived segment cold") {
+  Fixture f;
+  PoolOptions o = stored("derive-disk");
+  SegmentPool pool(*f.model, f.fwd, o);
+  auto sys = random_tokens(f.rng, 20, f.vocab()), turn = random_tokens(f.rng, 20, f.vocab()),
+       other = random_tokens(f.rng, 20, f.vocab());
+  const SegmentId base = pool.add(kNoSegment, sys).value();
+  const SegmentId t = pool.add(base, turn).value();
+  const SegmentId moved = pool.add_cold(base, std::span<const int32_t>(turn).subspan(5), derived_from(t, 5)).value();
+  REQUIRE(pool.derive(moved).ok());
+  const SegmentId plain = pool.add(base, other).value();
+  pool.flush_writes();
+  pool.set_ram_budget(1);
+  pool.enforce_budget();
+  REQUIRE(pool.info(moved)->tier == Tier::Warm);
+  REQUIRE(pool.info(plain)->tier == Tier::Warm);
+  // A budget of one byte: every warm segment that may go cold goes.
+  SegmentPool budgeted(*f.model, f.fwd, [&] {
+    PoolOptions b = o;
+    b.disk_budget_bytes = 1;
+    return b;
+  }());
+  REQUIRE(budgeted.adopt({base, kNoSegment, sys, {}}).ok());
+  REQUIRE(budgeted.adopt({t, base, turn, {}}).ok());
+  REQUIRE(budgeted.adopt({moved, base, std::vector<int32_t>(turn.begin() + 5, turn.end()), {}}).ok());
+  REQUIRE(budgeted.adopt({plain, base, other, {}}).ok());
+  CHECK(budgeted.enforce_disk_budget() == 3);
+  CHECK(budgeted.info(moved)->tier == Tier::Warm);
+  CHECK(budgeted.info(plain)->tier == Tier::Cold);
+  CHECK(budgeted.info(t)->tier == Tier::Cold);
+}
+
+TEST_CASE("when_durable answers once the given segments' files are written and synced") {
+  Fixture f;
+  test::GatedFS gate;
+  SegmentPool pool(*f.model, f.fwd, stored("durable-pool", &gate));
+  auto sys = random_tokens(f.rng, 20, f.vocab()), turn = random_tokens(f.rng, 12, f.vocab());
+  const SegmentId base = pool.add(kNoSegment, sys).value();
+  pool.flush_writes();
+
+  // Already durable: at once, on this thread.
+  std::optional<Status> now;
+  pool.when_durable(std::vector<SegmentId>{base}, [&](const Status& st) { now = st; });
+  REQUIRE(now.has_value());
+  CHECK(now->ok());
+  // Unknown: at once, an error.
+  now.reset();
+  pool.when_durable(std::vector<SegmentId>{999}, [&](const Status& st) { now = st; });
+  REQUIRE(now.has_value());
+  CHECK(now->code() == Status::Code::kNotFound);
+
+  // Two new segments whose files the writer cannot create yet: no answer until both are there.
+  gate.close();
+  const SegmentId a = pool.add(base, turn).value();
+  const SegmentId b = pool.add_cold(base, std::span<const int32_t>(turn).subspan(4), derived_from(a, 4)).value();
+  REQUIRE(pool.derive(b).ok());
+  std::atomic<bool> answered{false};
+  std::promise<std::pair<Status, bool>> result;
+  pool.when_durable(std::vector<SegmentId>{base, a, b}, [&](const Status& st) {
+    answered = true;
+    // What a record appended here may name exists on disk.
+    result.set_value({st, std::filesystem::exists(pool.file_path(a)) && std::filesystem::exists(pool.file_path(b))});
+  });
+  CHECK(!answered);  // the writer is held at its first file
+  CHECK(!pool.info(a)->durable);
+  gate.open();
+  auto [st, files] = result.get_future().get();
+  CHECK(st.ok());
+  CHECK(files);
+  CHECK(pool.info(a)->durable);
+  CHECK(pool.info(b)->durable);
+
+  // Without a store nothing is ever written: at once.
+  SegmentPool ram(*f.model, f.fwd, exact_f32());
+  const SegmentId r = ram.add(kNoSegment, sys).value();
+  now.reset();
+  ram.when_durable(std::vector<SegmentId>{r}, [&](const Status& s) { now = s; });
+  REQUIRE(now.has_value());
+  CHECK(now->ok());
+}
+
+TEST_CASE("when_durable reports a failed write and writes the segment again when asked again") {
+  Fixture f;
+  test::FaultInjectionFS fs;
+  SegmentPool pool(*f.model, f.fwd, stored("durable-fail", &fs));
+  auto sys = random_tokens(f.rng, 20, f.vocab());
+  fs.faults.fail_sync_after = 0;  // the next file sync fails
+  const SegmentId base = pool.add(kNoSegment, sys).value();
+  std::promise<Status> first;
+  pool.when_durable(std::vector<SegmentId>{base}, [&](const Status& st) { first.set_value(st); });
+  Status failed = first.get_future().get();
+  CHECK(!failed.ok());
+  CHECK(!pool.info(base)->durable);
+  CHECK(pool.info(base)->tier == Tier::Hot);  // still in memory
+
+  fs.faults.fail_sync_after = -1;
+  std::promise<Status> second;
+  pool.when_durable(std::vector<SegmentId>{base}, [&](const Status& st) { second.set_value(st); });
+  CHECK(second.get_future().get().ok());
+  CHECK(pool.info(base)->durable);
+  CHECK(std::filesystem::exists(pool.file_path(base)));
 }

@@ -19,8 +19,10 @@ api -X PUT http://localhost/v1/segments/bot -d '{"level":"bot","parent":"plat","
 api http://localhost/v1/sessions -d '{"bot":"bot","id":"long"}' >/dev/null
 say() {  # message number -> the reply's JSON (one line)
   api http://localhost/v1/sessions/long/messages \
-    -d "{\"content\":\"Tell me part $1 of the story.\",\"temperature\":0,\"max_tokens\":24}"
+    -d "{\"content\":\"Tell me part $1 of the story.\",\"temperature\":0,\"max_tokens\":24,\"logprobs\":true}"
 }
+# A reply's text and its tokens' logprobs (this small model's greedy text rarely moves with its context).
+reply() { json 'd["choices"][0]["message"]["content"] + " " + repr([t["logprob"] for t in d["choices"][0]["logprobs"]["content"]])'; }
 dropped_any=0
 for i in $(seq 1 30); do
   out="$(say "$i")"
@@ -43,12 +45,12 @@ cached="$(echo "$(say 31)" | json 'd["usage"]["prompt_tokens_details"]["cached_t
 
 # A restart serves the same history and the same next reply as an uninterrupted daemon would.
 cp -r "$state" "$tmp/state-copy"
-want="$(say 32 | json 'd["choices"][0]["message"]["content"]')"
+want="$(say 32 | reply)"
 stop
 rm -rf "$state"; mv "$tmp/state-copy" "$state"; rm -f "$state/towerd.lock"
 start --config "$tmp/towerd.toml"
 [ "$(api http://localhost/v1/sessions/long | json 'd["messages"]')" -ge 2 ] || fail "the session is gone after the restart"
-got="$(say 32 | json 'd["choices"][0]["message"]["content"]')"
+got="$(say 32 | reply)"
 [ "$got" = "$want" ] || fail "after the restart the reply differs: '$got' vs '$want'"
 stop
 

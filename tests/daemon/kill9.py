@@ -4,7 +4,9 @@ and chat, and restarted on the same state directory, ROUNDS times. A ledger keep
 acknowledged (a 2xx answer received whole). After every restart:
   - every acknowledged segment is there with its text and parent;
   - every session's transcript is its acknowledged turns, plus at most the one turn that was in
-    flight when the daemon died (its user message, whole) — nothing else, nothing invented;
+    flight when the daemon died (its user message, whole) — nothing else, nothing invented; less the
+    oldest turns a reply said it dropped (a session past the model's context), or the in-flight
+    turn, when it is there, dropped;
   - a segment whose PUT was in flight is either absent or whole.
 At the end a reference towerd that never died is given the same segments and sessions and the same
 user messages in order (temperature 0); every reply must equal the reply in the killed daemon's
@@ -34,6 +36,7 @@ class Ledger:
         self.segments = {}      # name -> (parent, text): acknowledged
         self.sessions = {}      # id -> bot: acknowledged
         self.turns = {}         # session -> [(user, reply, max_tokens)]: acknowledged
+        self.dropped = {}       # session -> how many of its oldest turns left its transcript
         self.in_flight = {}     # what was sent and not acknowledged: ("segment", name) -> (parent, text),
                                 # ("session", id) -> bot, ("turn", session) -> (user, max_tokens)
 
@@ -68,6 +71,7 @@ def worker(sock, rng, ledger, stop, w, r):
                 with ledger.lock:
                     ledger.sessions[sid] = ledger.in_flight.pop(key)
                     ledger.turns[sid] = []
+                    ledger.dropped[sid] = 0
             else:
                 sid = rng.choice(mine)
                 user = "Tell me about the %s and the %s." % (rng.choice(WORDS), rng.choice(WORDS))
@@ -80,6 +84,7 @@ def worker(sock, rng, ledger, stop, w, r):
                 with ledger.lock:
                     ledger.in_flight.pop(key)
                     ledger.turns[sid].append((user, r["choices"][0]["message"]["content"], max_tokens))
+                    ledger.dropped[sid] += r["usage"].get("dropped_turns", 0)
         except Exception:
             return  # the daemon died under this request: it stays in flight
 
@@ -110,21 +115,24 @@ def check_recovered(sock, ledger, round_no):
                 call(sock, "GET", "/v1/sessions/" + name)
                 ledger.sessions[name] = val
                 ledger.turns[name] = []
+                ledger.dropped[name] = 0
             except RuntimeError:
                 pass
     for sid in ledger.sessions:
         got = transcript(sock, sid)
         want = []
-        for user, reply, _ in ledger.turns[sid]:
+        for user, reply, _ in ledger.turns[sid][ledger.dropped[sid]:]:
             want += [("user", user), ("assistant", reply)]
-        if got[:len(want)] != want:
-            fail("session %s: transcript %r is not its acknowledged turns %r" % (sid, got, want))
-        extra = got[len(want):]
-        if extra:
-            user, max_tokens = ledger.in_flight.get(("turn", sid), (None, 0))
-            if len(extra) != 2 or extra[0] != ("user", user) or extra[1][0] != "assistant":
-                fail("session %s: after its acknowledged turns the transcript has %r (in flight: %r)" % (sid, extra, user))
-            ledger.turns[sid].append((user, extra[1][1], max_tokens))
+        if got == want:
+            continue
+        # The turn in flight is there: its reply may have dropped more of the oldest turns.
+        user, max_tokens = ledger.in_flight.get(("turn", sid), (None, 0))
+        more = (len(want) - len(got) + 2) // 2
+        if (user is None or len(got) < 2 or more < 0 or got[-2] != ("user", user) or got[-1][0] != "assistant"
+                or got[:-2] != want[2 * more:]):
+            fail("session %s: transcript %r is not its acknowledged turns %r (in flight: %r)" % (sid, got, want, user))
+        ledger.turns[sid].append((user, got[-1][1], max_tokens))
+        ledger.dropped[sid] += more
     ledger.in_flight.clear()
 
 
@@ -160,8 +168,9 @@ def main():
                 t.join()
             p, sock = start_towerd(a.towerd, a.model, work, 2, CONFIG)
             check_recovered(sock, ledger, r)
-            print("round %d: %d segments, %d sessions, %d turns acknowledged so far" %
-                  (r, len(ledger.segments), len(ledger.sessions), sum(len(t) for t in ledger.turns.values())), flush=True)
+            print("round %d: %d segments, %d sessions, %d turns acknowledged so far (%d dropped past the context)" %
+                  (r, len(ledger.segments), len(ledger.sessions), sum(len(t) for t in ledger.turns.values()),
+                   sum(ledger.dropped.values())), flush=True)
         final = {sid: ledger.turns[sid] for sid in ledger.sessions}
     finally:
         stop_towerd(p)
