@@ -583,7 +583,9 @@ ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out
   if (ApiStatus e = parse_gen_params(svc, body, &params, req.body); !e.ok()) return e;
   std::vector<ToolChatMessage> messages;
   if (ApiStatus e = parse_messages(body, &messages); !e.ok()) return e;
-  const auto ordered = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  // Tool schemas keep the client's key order: the body parsed once more, in order, only when it has tools.
+  const auto ordered = body.contains("tools") ? nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false)
+                                              : nlohmann::ordered_json();
   ToolRequest tools;
   if (ApiStatus e = parse_tools(body, ordered, &tools); !e.ok()) return e;
   const bool tool_history = std::any_of(messages.begin(), messages.end(), [](const ToolChatMessage& m) {

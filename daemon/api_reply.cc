@@ -14,6 +14,14 @@ std::string openai_finish(const std::string& r) {
   return "length";
 }
 
+namespace {
+// A reply that stopped after making tool calls finishes with "tool_calls" (one cut short stays "length").
+std::string chat_finish(const std::string& reason, bool called) {
+  const std::string finish = openai_finish(reason);
+  return finish == "stop" && called ? "tool_calls" : finish;
+}
+}  // namespace
+
 ReplyBuilder::ReplyBuilder(ReplyApi api, std::string model_id, const GenParams& params, size_t prompt_tokens,
                            json extra)
     : api_(api),
@@ -94,11 +102,6 @@ std::string ReplyBuilder::tool_events(int choice, const std::vector<ToolCallPars
   return out;
 }
 
-std::string ReplyBuilder::finish_of(const Choice& c, const std::string& reason) const {
-  const std::string finish = openai_finish(reason);
-  return finish == "stop" && !c.call_ids.empty() ? "tool_calls" : finish;
-}
-
 std::string ReplyBuilder::start_events() const {
   if (api_ != ReplyApi::Chat) return {};
   std::string out;
@@ -148,7 +151,7 @@ std::string ReplyBuilder::end_events(const GenOutcome& o) {
       std::vector<Logprobs> none;
       if (rest.ok()) out += tool_events(static_cast<int>(i), rest.value(), none);
     }
-    const json finish = finish_of(choices_[i], finishes[i].finish_reason);
+    const json finish = chat_finish(finishes[i].finish_reason, !choices_[i].call_ids.empty());
     json ch = api_ == ReplyApi::Chat
                   ? json{{"index", i}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish}}
                   : json{{"index", i}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish}};
@@ -169,15 +172,16 @@ json ReplyBuilder::whole(const GenOutcome& o) const {
   json choices = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
-    const json finish = i < finishes.size() ? json(openai_finish(finishes[i].finish_reason)) : json(nullptr);
+    const std::string* reason = i < finishes.size() ? &finishes[i].finish_reason : nullptr;
     size_t offset = 0;
     json lp = logprobs_json(c.logprobs, &offset);
     if (api_ == ReplyApi::Chat) {
       json message = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
-      auto parsed = tool_format_ ? parse_tool_reply(*tool_format_, c.text) : Result<ParsedReply>(Status::NotFound(""));
-      json chat_finish = finish;
-      if (parsed.ok() && !parsed.value().tool_calls.empty()) {
-        // A reply cut by max_tokens does not parse: it stays text, with finish_reason "length".
+      // With tools, the text is parsed into calls; a reply cut by max_tokens does not parse and stays
+      // text (finish_reason "length").
+      auto parsed = tool_format_ ? parse_tool_reply(*tool_format_, c.text) : Result<ParsedReply>(ParsedReply{});
+      const bool called = parsed.ok() && !parsed.value().tool_calls.empty();
+      if (called) {
         json calls = json::array();
         for (const auto& call : parsed.value().tool_calls) {
           calls.push_back({{"id", random_hex_id("call_")},
@@ -186,11 +190,14 @@ json ReplyBuilder::whole(const GenOutcome& o) const {
         }
         message["content"] = parsed.value().content.empty() ? json(nullptr) : json(parsed.value().content);
         message["tool_calls"] = std::move(calls);
-        if (chat_finish == "stop") chat_finish = "tool_calls";
       }
-      choices.push_back({{"index", i}, {"message", std::move(message)}, {"logprobs", std::move(lp)}, {"finish_reason", chat_finish}});
+      choices.push_back({{"index", i},
+                         {"message", std::move(message)},
+                         {"logprobs", std::move(lp)},
+                         {"finish_reason", reason ? json(chat_finish(*reason, called)) : json(nullptr)}});
     } else {
-      choices.push_back({{"index", i}, {"text", c.text}, {"logprobs", std::move(lp)}, {"finish_reason", finish}});
+      choices.push_back({{"index", i}, {"text", c.text}, {"logprobs", std::move(lp)},
+                         {"finish_reason", reason ? json(openai_finish(*reason)) : json(nullptr)}});
     }
   }
   json r = {{"id", id_},

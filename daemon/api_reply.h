@@ -55,7 +55,6 @@ class ReplyBuilder {
   };
   // Streamed with tools: the chunks of a choice's parser events (logprobs ride on the first).
   std::string tool_events(int choice, const std::vector<ToolCallParser::Event>& events, std::vector<Logprobs>& logprobs);
-  std::string finish_of(const Choice& c, const std::string& reason) const;
   nlohmann::json chunk(nlohmann::json choices) const;
   nlohmann::json usage(const GenOutcome& o) const;
   nlohmann::json timings(const GenOutcome& o) const;

@@ -153,13 +153,13 @@ Result<PromptBuilder::Conversation> PromptBuilder::conversation(std::span<const 
   const std::string& r = text.value();
   Conversation c;
   size_t at = 0;
+  // The base: the template opening, the system content and the template text up to the first turn's
+  // content (as system_block() gives it).
+  const bool system_first = messages[0].role == "system";
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string s = sentinel(i);
     const size_t p = r.find(s, at);
     if (p == std::string::npos) return Status::Error("the chat template reorders or drops messages");
-    // The base: the template opening, the system content and the template text up to the first
-    // turn's content (as system_block() gives it).
-    const bool system_first = messages[0].role == "system";
     append(i == 0 || (i == 1 && system_first) ? c.base : c.rest, encode_template(r.substr(at, p - at), at == 0));
     append(i == 0 && system_first ? c.base : c.rest,
            encode_content(i == 0 && system_first ? strip(messages[i].content) : trim_content(messages[i].content)));

@@ -567,11 +567,7 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
     for (SegmentId s : lease.path) (void)trie_.release(s);
     lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
     lease.path = std::move(ids);
-    lease.cached_tokens = static_cast<size_t>(lease.tower->base_length());
-    const size_t tail = lease.tower->tail_bytes();
-    tail_bytes_ = tail_bytes_ - std::min(tail_bytes_, lease.tail_bytes) + tail;
-    lease.tail_bytes = tail;
-    assert_invariants_locked();
+    retower_locked(lease);
     return e.id;
   }
   if (e.segment) {
@@ -588,12 +584,17 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
   (void)trie_.acquire(e.id);
   e.last_used = std::chrono::steady_clock::now();
   lease.path.push_back(e.id);
+  retower_locked(lease);
+  return e.id;
+}
+
+void SegmentPool::retower_locked(Lease& lease) {
+  mu_.assert_held();
   lease.cached_tokens = static_cast<size_t>(lease.tower->base_length());
   const size_t tail = lease.tower->tail_bytes();
   tail_bytes_ = tail_bytes_ - std::min(tail_bytes_, lease.tail_bytes) + tail;
   lease.tail_bytes = tail;
   assert_invariants_locked();
-  return e.id;
 }
 
 Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment) {

@@ -289,6 +289,8 @@ class SegmentPool {
   std::vector<SegmentId> usable_chain_locked(std::span<const int32_t> tokens, bool hot_only) const;
   // Gives e its KV (derived: a shifted copy) and queues its file.
   void install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived = false);
+  // After seal() gave the lease a new tower: its cached length and its tail's share of the budget.
+  void retower_locked(Lease& lease);
   void submit_write_locked(Entry& e);
   void on_written(SegmentId id, const std::filesystem::path& path, const Status& status);
   // when_durable callers waiting for files: the ids not durable yet.
