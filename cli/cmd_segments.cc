@@ -13,24 +13,35 @@ using json = nlohmann::json;
 
 namespace {
 
+// Whether the KV is exact, or a modular placement after an edit above it, and how far its exact
+// rebuild has come.
+std::string exactness(const json& pool) {
+  if (!pool.is_object()) return "-";
+  if (!pool.value("modular", false)) return "exact";
+  if (!pool.contains("exact_progress")) return "modular";
+  const double p = pool.value("exact_progress", 0.0);
+  return p > 0 ? "rebuilding " + std::to_string(static_cast<int>(p * 100)) + "%" : "modular, rebuild queued";
+}
+
 std::string pool_summary(const json& pool) {
   if (!pool.is_object()) return "not built (prefilled on next use)";
   char buf[200];
-  std::snprintf(buf, sizeof buf, "depth %d, %s%s, %s, %s, %llu hits, %d in use", pool.value("depth", 0),
+  std::snprintf(buf, sizeof buf, "depth %d, %s%s, %s, %s, %s, %llu hits, %d in use", pool.value("depth", 0),
                 pool.value("tier", "").c_str(), pool.value("pinned", false) ? " (pinned)" : "",
                 pool.value("format", "").c_str(), format_bytes(pool.value("kv_bytes", uint64_t{0})).c_str(),
-                static_cast<unsigned long long>(pool.value("hits", uint64_t{0})), pool.value("refcount", 0));
+                exactness(pool).c_str(), static_cast<unsigned long long>(pool.value("hits", uint64_t{0})),
+                pool.value("refcount", 0));
   return buf;
 }
 
 void print_list(const json& data) {
-  Table t({"NAME", "LEVEL", ">TOKENS", ">KV", "TIER", ">SESSIONS", "UPDATED"});
+  Table t({"NAME", "LEVEL", ">TOKENS", ">KV", "TIER", "KV IS", ">SESSIONS", "UPDATED"});
   for (const auto& [depth, s] : hierarchy_order(data)) {
     const json& pool = (*s)["pool"];
     t.row({std::string(2 * depth, ' ') + s->value("name", ""), s->value("level", ""),
            std::to_string(s->value("tokens", 0)),
            pool.is_object() ? format_bytes(pool.value("kv_bytes", uint64_t{0})) : "-",
-           pool.is_object() ? pool.value("tier", "") : "-", std::to_string(s->value("sessions", 0)),
+           pool.is_object() ? pool.value("tier", "") : "-", exactness(pool), std::to_string(s->value("sessions", 0)),
            format_ago(s->value("updated", int64_t{0}))});
   }
   if (t.rows() == 0) {
@@ -126,7 +137,10 @@ void add_segments(CLI::App& app) {
   cmd->require_subcommand(1);
 
   auto lo = std::make_shared<ClientOptions>();
-  auto* ls = cmd->add_subcommand("ls", "List segments as a tree with tokens, KV bytes and tier.\n  towerctl segments ls");
+  auto* ls = cmd->add_subcommand("ls", "List segments as a tree with tokens, KV bytes, tier and whether the KV is exact.\n"
+                                       "  towerctl segments ls\n"
+                                       "KV IS: exact; modular (placed from its KV before an edit above it, an approximation:\n"
+                                       "docs/towers.md); rebuilding N% (its exact KV is being computed in the background).");
   add_client_options(ls, *lo, true);
   ls->callback([lo] {
     run_client([&] {
@@ -156,7 +170,8 @@ void add_segments(CLI::App& app) {
   auto ao = std::make_shared<AddOpts>();
   auto* add = cmd->add_subcommand(
       "add",
-      "Define or replace a segment and prefill its KV cache (replacing one rebuilds everything below it).\n"
+      "Define or replace a segment and prefill its KV cache. Replacing one places everything below it on\n"
+      "the new text at once (modular: [modular] in towerd.toml), then recomputes it exactly in the background.\n"
       "  towerctl segments add NAME --level LEVEL [--parent P] (--text T | --file F)\n"
       "  towerctl segments add --library FILE.toml|FILE.json\n"
       "  towerctl segments add --from-dir DIR\n"

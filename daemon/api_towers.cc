@@ -44,10 +44,19 @@ ApiStatus no_resource(const std::string& path) {
 ApiStatus segment_error(Status st) { return not_found_as(std::move(st), "segment_not_found"); }
 ApiStatus session_error(Status st) { return not_found_as(std::move(st), "session_not_found"); }
 
+// A segment as the API shows it: the catalog's view plus how far the scheduler's exact rebuild of a
+// modular one has come.
+SegmentView with_progress(Service& svc, SegmentView v) {
+  if (v.pool && v.pool->modular) v.exact_progress = svc.scheduler.exact_progress(v.pool->id);
+  return v;
+}
+
+json segment_reply(Service& svc, SegmentView v) { return segment_json(with_progress(svc, std::move(v))); }
+
 // Answers with segment `name` as it is now.
 ApiStatus reply_segment(Service& svc, const std::string& name, HttpResponder& out) {
   auto seg = svc.catalog.segment(name);
-  return seg.ok() ? reply(out, segment_json(seg.value())) : segment_error(seg.status());
+  return seg.ok() ? reply(out, segment_reply(svc, seg.value())) : segment_error(seg.status());
 }
 
 // Has the scheduler compute segment `id` (and what it needs of its parent chain), then runs `then`
@@ -81,7 +90,10 @@ ApiStatus put_segment(Service& svc, const HttpRequest& req, HttpResponder& out, 
   return answer_offloaded(svc, out, [&svc, name, level = *level, parent, text](HttpResponder& o) -> ApiStatus {
     auto put = svc.catalog.put_segment(name, level, parent, text);
     if (!put.ok()) return not_found_as(put.status(), "segment_not_found", "parent");
-    if (put->build == kNoSegment) return reply(o, segment_json(put->view));
+    // The segments below an edited one, placed modularly: built now, without the PUT waiting for them.
+    if (!put->retired.empty()) svc.scheduler.cancel_rebuilds(put->retired);
+    for (SegmentId id : put->placed) svc.scheduler.build(id, nullptr, /*background=*/true);
+    if (put->build == kNoSegment) return reply(o, segment_reply(svc, put->view));
     after_build(svc, o, put->build, [&svc, name](const Status& st, HttpResponder& o2) -> ApiStatus {
       if (!st.ok()) return st.prefixed("segment \"" + name + "\": ");
       return reply_segment(svc, name, o2);
@@ -123,7 +135,11 @@ ApiStatus move_tier(Service& svc, const std::string& name, const std::string& ve
 ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& out) {
   auto parts = rest_of(req.path, "/v1/segments");
   if (parts.empty()) {
-    if (req.method == "GET") return reply(out, segments_json(svc.catalog.segments()));
+    if (req.method == "GET") {
+      std::vector<SegmentView> views = svc.catalog.segments();
+      for (SegmentView& v : views) v = with_progress(svc, std::move(v));
+      return reply(out, segments_json(views));
+    }
     if (req.method != "POST") return wrong_method("GET or POST");
     return put_segment(svc, req, out, "");
   }
@@ -135,7 +151,7 @@ ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& o
   if (parts.size() != 1) return no_resource(req.path);
   if (req.method == "GET") {
     auto seg = svc.catalog.segment(name);
-    return seg.ok() ? reply(out, segment_json(seg.value())) : segment_error(seg.status());
+    return seg.ok() ? reply(out, segment_reply(svc, seg.value())) : segment_error(seg.status());
   }
   if (req.method == "PUT") return put_segment(svc, req, out, name);
   if (req.method == "DELETE") {

@@ -132,7 +132,16 @@ Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std:
           d->coded.clear();
         }
       }
+      if (d->modular_source != kNoSegment && o.cold == std::nullopt) {
+        o.modular_from = d->modular_source;
+        o.repair = config_.modular.repair_tokens;
+      }
+      d->modular_source = kNoSegment;  // one placement; after it, builds are ordinary prefills
       auto added = pool_.add_cold(parent, d->tokens, o);
+      if (!added.ok() && o.modular_from != kNoSegment) {
+        o.modular_from = kNoSegment;  // its old segment left the pool: an ordinary prefill
+        added = pool_.add_cold(parent, d->tokens, o);
+      }
       if (!added.ok() && o.id != kNoSegment) {
         o.id = kNoSegment;  // its old segment is still in use (a lease): a new id
         added = pool_.add_cold(parent, d->tokens, o);
@@ -298,6 +307,7 @@ Result<Catalog::Restored> Catalog::restore() {
       Status st = pool_.adopt(spec);
       if (st.ok()) {
         ++out.adopted;
+        if (auto info = pool_.info(d->pool_id); info && info->modular) out.exact.push_back(d->pool_id);
         continue;
       }
       log_warn("segment \"" + d->name + "\": its stored KV cannot be used (" + st.message() +
@@ -404,18 +414,31 @@ SessionView Catalog::view_locked(const Session& s, bool with_transcript) const {
   return v;
 }
 
-void Catalog::forget_pool_subtree_locked(const std::string& name) {
-  // Old pool segments of this definition and everything below it are recomputed on next use; the old
-  // ones are removed where nothing uses them (else the budget moves them out eventually).
+std::vector<std::string> Catalog::forget_pool_subtree_locked(const std::string& name, bool modular, SegmentId self_source,
+                                                             std::vector<SegmentId>* retired) {
+  // Old pool segments of this definition and everything below it go; the definitions below it keep
+  // their tokens and, with `modular`, are placed on the new parent from their old KV (computed or on
+  // disk: a cold one has none to reuse). The rest is recomputed on next use.
   std::vector<std::string> todo = {name};
+  std::vector<std::string> placed;
   std::vector<SegmentId> old;
+  std::set<SegmentId> sources;
+  if (self_source != kNoSegment) sources.insert(self_source);
   for (size_t i = 0; i < todo.size(); ++i) {
     for (auto& [n, d] : defs_) {
       if (d.parent == todo[i]) todo.push_back(n);
     }
     if (SegmentDef* d = find_def(todo[i])) {
-      if (d->pool_id) old.push_back(d->pool_id);  // the id is reused by the rebuilt segment when free
-      d->tokens.clear();
+      const auto info = d->pool_id ? pool_.info(d->pool_id) : std::nullopt;
+      if (info) old.push_back(d->pool_id);  // the id is reused by the rebuilt segment when free
+      SegmentId source = kNoSegment;
+      if (modular && i > 0 && info && !d->tokens.empty()) {
+        // Not built yet since an earlier edit: its recipe's segment is the one to reuse.
+        source = info->tier != Tier::Cold ? info->id : info->modular_from;
+      }
+      d->modular_source = source;
+      if (source != kNoSegment) sources.insert(source), placed.push_back(d->name);
+      if (i > 0 && source == kNoSegment) d->tokens.clear();
     }
     for (auto& [id, s] : sessions_) {
       if (s.bot != todo[i]) continue;
@@ -423,7 +446,39 @@ void Catalog::forget_pool_subtree_locked(const std::string& name) {
       s.tail_segment = kNoSegment;
     }
   }
-  for (auto it = old.rbegin(); it != old.rend(); ++it) (void)pool_.remove(*it);  // leaves first
+  for (auto it = old.rbegin(); it != old.rend(); ++it) {  // leaves first
+    if (!sources.count(*it) && pool_.remove(*it).ok()) continue;
+    retired_.push_back(*it);
+    retired->push_back(*it);
+  }
+  for (const std::string& n : todo) {
+    SegmentDef* d = find_def(n);
+    if (d && d->pool_id != kNoSegment && pool_.info(d->pool_id)) d->pool_id = kNoSegment;  // still there: a new id
+  }
+  return placed;
+}
+
+size_t Catalog::collect_retired() {
+  std::lock_guard lock(mu_);
+  if (retired_.empty()) return 0;
+  std::set<SegmentId> reused;  // sources of modular placements not built yet
+  for (const auto& [n, d] : defs_) {
+    if (d.modular_source != kNoSegment) reused.insert(d.modular_source);
+    if (auto info = d.pool_id ? pool_.info(d.pool_id) : std::nullopt; info && info->tier == Tier::Cold) {
+      reused.insert(info->modular_from);
+    }
+  }
+  std::vector<SegmentId> left;
+  for (SegmentId id : retired_) {
+    if (reused.count(id)) {
+      left.push_back(id);
+      continue;
+    }
+    Status st = pool_.remove(id);
+    if (!st.ok() && st.code() != Status::Code::kNotFound) left.push_back(id);
+  }
+  retired_ = std::move(left);
+  return retired_.size();
 }
 
 Result<Catalog::Put> Catalog::put_segment(const std::string& name, Level level, const std::string& parent,
@@ -476,9 +531,17 @@ Result<Catalog::Put> Catalog::put_segment(const std::string& name, Level level, 
   d.name = name, d.level = level, d.parent = parent, d.text = text, d.updated = now_s();
   if (Status st = tokenize_def_locked(d); !st.ok()) return st;
   SegmentDef backup;
+  std::vector<std::string> placed;
+  std::vector<SegmentId> retired;
   if (existing) {
     backup = *existing;
-    forget_pool_subtree_locked(name);
+    // Moved to another parent with the same text: placed there modularly from its old KV.
+    const auto old = existing->pool_id ? pool_.info(existing->pool_id) : std::nullopt;
+    if (config_.modular.enabled && old && old->tier != Tier::Cold && d.tokens == existing->tokens) {
+      d.modular_source = old->id;
+    }
+    placed = forget_pool_subtree_locked(name, config_.modular.enabled, d.modular_source, &retired);
+    if (d.modular_source != kNoSegment) placed.insert(placed.begin(), name);
     d.pool_id = existing->pool_id;  // the same id (and file name) when its old segment could go
     d.recorded_id = existing->recorded_id;
   }
@@ -496,8 +559,21 @@ Result<Catalog::Put> Catalog::put_segment(const std::string& name, Level level, 
     return st;
   }
   log_info(std::string(existing ? "updated " : "defined ") + std::string(to_string(level)) + " segment \"" + name +
-           "\" (" + std::to_string(def.tokens.size()) + " tokens, segment " + std::to_string(def.pool_id) + ")");
-  return built(def);
+           "\" (" + std::to_string(def.tokens.size()) + " tokens, segment " + std::to_string(def.pool_id) + ")" +
+           (placed.empty() ? "" : "; " + std::to_string(placed.size()) + " segment(s) placed modularly, repairing " +
+                                      std::to_string(config_.modular.repair_tokens) + " tokens each"));
+  Put put = built(def);
+  put.retired = std::move(retired);
+  for (const std::string& n : placed) {
+    // Into the pool now (cold, with their recipe), so that the scheduler builds them at once.
+    SegmentId id = kNoSegment;
+    if (Status placed_st = ensure_chain_locked(n, &id, nullptr); !placed_st.ok()) {
+      log_warn("segment \"" + n + "\" is recomputed on next use: " + placed_st.message());
+      continue;
+    }
+    if (id != kNoSegment && id != put.build) put.placed.push_back(id);
+  }
+  return put;
 }
 
 Status Catalog::remove_segment(const std::string& name) {

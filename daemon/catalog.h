@@ -59,6 +59,9 @@ struct SegmentDef {
   // container of `tokens` under the parent chain. A cold definition is put in the pool without a
   // prefill (at start or on demand) and thaws on its first lease.
   std::vector<uint8_t> coded;
+  // Its KV before an edit above it (or a move to another parent), with the same tokens: the next
+  // time it goes in the pool it is placed modularly from that segment ([modular] in the config).
+  SegmentId modular_source = kNoSegment;
 };
 
 struct Session {
@@ -86,6 +89,7 @@ struct SegmentView {
   std::vector<std::string> children;
   size_t sessions = 0;
   std::optional<SegmentInfo> pool;     // its KV in the pool, if any
+  std::optional<double> exact_progress;  // modular: how far its exact rebuild has come (the scheduler's)
 };
 
 // What the API shows of a session.
@@ -112,6 +116,7 @@ class Catalog {
   struct Restored {
     size_t adopted = 0, cold = 0, sessions_cut = 0;
     std::vector<SegmentId> rebuild;  // hierarchy segments whose file was unusable
+    std::vector<SegmentId> exact;    // hierarchy segments adopted modular: to rebuild exactly
   };
   Result<Restored> restore();
   size_t segment_count() const;
@@ -121,9 +126,14 @@ class Catalog {
   // Hierarchy segments. They write their record before returning. put_segment puts the segment
   // (and any missing parent) in the pool cold; `build` is what the scheduler must compute before
   // the segment is ready (kNoSegment: nothing, it is there already).
+  // Editing a segment with children (or moving one to another parent) places every segment below
+  // it modularly ([modular] enabled): `placed` lists them, parents first, for the scheduler to build
+  // now (each prefills only its first repair_tokens tokens); their old segments are retired.
   struct Put {
     SegmentView view;
     SegmentId build = kNoSegment;
+    std::vector<SegmentId> placed;
+    std::vector<SegmentId> retired;  // its old segments and its subtree's: no exact rebuild of them
   };
   Result<Put> put_segment(const std::string& name, Level level, const std::string& parent, const std::string& text);
   Status remove_segment(const std::string& name);
@@ -173,6 +183,9 @@ class Catalog {
 
   // Compaction when the log is big and mostly dead.
   void maybe_compact();
+  // Removes the old segments an edit left behind that nothing uses any more (leases, a modular
+  // placement waiting to be built from them). Returns how many are left.
+  size_t collect_retired();
 
   // The cold tier at rest. record_cold_tiers (after the daemon's compressor ran): every hierarchy
   // segment the pool holds cold gets its coded bytes recorded; returns their names. set_hot (after a
@@ -197,7 +210,13 @@ class Catalog {
   SegmentOptions transcript_options(const Session& s) const;
   void record_binding_locked(SegmentDef& d);  // a segment_put naming d's current pool id
   std::vector<SegmentId> session_segments_locked(const Session& s) const;
-  void forget_pool_subtree_locked(const std::string& name);
+  // An edit of `name`: its old pool segments and its subtree's (sessions' too) are removed, except
+  // those a modular placement reuses (SegmentDef::modular_source of the definitions below it, set
+  // here when `modular`, and self_source); what cannot go yet is retired (collect_retired), and the
+  // definitions whose segment stays get a new one. Returns the definitions below it placed
+  // modularly, parents first.
+  std::vector<std::string> forget_pool_subtree_locked(const std::string& name, bool modular, SegmentId self_source,
+                                                      std::vector<SegmentId>* retired);
   SegmentView view_locked(const SegmentDef& d) const;
   SessionView view_locked(const Session& s, bool with_transcript) const;
   size_t live_estimate_locked() const;
@@ -224,6 +243,7 @@ class Catalog {
   std::map<std::string, SegmentDef> defs_;
   std::map<std::string, Session> sessions_;
   std::deque<SegmentId> prompt_cache_;  // sealed prompts of session-less requests, oldest first
+  std::vector<SegmentId> retired_;      // old segments of edited definitions, leaves first
 };
 
 }  // namespace towers::daemon

@@ -241,7 +241,7 @@ Result<Config> load_config(const std::filesystem::path& path) {
   if (!parsed.ok()) return parsed.status();
   const toml::table& root = parsed.value();
   Ctx c{path.string(), ""};
-  bool ok = check_keys(c, root, "", {"model", "server", "state", "pool", "cold", "policy", "limits"});
+  bool ok = check_keys(c, root, "", {"model", "server", "state", "pool", "cold", "modular", "policy", "limits"});
   if (ok) {
     if (const toml::table* t = section(root, "model")) {
       ok = check_keys(c, *t, "model", {"path", "threads", "chat_template", "aliases"}) &&
@@ -363,6 +363,14 @@ Result<Config> load_config(const std::filesystem::path& path) {
            get_int_as(c, *t, "cold", "idle_seconds", 0, 365 * 86400, cfg.cold_idle_seconds) &&
            get_int_as(c, *t, "cold", "scan_seconds", 1, 86400, cfg.cold_scan_seconds) &&
            get_int_as(c, *t, "cold", "chunk", 0, 1 << 20, cfg.cold_chunk);
+    }
+  }
+  if (ok) {
+    if (const toml::table* t = section(root, "modular")) {
+      ok = check_keys(c, *t, "modular", {"enabled", "repair_tokens", "background_exact"}) &&
+           get_bool(c, *t, "modular", "enabled", cfg.modular.enabled) &&
+           get_int_as(c, *t, "modular", "repair_tokens", kMinRepairTokens, 1 << 16, cfg.modular.repair_tokens) &&
+           get_bool(c, *t, "modular", "background_exact", cfg.modular.background_exact);
     }
   }
   if (ok) ok = read_policy(c, root, cfg.policy);

@@ -19,6 +19,10 @@ struct PolicyConfig {                // [policy]: the part SIGHUP reloads
   size_t ram_budget_bytes = 0;       // 0 = unlimited
 };
 
+// The fewest repaired tokens a modular placement may use: below it top-1 agreement with exact
+// recomputation falls under 98 % on the models measured (docs/towers.md, "Edited parents").
+inline constexpr int kMinRepairTokens = 16;
+
 struct Config {
   // [model]
   std::string model_path;
@@ -53,6 +57,13 @@ struct Config {
   int cold_idle_seconds = 600;       // unused this long (and not pinned or leased) -> cold
   int cold_scan_seconds = 30;        // how often the compressor looks
   int cold_chunk = 256;              // tokens per independently decodable chunk of a coded segment
+  // [modular]: an edit of a segment with children places them on the new text modularly
+  // (docs/towers.md, "Modular towers in the daemon")
+  struct Modular {
+    bool enabled = true;             // false: an edit recomputes the subtree on next use
+    int repair_tokens = 16;          // first tokens of each placed segment prefilled in the new context
+    bool background_exact = true;    // then recompute each exactly in the background and swap it in
+  } modular;
   // [policy]
   PolicyConfig policy;
   // [limits]

@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
   Catalog& catalog = *state.catalog;
   StateStore& store = *state.store;
   Metrics metrics;
-  Scheduler scheduler(m, forward, pool, metrics, {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length, cfg.decode_slowdown});
+  Scheduler scheduler(m, forward, pool, metrics,
+                      {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length, cfg.decode_slowdown, cfg.modular.background_exact});
   if (catalog.model_changed()) {
     log_warn("the state was written with another model; transcripts will be re-tokenized from their text");
   }
@@ -206,9 +207,20 @@ int main(int argc, char** argv) {
     auto left = std::make_shared<std::atomic<size_t>>(restored->rebuild.size());
     log_info("recomputing " + std::to_string(restored->rebuild.size()) + " segment(s) in the background");
     for (SegmentId id : restored->rebuild) {
-      scheduler.build(id, [left](const Status& st) {
-        if (--*left == 0 && st.ok()) log_info("background recompute done");
-      });
+      scheduler.build(
+          id, [left](const Status& st) {
+            if (--*left == 0 && st.ok()) log_info("background recompute done");
+          },
+          /*background=*/true);
+    }
+  }
+
+  if (!restored->exact.empty()) {
+    if (cfg.modular.background_exact) {
+      log_info(std::to_string(restored->exact.size()) + " segment(s) restarted modular; recomputing them exactly in the background");
+      for (SegmentId id : restored->exact) scheduler.rebuild_exact(id);
+    } else {
+      log_info(std::to_string(restored->exact.size()) + " segment(s) restarted modular ([modular] background_exact = false)");
     }
   }
 
@@ -239,9 +251,11 @@ int main(int argc, char** argv) {
       log_info(std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": stopping");
       break;
     }
-    // Periodic: watchdog (only while the scheduler makes progress) and log compaction.
+    // Periodic: watchdog (only while the scheduler makes progress), log compaction, and the old
+    // segments of edits that nothing uses any more.
     if (watchdog.count() > 0 && scheduler.stalled_seconds() < 60) sd_notify_message("WATCHDOG=1");
     catalog.maybe_compact();
+    catalog.collect_retired();
   }
   svc.stopping = true;
   sd_notify_message("STOPPING=1");

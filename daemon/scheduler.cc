@@ -14,6 +14,10 @@ using Clock = std::chrono::steady_clock;
 namespace {
 // Prompt tokens a step may carry beside decodes whatever the pacer says (daemon/prefill_pacer.h).
 constexpr int kPromptFloor = 64;
+// Background work (builds nobody waits for, exact rebuilds) takes at most this many tokens per step,
+// and only steps that carry nothing else but decodes: a request that arrives meanwhile waits for
+// one short step, not for a full prefill chunk of someone else's work.
+constexpr int kBackgroundChunk = 64;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
@@ -41,13 +45,19 @@ struct Scheduler::Choices {
 
 // A segment being computed: its parent chain leased, its own tokens prefilled into the tail.
 struct Scheduler::Build {
+  enum class Kind { Compute, Exact };  // a cold segment, or an exact rebuild of a modular one
   SegmentId id = kNoSegment;
+  Kind kind = Kind::Compute;
+  bool wanted = false;         // someone waits for it (a generation, a request): before background work
   std::vector<std::function<void(const Status&)>> waiters;
   Lease lease;                 // the parent chain, once all of it is in memory
-  std::vector<int32_t> tokens;  // its own tokens
+  std::vector<int32_t> tokens;  // to prefill: its own tokens (modular: the first `repair` of them)
   KvQuant format = KvQuant::F32;
+  std::shared_ptr<const Segment> reuse;  // modular: the old rows that follow the prefilled ones
+  std::shared_ptr<const Segment> exact;  // a rebuild done, waiting for its file's previous write
   size_t pos = 0;
   bool done = false;
+  int rank() const { return kind == Kind::Exact ? 2 : wanted ? 0 : 1; }
 };
 
 Scheduler::Scheduler(const Model& model, Forward& forward, SegmentPool& pool, Metrics& metrics, Options options)
@@ -56,6 +66,7 @@ Scheduler::Scheduler(const Model& model, Forward& forward, SegmentPool& pool, Me
       pool_(pool),
       metrics_(metrics),
       opt_(options),
+      rope_(model.config()),
       pacer_(options.prefill_chunk, options.decode_slowdown, static_cast<size_t>(std::max(1, options.max_batch))) {
   heartbeat_ns_ = Clock::now().time_since_epoch().count();
 }
@@ -169,19 +180,60 @@ void Scheduler::fail(std::shared_ptr<GenJob> job, Status st) {
   if (job->on_finish) job->on_finish(out, nullptr);
 }
 
-void Scheduler::build(SegmentId id, std::function<void(const Status&)> done) {
-  post([this, id, done = std::move(done)]() mutable {
+void Scheduler::build(SegmentId id, std::function<void(const Status&)> done, bool background) {
+  post([this, id, background, done = std::move(done)]() mutable { request_build(id, !background, std::move(done)); });
+}
+
+void Scheduler::request_build(SegmentId id, bool wanted, std::function<void(const Status&)> done) {
+  for (auto& b : builds_) {
+    if (b->id == id && b->kind == Build::Kind::Compute && !b->done) {
+      b->wanted |= wanted;
+      if (done) b->waiters.push_back(std::move(done));
+      return;
+    }
+  }
+  auto b = std::make_unique<Build>();
+  b->id = id;
+  b->wanted = wanted;
+  if (done) b->waiters.push_back(std::move(done));
+  builds_.push_back(std::move(b));
+}
+
+void Scheduler::rebuild_exact(SegmentId id) {
+  post([this, id] {
     for (auto& b : builds_) {
-      if (b->id == id && !b->done) {
-        if (done) b->waiters.push_back(std::move(done));
-        return;
-      }
+      if (b->id == id && b->kind == Build::Kind::Exact && !b->done) return;
     }
     auto b = std::make_unique<Build>();
     b->id = id;
-    if (done) b->waiters.push_back(std::move(done));
+    b->kind = Build::Kind::Exact;
+    set_progress(*b, 0.0);
     builds_.push_back(std::move(b));
   });
+}
+
+void Scheduler::cancel_rebuilds(std::vector<SegmentId> ids) {
+  post([this, ids = std::move(ids)] {
+    for (auto& b : builds_) {
+      if (b->kind == Build::Kind::Exact && std::find(ids.begin(), ids.end(), b->id) != ids.end()) {
+        finish_build(*b, Status::Cancelled("segment " + std::to_string(b->id) + " was replaced by an edit"));
+      }
+    }
+  });
+}
+
+std::optional<double> Scheduler::exact_progress(SegmentId id) const {
+  std::lock_guard lock(progress_mu_);
+  auto it = exact_progress_.find(id);
+  if (it == exact_progress_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Scheduler::set_progress(const Build& b, std::optional<double> progress) {
+  if (b.kind != Build::Kind::Exact) return;
+  std::lock_guard lock(progress_mu_);
+  if (progress) exact_progress_[b.id] = *progress;
+  else exact_progress_.erase(b.id);
 }
 
 void Scheduler::loop() {
@@ -252,7 +304,7 @@ void Scheduler::admit(std::shared_ptr<GenJob> job) {
   seqs_.push_back(std::move(s));
 }
 
-bool Scheduler::ready(const PathPlan& path) {
+bool Scheduler::ready(const PathPlan& path, bool wanted) {
   std::vector<SegmentId> page;
   bool all = true;
   for (size_t i = 0; i < path.path.size(); ++i) {
@@ -262,7 +314,7 @@ bool Scheduler::ready(const PathPlan& path) {
     if (path.tiers[i] == Tier::Warm) {
       if (paging_.insert(id).second) page.push_back(id);
     } else {
-      build(id, nullptr);  // joins a build of it already asked for
+      request_build(id, wanted, nullptr);  // joins a build of it already asked for
     }
   }
   if (!page.empty()) {
@@ -288,7 +340,7 @@ void Scheduler::resolve() {
       finish(s, "timeout");
       continue;
     }
-    if (!ready(pool_.plan(s.out.prompt))) continue;
+    if (!ready(pool_.plan(s.out.prompt), true)) continue;
     auto lease = pool_.assemble(s.out.prompt, std::max(1, s.job->max_tokens));
     if (!lease.ok()) {
       s.out.error = lease.status();
@@ -306,7 +358,8 @@ void Scheduler::resolve() {
   std::erase_if(seqs_, [](const std::unique_ptr<Seq>& s) { return s->done; });
   // Builds: a new build may be appended while resolving (a cold parent), so index, not iterate.
   for (size_t i = 0; i < builds_.size(); ++i) {
-    if (!builds_[i]->lease.tower && !builds_[i]->done) resolve_build(*builds_[i]);
+    if (builds_[i]->exact) try_replace(*builds_[i]);
+    else if (!builds_[i]->lease.tower && !builds_[i]->done) resolve_build(*builds_[i]);
   }
   std::erase_if(builds_, [](const std::unique_ptr<Build>& b) { return b->done; });
 }
@@ -314,6 +367,7 @@ void Scheduler::resolve() {
 void Scheduler::resolve_build(Build& b) {
   auto info = pool_.info(b.id);
   if (!info) return finish_build(b, Status::NotFound("segment " + std::to_string(b.id) + " left the pool"));
+  if (b.kind == Build::Kind::Exact) return resolve_exact(b, *info);
   if (info->tier != Tier::Cold) return finish_build(b, Status::Ok());  // in memory, or on disk: nothing to compute
   if (info->derive_from != kNoSegment) {
     // Shifted rows of another segment (a session's kept turns): that one in memory first (paged in,
@@ -323,15 +377,32 @@ void Scheduler::resolve_build(Build& b) {
       source.path = {src->id};
       source.tiers = {src->tier};
       source.ends = {static_cast<size_t>(src->begin + src->length)};
-      if (!ready(source)) return;
+      if (!ready(source, b.wanted)) return;
       Status st = pool_.derive(b.id);
       if (st.code() == Status::Code::kUnavailable) return;  // it left memory meanwhile: next round
       if (st.code() != Status::Code::kNotFound) return finish_build(b, st);
     }
     // The source left the pool: computed by prefill below, as any segment.
   }
-  if (info->parent != kNoSegment && !ready(pool_.plan_chain(info->parent))) return;
-  auto lease = pool_.lease_chain(info->parent, info->length);
+  int32_t prefill = info->length;
+  b.reuse.reset();
+  if (info->modular_from != kNoSegment && info->repair < info->length) {
+    // Placed modularly: the old rows (paged in when they are on disk; never computed for this: a
+    // source without KV means an ordinary prefill) after a prefill of the first `repair` tokens.
+    auto src = pool_.info(info->modular_from);
+    if (src && src->tier != Tier::Cold) {
+      PathPlan source;
+      source.path = {src->id};
+      source.tiers = {src->tier};
+      source.ends = {static_cast<size_t>(src->begin + src->length)};
+      if (!ready(source, b.wanted)) return;
+      b.reuse = pool_.get_hot(src->id);
+      if (!b.reuse) return;  // it left memory meanwhile: next round
+      prefill = info->repair;
+    }
+  }
+  if (info->parent != kNoSegment && !ready(pool_.plan_chain(info->parent), b.wanted)) return;
+  auto lease = pool_.lease_chain(info->parent, std::max(prefill, 1));
   if (!lease.ok()) {
     if (lease.status().code() == Status::Code::kUnavailable) return;  // left memory meanwhile: next round
     return finish_build(b, lease.status());
@@ -341,17 +412,83 @@ void Scheduler::resolve_build(Build& b) {
     pool_.release(lease.value());
     return finish_build(b, seq.status());
   }
-  b.tokens.assign(seq.value().begin() + info->begin, seq.value().end());
+  b.tokens.assign(seq.value().begin() + info->begin, seq.value().begin() + info->begin + prefill);
   b.format = info->format;
   b.lease = std::move(lease.value());
   b.pos = 0;
+  if (b.tokens.empty()) complete_build(b);  // repair = 0: the old rows alone
+}
+
+void Scheduler::resolve_exact(Build& b, const SegmentInfo& info) {
+  // Cold: whatever computes it next computes it exactly. Not modular: rebuilt meanwhile.
+  if (info.tier == Tier::Cold || !info.modular) return finish_build(b, Status::Ok());
+  // Its parent chain exact first: rows computed over a modular parent would not be exact.
+  for (SegmentId p = info.parent; p != kNoSegment;) {
+    auto parent = pool_.info(p);
+    if (!parent) return finish_build(b, Status::NotFound("the parent chain of segment " + std::to_string(b.id) + " changed"));
+    if (parent->modular || (parent->tier == Tier::Cold && parent->modular_from != kNoSegment)) return;
+    p = parent->parent;
+  }
+  if (info.parent != kNoSegment && !ready(pool_.plan_chain(info.parent), false)) return;
+  auto lease = pool_.lease_chain(info.parent, info.length);
+  if (!lease.ok()) {
+    if (lease.status().code() == Status::Code::kUnavailable) return;
+    return finish_build(b, lease.status());
+  }
+  auto seq = pool_.sequence(b.id);
+  if (!seq.ok()) {
+    pool_.release(lease.value());
+    return finish_build(b, seq.status());
+  }
+  b.tokens.assign(seq.value().begin() + info.begin, seq.value().end());
+  b.format = info.format;
+  b.lease = std::move(lease.value());
+  b.pos = 0;
+}
+
+void Scheduler::complete_build(Build& b) {
+  if (b.kind == Build::Kind::Exact) {
+    b.exact = b.lease.tower->seal_tail(b.tokens, b.format, b.id);
+    pool_.release(b.lease);
+    if (!b.exact) return finish_build(b, Status::Error("internal: sealing a rebuild failed"));
+    return try_replace(b);
+  }
+  if (!b.reuse) {
+    auto seg = b.lease.tower->seal_tail(b.tokens, b.format, b.id);
+    return finish_build(b, seg ? pool_.install(b.id, std::move(seg)) : Status::Error("internal: sealing a build failed"));
+  }
+  // Modular: the rows just computed (kept in F32 until the join quantizes the whole), then the old
+  // rows after them, RoPE-shifted to where they now stand.
+  const int32_t repaired = static_cast<int32_t>(b.tokens.size());
+  auto head = repaired > 0 ? b.lease.tower->seal_tail(b.tokens, KvQuant::F32, b.id) : nullptr;
+  auto info = pool_.info(b.id);
+  if (!info || (repaired > 0 && !head)) return finish_build(b, Status::Error("internal: sealing a modular build failed"));
+  std::vector<Segment::Rows> rows;
+  if (head) rows.push_back({head.get(), 0, repaired});
+  rows.push_back({b.reuse.get(), repaired, b.reuse->length()});
+  auto seg = Segment::join(rows, info->begin, rope_, b.format, b.id, info->parent);
+  Status st = seg ? pool_.install(b.id, std::move(seg), true) : Status::Error("internal: joining a modular build failed");
+  finish_build(b, st);
+  if (st.ok() && opt_.background_exact) rebuild_exact(b.id);
+}
+
+void Scheduler::try_replace(Build& b) {
+  Status st = pool_.replace(b.id, b.exact);
+  if (st.code() == Status::Code::kUnavailable) return;  // its previous file is still being written
+  if (st.ok()) log_info("segment " + std::to_string(b.id) + " is exact again (background rebuild)");
+  finish_build(b, st);
 }
 
 void Scheduler::finish_build(Build& b, const Status& st) {
   if (b.done) return;
   b.done = true;
+  set_progress(b, std::nullopt);
+  b.reuse.reset();
+  b.exact.reset();
   if (b.lease.tower) pool_.release(b.lease);
-  if (!st.ok()) log_warn("segment " + std::to_string(b.id) + " could not be computed: " + st.message());
+  if (!st.ok() && st.code() != Status::Code::kCancelled) {
+    log_warn("segment " + std::to_string(b.id) + " could not be computed: " + st.message());
+  }
   for (auto& w : b.waiters) w(st);
   b.waiters.clear();
 }
@@ -526,15 +663,20 @@ void Scheduler::step() {
     batch.push_back({s.lease.tower.get(), std::span<const int32_t>(s.out.prompt).subspan(s.pos, n), Logits::Last});
     slots.push_back({&s, nullptr, n});
   }
-  int budget = first_token_step ? 0 : paced - prompt_tokens;  // builds: what the prompts left of the pacer's budget
-  for (auto& bp : builds_) {
-    Build& b = *bp;
-    if (budget <= 0) break;
-    if (!b.lease.tower || b.done) continue;
-    const size_t n = std::min<size_t>(static_cast<size_t>(budget), b.tokens.size() - b.pos);
-    budget -= static_cast<int>(n);
-    batch.push_back({b.lease.tower.get(), std::span<const int32_t>(b.tokens).subspan(b.pos, n), Logits::Last});
-    slots.push_back({nullptr, &b, n});
+  // Builds: what the prompts left of the pacer's budget; those someone waits for first, then
+  // background work (kBackgroundChunk): builds nobody waits for, exact rebuilds of modular segments.
+  int budget = first_token_step ? 0 : paced - prompt_tokens;
+  for (int rank = 0; rank <= 2; ++rank) {
+    if (rank == 1) budget = prompt_tokens > 0 || batch.size() > decoding ? 0 : std::min(budget, kBackgroundChunk);
+    for (auto& bp : builds_) {
+      Build& b = *bp;
+      if (budget <= 0) break;
+      if (!b.lease.tower || b.done || b.rank() != rank || b.pos >= b.tokens.size()) continue;
+      const size_t n = std::min<size_t>(static_cast<size_t>(budget), b.tokens.size() - b.pos);
+      budget -= static_cast<int>(n);
+      batch.push_back({b.lease.tower.get(), std::span<const int32_t>(b.tokens).subspan(b.pos, n), Logits::Last});
+      slots.push_back({nullptr, &b, n});
+    }
   }
   if (batch.empty()) {
     std::erase_if(seqs_, [](const std::unique_ptr<Seq>& s) { return s->done; });
@@ -558,10 +700,8 @@ void Scheduler::step() {
       if (slots[i].build) {
         Build& b = *slots[i].build;
         b.pos += slots[i].chunk;
-        if (b.pos < b.tokens.size()) continue;
-        auto seg = b.lease.tower->seal_tail(b.tokens, b.format, b.id);
-        Status installed = seg ? pool_.install(b.id, std::move(seg)) : Status::Error("internal: sealing a build failed");
-        finish_build(b, installed);
+        set_progress(b, static_cast<double>(b.pos) / static_cast<double>(b.tokens.size() + 1));
+        if (b.pos >= b.tokens.size()) complete_build(b);
         continue;
       }
       Seq& s = *slots[i].seq;

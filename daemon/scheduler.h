@@ -2,7 +2,12 @@
 // work is scheduled work:
 //   generations  requests wait in a bounded FIFO and are admitted up to max_batch at a time;
 //   builds       segments in the pool cold (new definitions, thaws, segments whose file was lost)
-//                are computed by prefill under their parent chain, then installed in the pool.
+//                are computed by prefill under their parent chain, then installed in the pool; a
+//                segment placed modularly (its parent was edited) prefills only its first tokens
+//                and reuses the rest of its old rows, RoPE-shifted;
+//   rebuilds     modular segments recomputed exactly in the background, last in line: they get
+//                what a step leaves after decodes, prompts and builds, and a segment is rebuilt
+//                only once its parent chain is exact.
 // Every step evaluates, in one Forward::eval_batch, the next token of every decoding sequence first,
 // then chunks of prompt and build tokens, oldest first (generations' prompts before builds): up to
 // prefill_chunk when nothing decodes, else as many as keep the step within decode_slowdown times the
@@ -23,8 +28,10 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -96,6 +103,7 @@ class Scheduler {
     int prefill_chunk = 256;
     int queue_length = 64;
     double decode_slowdown = 1.6;  // daemon/prefill_pacer.h
+    bool background_exact = true;  // a modular segment, once installed, is queued for an exact rebuild
   };
   Scheduler(const Model& model, Forward& forward, SegmentPool& pool, Metrics& metrics, Options options);
   ~Scheduler();
@@ -108,8 +116,17 @@ class Scheduler {
   Status submit(std::shared_ptr<GenJob> job);
   // Computes the cold segment `id` (paging in or building its parent chain first) as scheduled work.
   // done (may be empty) runs on the scheduler thread once it is in memory (ok) or cannot be. Builds of
-  // the same segment are joined. A segment that is not cold is done at once.
-  void build(SegmentId id, std::function<void(const Status&)> done);
+  // the same segment are joined. A segment that is not cold is done at once. background: nobody waits
+  // for it (a restart's recompute, a modular placement): it only fills steps that carry nothing but
+  // decodes, in short chunks.
+  void build(SegmentId id, std::function<void(const Status&)> done, bool background = false);
+  // Recomputes the modular segment `id` exactly, in the background, and swaps the result in
+  // (SegmentPool::replace). Nothing to do when it is not modular (any more).
+  void rebuild_exact(SegmentId id);
+  // Drops the exact rebuilds of these segments (replaced by an edit: nobody will use them).
+  void cancel_rebuilds(std::vector<SegmentId> ids);
+  // How far the exact rebuild of `id` has come (0 = queued, 1 = done); nullopt when none is queued.
+  std::optional<double> exact_progress(SegmentId id) const;
   // Runs fn on the scheduler thread between steps and waits for it.
   Status run(std::function<Status()> fn);
   // Posts fn to the scheduler thread without waiting.
@@ -129,10 +146,17 @@ class Scheduler {
   void admit(std::shared_ptr<GenJob> job);
   // Advances what waits for segments: requests page-ins and builds, assembles ready towers.
   void resolve();
-  // True when every segment of `path` is in memory; otherwise asks for what is missing.
-  bool ready(const PathPlan& path);
+  // True when every segment of `path` is in memory; otherwise asks for what is missing (wanted: a
+  // generation waits for it).
+  bool ready(const PathPlan& path, bool wanted);
+  void request_build(SegmentId id, bool wanted, std::function<void(const Status&)> done);
   void resolve_build(Build& b);
+  void resolve_exact(Build& b, const SegmentInfo& info);
+  // The build's tokens are in: seal, join with reused rows (modular), install or replace.
+  void complete_build(Build& b);
+  void try_replace(Build& b);
   void finish_build(Build& b, const Status& st);
+  void set_progress(const Build& b, std::optional<double> progress);
   void step();
   std::unique_ptr<Decoder> make_decoder(Seq& s, const SamplerConfig& sampling);
   // Samples the next token of a sequence whose last token (or prompt) was just evaluated.
@@ -150,6 +174,7 @@ class Scheduler {
   SegmentPool& pool_;
   Metrics& metrics_;
   Options opt_;
+  Rope rope_;
   PrefillPacer pacer_;  // scheduler thread only
   bool decodes_waited_ = false;  // the last step left the decodes out for a first token (scheduler thread)
   mutable std::mutex mu_;
@@ -163,6 +188,8 @@ class Scheduler {
   std::vector<std::unique_ptr<Build>> builds_;  // in the order they were asked for
   std::atomic<size_t> active_count_{0}, building_count_{0};
   std::atomic<int64_t> heartbeat_ns_{0};
+  mutable std::mutex progress_mu_;
+  std::map<SegmentId, double> exact_progress_;  // rebuilds queued or running
   // The pager: page-ins off the model thread. paging_ is what it has been asked for and not done.
   std::mutex pager_mu_;
   std::condition_variable pager_cv_;

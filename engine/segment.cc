@@ -159,29 +159,52 @@ std::shared_ptr<const Segment> Segment::shifted(int32_t new_pos, const Rope& rop
 
 std::shared_ptr<const Segment> Segment::shifted(int32_t new_pos, const Rope& rope, SegmentId new_id,
                                                 SegmentId new_parent) const {
-  std::shared_ptr<Segment> s(new Segment(*this));
-  s->id_ = new_id;
-  s->parent_ = new_parent;
-  s->computed_pos_ = new_pos;
-  const int32_t n = length();
-  const int kvd = n_head_kv_ * head_dim_;
-  std::vector<float> k(size_t(n_layer_) * n * kvd), v(k.size());
-  for (int l = 0; l < n_layer_; ++l) {
-    for (int32_t r = 0; r < n; ++r) {
-      std::vector<float> kr = key_row(l, r);
-      rope.rotate(kr.data(), n_head_kv_, static_cast<float>(new_pos - computed_pos_));
-      std::copy(kr.begin(), kr.end(), &k[(size_t(l) * n + r) * kvd]);
-      const uint8_t* vb = v_.data() + (size_t(l) * n + r) * row_bytes_;
-      for (int h = 0; h < n_head_kv_; ++h) {
-        simd::kv_dequantize(format_, vb + size_t(h) * head_bytes_, &v[(size_t(l) * n + r) * kvd + h * head_dim_],
-                            head_dim_);
+  const Rows all{this, 0, length()};
+  return join(std::span(&all, 1), new_pos, rope, format_, new_id, new_parent);
+}
+
+std::shared_ptr<const Segment> Segment::join(std::span<const Rows> pieces, int32_t pos, const Rope& rope, KvQuant format,
+                                             SegmentId id, SegmentId parent) {
+  if (pieces.empty() || !pieces[0].segment) return nullptr;
+  const Segment& first = *pieces[0].segment;
+  std::shared_ptr<Segment> s(new Segment());
+  s->id_ = id;
+  s->parent_ = parent;
+  s->computed_pos_ = pos;
+  s->format_ = format;
+  for (const Rows& p : pieces) {
+    if (!p.segment || p.from < 0 || p.to > p.segment->length() || p.from >= p.to || p.segment->n_layer_ != first.n_layer_ ||
+        p.segment->n_head_kv_ != first.n_head_kv_ || p.segment->head_dim_ != first.head_dim_) {
+      return nullptr;
+    }
+    s->tokens_.insert(s->tokens_.end(), p.segment->tokens_.begin() + p.from, p.segment->tokens_.begin() + p.to);
+  }
+  const int32_t n = s->length();
+  const int n_layer = first.n_layer_, n_head_kv = first.n_head_kv_, head_dim = first.head_dim_;
+  const int kvd = n_head_kv * head_dim;
+  std::vector<float> k(size_t(n_layer) * n * kvd), v(k.size());
+  for (int l = 0; l < n_layer; ++l) {
+    int32_t out = 0;  // row of the joined segment
+    for (const Rows& p : pieces) {
+      const Segment& src = *p.segment;
+      // Where the piece's first row lands, minus where it was computed.
+      const float delta = static_cast<float>(pos + out - (src.computed_pos_ + p.from));
+      for (int32_t r = p.from; r < p.to; ++r, ++out) {
+        std::vector<float> kr = src.key_row(l, r);
+        if (delta != 0) rope.rotate(kr.data(), n_head_kv, delta);
+        std::copy(kr.begin(), kr.end(), &k[(size_t(l) * n + out) * kvd]);
+        const uint8_t* vb = src.v_.data() + (size_t(l) * src.length() + r) * src.row_bytes_;
+        for (int h = 0; h < n_head_kv; ++h) {
+          simd::kv_dequantize(src.format_, vb + size_t(h) * src.head_bytes_, &v[(size_t(l) * n + out) * kvd + h * head_dim],
+                              head_dim);
+        }
       }
     }
   }
   ModelConfig c;
-  c.n_layer = n_layer_;
-  c.n_head_kv = n_head_kv_;
-  c.head_dim = head_dim_;
+  c.n_layer = n_layer;
+  c.n_head_kv = n_head_kv;
+  c.head_dim = head_dim;
   s->quantize_rows(c, k, v);
   return s;
 }

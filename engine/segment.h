@@ -50,6 +50,15 @@ class Segment {
   std::shared_ptr<const Segment> shifted(int32_t new_pos, const Rope& rope, SegmentId new_id) const;
   // The same, under another parent (a session's kept turns moved up after older turns were dropped).
   std::shared_ptr<const Segment> shifted(int32_t new_pos, const Rope& rope, SegmentId new_id, SegmentId new_parent) const;
+  // Rows [from, to) of several segments, one after another from position `pos`, as one segment in
+  // `format`: each piece's keys are re-rotated to where its rows land (the RoPE shift). Modular
+  // placement joins the rows it recomputed in the new context with the reused rest of the old segment.
+  struct Rows {
+    const Segment* segment = nullptr;
+    int32_t from = 0, to = 0;
+  };
+  static std::shared_ptr<const Segment> join(std::span<const Rows> pieces, int32_t pos, const Rope& rope, KvQuant format,
+                                             SegmentId id, SegmentId parent);
   // Dequantized key row (kv_dim floats) of one layer, with channel scales applied (tests, tools).
   std::vector<float> key_row(int layer, int32_t row) const;
 

@@ -65,6 +65,10 @@ static_assert(offsetof(Header, header_xxh3) == sizeof(Header) - 8, "header_xxh3 
 // dropped). Such a segment cannot be recomputed from the log: it never goes to the cold tier, and a
 // record names it only once its file is durable (docs/store.md).
 inline constexpr uint8_t kFlagDerived = 1;
+// The KV is a modular placement (engine/modular.h): the rows of the same tokens computed under
+// another parent chain (before the parent was edited), RoPE-shifted, with their first tokens
+// recomputed. Approximate, but a prefill gives the exact KV back: a restart queues that rebuild.
+inline constexpr uint8_t kFlagModular = 2;
 
 inline constexpr uint64_t align_up(uint64_t n) { return (n + kSectionAlign - 1) / kSectionAlign * kSectionAlign; }
 

@@ -110,7 +110,7 @@ Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options)
   return id;
 }
 
-void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived) {
+void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived, bool modular) {
   mu_.assert_held();
   e.kv_bytes = seg->kv_bytes();
   e.segment = std::move(seg);
@@ -119,6 +119,9 @@ void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg, b
   e.derived = derived;
   e.derive_from = kNoSegment;
   e.derive_skip = 0;
+  e.modular = modular;
+  e.modular_from = kNoSegment;
+  e.repair = 0;
   submit_write_locked(e);
 }
 
@@ -126,8 +129,8 @@ void SegmentPool::submit_write_locked(Entry& e) {
   mu_.assert_held();
   if (!writer_ || !e.segment) return;
   e.writing = true;
-  writer_->submit({e.segment, file_path(e.id), context_xxh3_locked(e.parent),
-                   e.derived ? segment_format::kFlagDerived : uint8_t{0}});
+  const uint8_t flags = (e.derived ? segment_format::kFlagDerived : 0) | (e.modular ? segment_format::kFlagModular : 0);
+  writer_->submit({e.segment, file_path(e.id), context_xxh3_locked(e.parent), flags});
 }
 
 void SegmentPool::on_written(SegmentId id, const std::filesystem::path& path, const Status& status) {
@@ -257,6 +260,13 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
                                      " are outside segment " + std::to_string(options.derive_from));
     }
   }
+  if (options.modular_from != kNoSegment) {
+    auto src = entries_.find(options.modular_from);
+    if (src == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(options.modular_from) + " to place modularly");
+    if (src->second->length != static_cast<int32_t>(tokens.size()) || options.repair < 0) {
+      return Status::InvalidArgument("segment " + std::to_string(options.modular_from) + " does not hold these tokens");
+    }
+  }
   std::vector<int32_t> sequence;
   if (parent != kNoSegment) {
     auto seq = trie_.sequence(parent);
@@ -279,6 +289,10 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
       e.derive_from = options.derive_from;
       e.derive_skip = options.derive_skip;
     }
+    if (options.modular_from != kNoSegment && e.tier() == Tier::Cold && e.parent == parent && e.derive_from == kNoSegment) {
+      e.modular_from = options.modular_from;
+      e.repair = options.repair;
+    }
     return m.segment;
   }
   auto id_or = allocate_id_locked(options);
@@ -296,6 +310,8 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   if (options.cold) e->coded = *options.cold;
   e->derive_from = options.derive_from;
   e->derive_skip = options.derive_skip;
+  e->modular_from = options.modular_from;
+  e->repair = options.repair;
   e->label = options.label;
   e->pinned = options.pinned;
   e->created = e->last_used = std::chrono::steady_clock::now();
@@ -395,6 +411,7 @@ Status SegmentPool::adopt(const AdoptSpec& spec) {
   Entry& e = *entries_.at(spec.id);
   e.durable = true;
   e.derived = (h.flags & segment_format::kFlagDerived) != 0;
+  e.modular = (h.flags & segment_format::kFlagModular) != 0;
   e.file_bytes = file.value()->file_bytes();
   e.kv_bytes = 2 * h.kv_bytes + 4 * h.n_scales;
   assert_invariants_locked();
@@ -597,7 +614,7 @@ void SegmentPool::retower_locked(Lease& lease) {
   assert_invariants_locked();
 }
 
-Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment) {
+Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment, bool modular) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("segment " + std::to_string(id) + " left the pool");
@@ -606,9 +623,33 @@ Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment
     return Status::InvalidArgument("install: the KV given is not segment " + std::to_string(id));
   }
   if (e.tier() != Tier::Cold) return Status::Ok();  // built twice, or paged in meanwhile: same bytes
-  install_locked(e, std::move(segment));
+  install_locked(e, std::move(segment), false, modular);
   counters_.thaws++;
   counters_.thaw_tokens += e.length;
+  assert_invariants_locked();
+  return Status::Ok();
+}
+
+Status SegmentPool::replace(SegmentId id, std::shared_ptr<const Segment> segment) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status::NotFound("segment " + std::to_string(id) + " left the pool");
+  Entry& e = *it->second;
+  if (!segment || segment->id() != id || segment->length() != e.length || segment->computed_pos() != e.computed_pos) {
+    return Status::InvalidArgument("replace: the KV given is not segment " + std::to_string(id));
+  }
+  if (e.tier() == Tier::Cold) {
+    install_locked(e, std::move(segment));
+    return Status::Ok();
+  }
+  if (!e.modular) return Status::Ok();
+  // One write per file at a time: a second one queued behind it would race it for the same path.
+  if (e.writing) return Status::Unavailable("segment " + std::to_string(id) + ": its file is being written");
+  // The old file stays until the new one is renamed over it: a crash meanwhile restarts modular.
+  e.durable = false;
+  e.verified = false;
+  e.file_bytes = 0;
+  install_locked(e, std::move(segment));
   assert_invariants_locked();
   return Status::Ok();
 }
@@ -646,7 +687,7 @@ Status SegmentPool::derive_locked(SegmentId id, std::unique_lock<Mutex>& lock) {
   (void)trie_.release(from);
   e = entries_.at(id).get();
   if (!seg || seg->length() != e->length) return Status::Error("internal: deriving segment " + std::to_string(id) + " failed");
-  if (e->tier() == Tier::Cold) install_locked(*e, std::move(seg), true);
+  if (e->tier() == Tier::Cold) install_locked(*e, std::move(seg), true, false);
   assert_invariants_locked();
   return Status::Ok();
 }
@@ -697,6 +738,9 @@ SegmentInfo SegmentPool::info_locked(const Entry& e) const {
   s.durable = e.durable;
   s.derived = e.derived;
   s.derive_from = e.derive_from;
+  s.modular = e.modular && e.tier() != Tier::Cold;
+  s.modular_from = e.modular_from;
+  s.repair = e.repair;
   s.hits = e.hits;
   s.created = e.created;
   s.last_used = e.last_used;

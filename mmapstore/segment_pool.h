@@ -78,6 +78,12 @@ struct SegmentOptions {
   // prefill of its tokens gives it, so it never goes cold (see SegmentInfo::derived).
   SegmentId derive_from = kNoSegment;
   int32_t derive_skip = 0;
+  // Compute it as a modular placement of segment modular_from (the same tokens under another parent
+  // chain: before that parent was edited): its first `repair` tokens prefilled under its own chain,
+  // the rest of modular_from's rows reused, RoPE-shifted (the scheduler's modular build). The result
+  // is approximate (SegmentInfo::modular) until replace() swaps in the exact KV.
+  SegmentId modular_from = kNoSegment;
+  int32_t repair = 0;
 };
 
 struct SegmentInfo {
@@ -100,6 +106,12 @@ struct SegmentInfo {
   // once that file is durable (when_durable).
   bool derived = false;
   SegmentId derive_from = kNoSegment;  // cold, waiting to be derived from this segment
+  // Its KV is a modular placement (SegmentOptions::modular_from), approximate until replace() gives
+  // it the exact KV; its file says so (segment_format::kFlagModular). Going cold ends it: a build
+  // computes the exact KV.
+  bool modular = false;
+  SegmentId modular_from = kNoSegment;  // cold, waiting for a modular build from this segment
+  int32_t repair = 0;                   // ... that prefills this many of its first tokens
   uint64_t hits = 0;              // leases that used it
   std::chrono::steady_clock::time_point created, last_used;
 };
@@ -216,7 +228,13 @@ class SegmentPool {
   Result<SegmentId> seal(Lease& lease, std::vector<int32_t> tail_tokens, const SegmentOptions& options = {});
   // Completes a build: the cold segment `id` gets its KV (computed under its parent chain); it is
   // hot now and its file is queued for writing.
-  Status install(SegmentId id, std::shared_ptr<const Segment> segment);
+  // modular: the KV is a modular placement (SegmentInfo::modular).
+  Status install(SegmentId id, std::shared_ptr<const Segment> segment, bool modular = false);
+  // Swaps the exact KV in for a modular segment's (a background exact rebuild): new leases get it,
+  // leases in flight keep the rows they hold; its file is written again. Ok and nothing changes when
+  // the segment is not modular any more (it went cold and was rebuilt meanwhile). Unavailable while
+  // its previous file is still being written (try again later).
+  Status replace(SegmentId id, std::shared_ptr<const Segment> segment);
   // Computes a cold segment added with SegmentOptions::derive_from from its source's rows (no model
   // run; the shift runs without the pool lock). Ok when it is not cold (nothing to do). Unavailable
   // while the source is not in memory (page it in, or build it, first); NotFound when the source
@@ -287,8 +305,8 @@ class SegmentPool {
   // The chain (root first) of the deepest segment whose sequence is a prefix of `tokens` (leaving at
   // least one token) and, when hot_only, whose whole chain is in memory; empty when none.
   std::vector<SegmentId> usable_chain_locked(std::span<const int32_t> tokens, bool hot_only) const;
-  // Gives e its KV (derived: a shifted copy) and queues its file.
-  void install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived = false);
+  // Gives e its KV (derived: a shifted copy; modular: a modular placement) and queues its file.
+  void install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived = false, bool modular = false);
   // After seal() gave the lease a new tower: its cached length and its tail's share of the budget.
   void retower_locked(Lease& lease);
   void submit_write_locked(Entry& e);

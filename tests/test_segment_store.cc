@@ -250,3 +250,99 @@ TEST_CASE("over the disk budget, the least recently used warm segments go cold a
   if (cold == bots[0]) CHECK(test::to_vec(limited.get(cold)->k_bytes()) == want_k);
   CHECK(limited.check_invariants().ok());
 }
+
+TEST_CASE("a modular segment says so in its file, and replace() swaps in the exact KV and rewrites the file") {
+  Store s("store-modular");
+  auto sys = random_tokens(s.rng, 12, s.vocab()), edited = random_tokens(s.rng, 15, s.vocab()),
+       bot = random_tokens(s.rng, 8, s.vocab()), user = random_tokens(s.rng, 3, s.vocab());
+  Rope rope(s.model->config());
+  SegmentId base2, placed;
+  std::vector<float> exact_logits;
+  {
+    SegmentPool pool(*s.model, s.fwd, s.options);
+    const SegmentId base = pool.add(kNoSegment, sys).value();
+    const SegmentId old_bot = pool.add(base, bot).value();
+    base2 = pool.add(kNoSegment, edited).value();
+    SegmentOptions o;
+    o.modular_from = old_bot;
+    o.repair = 3;
+    placed = pool.add_cold(base2, bot, o).value();
+    auto info = pool.info(placed);
+    REQUIRE(info);
+    CHECK(info->tier == Tier::Cold);
+    CHECK(info->modular_from == old_bot);
+    CHECK(info->repair == 3);
+    CHECK_FALSE(info->modular);
+    // What the scheduler's modular build installs: the old rows moved to where the bot now starts.
+    auto old = pool.get_hot(old_bot);
+    const Segment::Rows rows[] = {{old.get(), 0, old->length()}};
+    auto moved = Segment::join(rows, static_cast<int32_t>(edited.size()), rope, info->format, placed, base2);
+    REQUIRE(pool.install(placed, moved, /*modular=*/true).ok());
+    CHECK(pool.info(placed)->modular);
+    CHECK(pool.info(placed)->modular_from == kNoSegment);
+    CHECK(pool.replace(placed, moved).code() == Status::Code::kUnavailable);  // its file is being written
+    pool.flush_writes();
+    REQUIRE(pool.info(placed)->durable);
+    // A segment of other tokens is refused.
+    CHECK(pool.replace(placed, pool.get_hot(base2)).code() == Status::Code::kInvalidArgument);
+    // The exact KV: the bot prefilled under the edited base.
+    auto lease = pool.lease_chain(base2, static_cast<int32_t>(bot.size()));
+    REQUIRE(lease.ok());
+    std::vector<float> ignore;
+    REQUIRE(s.fwd.eval(*lease->tower, bot, Logits::Last, ignore).ok());
+    auto exact = lease->tower->seal_tail(bot, pool.info(placed)->format, placed);
+    pool.release(*lease);
+    REQUIRE(pool.replace(placed, exact).ok());
+    CHECK_FALSE(pool.info(placed)->modular);
+    CHECK_FALSE(pool.info(placed)->durable);  // until the new file is renamed over the old one
+    pool.flush_writes();
+    CHECK(pool.info(placed)->durable);
+    CHECK(pool.replace(placed, exact).ok());  // not modular any more: nothing to do
+    exact_logits = s.logits(pool, concat({edited, bot, user}), edited.size() + bot.size());
+  }
+  // A restart reads the flag from the file: the exact one is not modular.
+  SegmentPool pool(*s.model, s.fwd, s.options);
+  AdoptSpec a;
+  a.id = base2;
+  a.tokens = edited;
+  REQUIRE(pool.adopt(a).ok());
+  a.id = placed;
+  a.parent = base2;
+  a.tokens = bot;
+  REQUIRE(pool.adopt(a).ok());
+  CHECK_FALSE(pool.info(placed)->modular);
+  CHECK(s.logits(pool, concat({edited, bot, user}), edited.size() + bot.size()) == exact_logits);
+}
+
+TEST_CASE("a modular segment restarts modular, and going cold ends it: the next build is exact") {
+  Store s("store-modular-restart");
+  auto sys = random_tokens(s.rng, 12, s.vocab()), bot = random_tokens(s.rng, 8, s.vocab());
+  Rope rope(s.model->config());
+  SegmentId base, placed;
+  {
+    SegmentPool pool(*s.model, s.fwd, s.options);
+    base = pool.add(kNoSegment, sys).value();
+    const SegmentId other = pool.add(kNoSegment, random_tokens(s.rng, 5, s.vocab())).value();
+    const SegmentId old_bot = pool.add(other, bot).value();
+    SegmentOptions o;
+    o.modular_from = old_bot;
+    placed = pool.add_cold(base, bot, o).value();
+    auto old = pool.get_hot(old_bot);
+    const Segment::Rows rows[] = {{old.get(), 0, old->length()}};
+    REQUIRE(pool.install(placed, Segment::join(rows, 12, rope, pool.info(placed)->format, placed, base), true).ok());
+    pool.flush_writes();
+  }
+  SegmentPool pool(*s.model, s.fwd, s.options);
+  AdoptSpec a;
+  a.id = base;
+  a.tokens = sys;
+  REQUIRE(pool.adopt(a).ok());
+  a.id = placed;
+  a.parent = base;
+  a.tokens = bot;
+  REQUIRE(pool.adopt(a).ok());
+  CHECK(pool.info(placed)->modular);
+  CHECK(pool.info(placed)->tier == Tier::Warm);
+  REQUIRE(pool.freeze(placed, {}).ok());  // to the cold tier: a prefill brings it back, exact
+  CHECK_FALSE(pool.info(placed)->modular);
+}

@@ -140,6 +140,52 @@ TEST_CASE("RoPE shift: relative invariance, rotate-K equals recomputing at the n
   CHECK(max_abs_diff(a, c) < 1e-4);
 }
 
+TEST_CASE("Segment::join: rows of several segments, each RoPE-shifted to where it lands, as one segment") {
+  auto model = load_shared("models/stories260K.gguf");
+  if (!model) return;
+  auto ps = passages(*model, 1, 60);
+  if (ps.empty()) return;
+  const std::vector<int32_t> toks(ps[0].begin(), ps[0].end());
+  const int32_t n = static_cast<int32_t>(toks.size()), cut = 16, delta = 23;
+  ThreadPool pool(1);
+  Forward fwd(*model, pool, Kernels::Reference);
+  DenseKvCache at0(model->config(), n), atd(model->config(), n, delta);
+  (void)eval_all(fwd, at0, toks);
+  (void)eval_all(fwd, atd, toks);
+  auto seg0 = Segment::from_cache(model->config(), at0, 0, toks, KvQuant::F32, 1, 0);
+  auto segd = Segment::from_cache(model->config(), atd, 0, toks, KvQuant::F32, 2, 0);
+  Rope rope(model->config());
+  // The first rows computed at delta (a repair, in place), the rest computed at 0 and moved there:
+  // the keys of the whole equal those computed at delta.
+  const Segment::Rows rows[] = {{segd.get(), 0, cut}, {seg0.get(), cut, n}};
+  auto joined = Segment::join(rows, delta, rope, KvQuant::F32, 3, 7);
+  REQUIRE(joined);
+  CHECK(joined->tokens() == toks);
+  CHECK(joined->computed_pos() == delta);
+  CHECK(joined->parent() == 7);
+  double kerr = 0;
+  for (int l = 0; l < model->config().n_layer; ++l) {
+    for (int32_t r = 0; r < n; ++r) {
+      auto a = joined->key_row(l, r), b = segd->key_row(l, r);
+      for (size_t e = 0; e < a.size(); ++e) kerr = std::max(kerr, double(std::abs(a[e] - b[e])));
+    }
+  }
+  CHECK(kerr < 1e-4);
+  // Quantized: the same bytes as quantizing the F32 whole (the scales span every row joined).
+  const Segment::Rows whole[] = {{joined.get(), 0, n}};
+  auto q8 = Segment::join(whole, delta, rope, KvQuant::Q8, 4, 7);
+  const Segment::Rows pieces[] = {{segd.get(), 0, cut}, {seg0.get(), cut, n}};
+  auto q8_direct = Segment::join(pieces, delta, rope, KvQuant::Q8, 4, 7);
+  REQUIRE(q8);
+  REQUIRE(q8_direct);
+  CHECK(std::ranges::equal(q8->k_bytes(), q8_direct->k_bytes()));
+  CHECK(std::ranges::equal(q8->v_bytes(), q8_direct->v_bytes()));
+  CHECK(std::ranges::equal(q8->k_scales(), q8_direct->k_scales()));
+  // Rows out of range are refused.
+  const Segment::Rows bad[] = {{seg0.get(), cut, n + 1}};
+  CHECK(Segment::join(bad, 0, rope, KvQuant::F32, 5, 0) == nullptr);
+}
+
 TEST_CASE("quantized towers: KL divergence and top-1 agreement against F32 KV") {
   auto model = load_shared("models/stories260K.gguf");
   if (!model) return;
