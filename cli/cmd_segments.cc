@@ -132,6 +132,7 @@ void add_segments(CLI::App& app) {
       "  towerctl segments ls\n"
       "  towerctl segments show helper\n"
       "  towerctl segments rm helper\n"
+      "  towerctl segments link helper --parent sales   # the same bot under a second community\n"
       "A bot's system prompt is platform + community + bot text; each level's KV cache is computed once\n"
       "and shared by everything below it. Sessions are created for bots (towerctl sessions create).\n");
   cmd->require_subcommand(1);
@@ -196,6 +197,35 @@ void add_segments(CLI::App& app) {
         return add_many(*ao);
       }
       add_one(*ao);
+    });
+  });
+
+  struct LinkOpts {
+    ClientOptions client;
+    std::string source, parent, as;
+  };
+  auto lk = std::make_shared<LinkOpts>();
+  auto* link = cmd->add_subcommand(
+      "link",
+      "Put a bot (or community) under another parent too: a new segment with the same text, placed from\n"
+      "the original's KV at once (modular: its first tokens recomputed, the rest moved), then recomputed\n"
+      "exactly in the background. Later edits of either one do not change the other.\n"
+      "  towerctl segments link helper --parent sales [--as helper-sales]");
+  link->add_option("SOURCE", lk->source, "The segment to link")->required();
+  link->add_option("--parent", lk->parent, "Its second parent")->required();
+  link->add_option("--as", lk->as, "The new segment's name (default SOURCE.PARENT)");
+  add_client_options(link, lk->client, true);
+  link->callback([lk] {
+    run_client([&] {
+      HttpClient c = client_for(lk->client, 600);
+      json body = {{"parent", lk->parent}};
+      if (!lk->as.empty()) body["name"] = lk->as;
+      const auto t0 = std::chrono::steady_clock::now();
+      json r = call(c, "POST", "/v1/segments/" + url_part(lk->source) + "/link", body);
+      if (lk->client.json) return print_json(r);
+      std::printf("%s segment \"%s\" under \"%s\": %d tokens, %s, %.1f s\n", r.value("level", "").c_str(),
+                  r.value("name", "").c_str(), lk->parent.c_str(), r.value("tokens", 0), pool_summary(r["pool"]).c_str(),
+                  seconds_since(t0));
     });
   });
 

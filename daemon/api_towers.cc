@@ -67,6 +67,26 @@ void after_build(Service& svc, HttpResponder& out, SegmentId id, std::function<A
   });
 }
 
+// Defines a segment (put: the catalog call) and answers with it once its KV is computed. The
+// definition's record is fsynced (offload thread); its KV is computed as scheduled work, beside the
+// streams that are running; the segments below an edited one, placed modularly, are built in the
+// background without the answer waiting for them.
+ApiStatus define_segment(Service& svc, HttpResponder& out, std::function<Result<Catalog::Put>()> put_fn) {
+  return answer_offloaded(svc, out, [&svc, put_fn = std::move(put_fn)](HttpResponder& o) -> ApiStatus {
+    auto put = put_fn();
+    if (!put.ok()) return not_found_as(put.status(), "segment_not_found", "parent");
+    if (!put->retired.empty()) svc.scheduler.cancel_rebuilds(put->retired);
+    for (SegmentId id : put->placed) svc.scheduler.build(id, nullptr, /*background=*/true);
+    if (put->build == kNoSegment) return reply(o, segment_reply(svc, put->view));
+    const std::string name = put->view.name;
+    after_build(svc, o, put->build, [&svc, name](const Status& st, HttpResponder& o2) -> ApiStatus {
+      if (!st.ok()) return st.prefixed("segment \"" + name + "\": ");
+      return reply_segment(svc, name, o2);
+    });
+    return {};
+  });
+}
+
 // PUT /v1/segments/{name} (name from the path) or POST /v1/segments (name in the body).
 ApiStatus put_segment(Service& svc, const HttpRequest& req, HttpResponder& out, std::string name) {
   json b;
@@ -85,21 +105,22 @@ ApiStatus put_segment(Service& svc, const HttpRequest& req, HttpResponder& out, 
   }
   auto level = parse_level(level_name);
   if (!level) return invalid_field("level", "level must be \"platform\", \"community\" or \"bot\", got \"" + level_name + "\"");
-  // The definition's record is fsynced (offload thread); its KV is computed as scheduled work, beside
-  // the streams that are running.
-  return answer_offloaded(svc, out, [&svc, name, level = *level, parent, text](HttpResponder& o) -> ApiStatus {
-    auto put = svc.catalog.put_segment(name, level, parent, text);
-    if (!put.ok()) return not_found_as(put.status(), "segment_not_found", "parent");
-    // The segments below an edited one, placed modularly: built now, without the PUT waiting for them.
-    if (!put->retired.empty()) svc.scheduler.cancel_rebuilds(put->retired);
-    for (SegmentId id : put->placed) svc.scheduler.build(id, nullptr, /*background=*/true);
-    if (put->build == kNoSegment) return reply(o, segment_reply(svc, put->view));
-    after_build(svc, o, put->build, [&svc, name](const Status& st, HttpResponder& o2) -> ApiStatus {
-      if (!st.ok()) return st.prefixed("segment \"" + name + "\": ");
-      return reply_segment(svc, name, o2);
-    });
-    return {};
+  return define_segment(svc, out, [&svc, name, level = *level, parent, text] {
+    return svc.catalog.put_segment(name, level, parent, text);
   });
+}
+
+// POST /v1/segments/{name}/link: the bot (or community) under another parent, placed from its KV.
+ApiStatus link_segment(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string& source) {
+  json b;
+  if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+  if (ApiStatus e = known_fields(b, {"parent", "name"}); !e.ok()) return e;
+  std::string parent, name;
+  for (ApiStatus e : {string_field(b, "parent", true, &parent), string_field(b, "name", false, &name)}) {
+    if (!e.ok()) return e;
+  }
+  if (name.empty()) name = source + "." + parent;
+  return define_segment(svc, out, [&svc, source, name, parent] { return svc.catalog.link_segment(source, name, parent); });
 }
 
 // POST /v1/segments/{name}/compress|thaw. Compress: coding on the offload thread (the compressor's
@@ -144,6 +165,10 @@ ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& o
     return put_segment(svc, req, out, "");
   }
   const std::string name = parts[0];
+  if (parts.size() == 2 && parts[1] == "link") {
+    if (req.method != "POST") return wrong_method("POST");
+    return link_segment(svc, req, out, name);
+  }
   if (parts.size() == 2 && (parts[1] == "compress" || parts[1] == "thaw")) {
     if (req.method != "POST") return wrong_method("POST");
     return move_tier(svc, name, parts[1], out);

@@ -481,8 +481,24 @@ size_t Catalog::collect_retired() {
   return retired_.size();
 }
 
+Result<Catalog::Put> Catalog::link_segment(const std::string& source, const std::string& name, const std::string& parent) {
+  Level level;
+  std::string text;
+  {
+    std::lock_guard lock(mu_);
+    const SegmentDef* s = find_def(source);
+    if (!s) return no_segment(source);
+    if (s->level == Level::Platform) return Status::InvalidArgument("a platform segment has no parent to link under");
+    if (s->parent == parent) return Status::InvalidArgument("segment \"" + source + "\" is under \"" + parent + "\" already");
+    if (find_def(name)) return Status::Conflict("segment \"" + name + "\" exists already");
+    level = s->level;
+    text = s->text;
+  }
+  return put_segment(name, level, parent, text, source);
+}
+
 Result<Catalog::Put> Catalog::put_segment(const std::string& name, Level level, const std::string& parent,
-                                          const std::string& text) {
+                                          const std::string& text, const std::string& like) {
   if (!valid_name(name)) {
     return Status::InvalidArgument("segment name must be 1-64 characters of letters, digits, '-', '_', '.'");
   }
@@ -545,6 +561,10 @@ Result<Catalog::Put> Catalog::put_segment(const std::string& name, Level level, 
     d.pool_id = existing->pool_id;  // the same id (and file name) when its old segment could go
     d.recorded_id = existing->recorded_id;
   }
+  if (const SegmentDef* l = like.empty() ? nullptr : find_def(like); l && l->pool_id != kNoSegment && l->tokens == d.tokens) {
+    if (auto info = pool_.info(l->pool_id); info && info->tier != Tier::Cold) d.modular_source = l->pool_id;
+  }
+  const bool placed_like = d.modular_source != kNoSegment && !like.empty();
   defs_[name] = d;
   SegmentDef& def = defs_[name];
   Status st = ensure_chain_locked(name, nullptr, nullptr);
@@ -561,7 +581,8 @@ Result<Catalog::Put> Catalog::put_segment(const std::string& name, Level level, 
   log_info(std::string(existing ? "updated " : "defined ") + std::string(to_string(level)) + " segment \"" + name +
            "\" (" + std::to_string(def.tokens.size()) + " tokens, segment " + std::to_string(def.pool_id) + ")" +
            (placed.empty() ? "" : "; " + std::to_string(placed.size()) + " segment(s) placed modularly, repairing " +
-                                      std::to_string(config_.modular.repair_tokens) + " tokens each"));
+                                      std::to_string(config_.modular.repair_tokens) + " tokens each") +
+           (placed_like ? "; placed modularly from the KV of \"" + like + "\"" : ""));
   Put put = built(def);
   put.retired = std::move(retired);
   for (const std::string& n : placed) {

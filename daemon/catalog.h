@@ -135,7 +135,13 @@ class Catalog {
     std::vector<SegmentId> placed;
     std::vector<SegmentId> retired;  // its old segments and its subtree's: no exact rebuild of them
   };
-  Result<Put> put_segment(const std::string& name, Level level, const std::string& parent, const std::string& text);
+  // like: a segment with the same text under another parent (a bot linked under a second community):
+  // the new one is placed from its KV modularly instead of being prefilled whole.
+  Result<Put> put_segment(const std::string& name, Level level, const std::string& parent, const std::string& text,
+                          const std::string& like = "");
+  // One bot under another parent: defines `name` under `parent` with the text and level of `source`,
+  // placed from source's KV (put_segment's `like`). Later edits of either do not change the other.
+  Result<Put> link_segment(const std::string& source, const std::string& name, const std::string& parent);
   Status remove_segment(const std::string& name);
   Result<SegmentView> segment(const std::string& name) const;
   std::vector<SegmentView> segments() const;  // platform, community, bot order
