@@ -133,13 +133,13 @@ Status Catalog::ensure_chain_locked(const std::string& name, SegmentId* id, std:
         }
       }
       if (d->modular_source != kNoSegment && o.cold == std::nullopt) {
-        o.modular_from = d->modular_source;
+        o.modular_from = {d->modular_source};
         o.repair = config_.modular.repair_tokens;
       }
       d->modular_source = kNoSegment;  // one placement; after it, builds are ordinary prefills
       auto added = pool_.add_cold(parent, d->tokens, o);
-      if (!added.ok() && o.modular_from != kNoSegment) {
-        o.modular_from = kNoSegment;  // its old segment left the pool: an ordinary prefill
+      if (!added.ok() && !o.modular_from.empty()) {
+        o.modular_from.clear();  // its old segment left the pool: an ordinary prefill
         added = pool_.add_cold(parent, d->tokens, o);
       }
       if (!added.ok() && o.id != kNoSegment) {
@@ -340,6 +340,7 @@ Result<Catalog::Restored> Catalog::restore() {
         Status st = pool_.adopt(spec);
         if (st.ok()) {
           ++out.adopted;
+          if (auto info = pool_.info(spec.id); info && info->modular) out.exact.push_back(spec.id);
           parent = spec.id;
           at = end;
           continue;
@@ -434,7 +435,7 @@ std::vector<std::string> Catalog::forget_pool_subtree_locked(const std::string& 
       SegmentId source = kNoSegment;
       if (modular && i > 0 && info && !d->tokens.empty()) {
         // Not built yet since an earlier edit: its recipe's segment is the one to reuse.
-        source = info->tier != Tier::Cold ? info->id : info->modular_from;
+        source = info->tier != Tier::Cold ? info->id : info->modular_from.size() == 1 ? info->modular_from[0] : kNoSegment;
       }
       d->modular_source = source;
       if (source != kNoSegment) sources.insert(source), placed.push_back(d->name);
@@ -444,6 +445,15 @@ std::vector<std::string> Catalog::forget_pool_subtree_locked(const std::string& 
       if (s.bot != todo[i]) continue;
       for (SegmentId seg : session_segments_locked(s)) old.push_back(seg);  // root first
       s.tail_segment = kNoSegment;
+      s.modular_sources.clear();
+      if (!modular || s.seal_ids.size() != s.seals.size()) continue;
+      size_t at = 0;
+      for (size_t k = 0; k < s.seals.size(); at = s.seals[k++]) {
+        auto info = pool_.info(s.seal_ids[k]);
+        const bool reusable = info && info->tier != Tier::Cold && info->length == static_cast<int32_t>(s.seals[k] - at);
+        s.modular_sources.push_back(reusable ? s.seal_ids[k] : kNoSegment);
+        if (reusable) sources.insert(s.seal_ids[k]);
+      }
     }
   }
   for (auto it = old.rbegin(); it != old.rend(); ++it) {  // leaves first
@@ -465,7 +475,15 @@ size_t Catalog::collect_retired() {
   for (const auto& [n, d] : defs_) {
     if (d.modular_source != kNoSegment) reused.insert(d.modular_source);
     if (auto info = d.pool_id ? pool_.info(d.pool_id) : std::nullopt; info && info->tier == Tier::Cold) {
-      reused.insert(info->modular_from);
+      reused.insert(info->modular_from.begin(), info->modular_from.end());
+    }
+  }
+  for (const auto& [id, s] : sessions_) {
+    reused.insert(s.modular_sources.begin(), s.modular_sources.end());
+    for (SegmentId seg : s.seal_ids) {
+      if (auto info = pool_.info(seg); info && info->tier == Tier::Cold) {
+        reused.insert(info->modular_from.begin(), info->modular_from.end());
+      }
     }
   }
   std::vector<SegmentId> left;
@@ -746,6 +764,22 @@ Status Catalog::ensure_session_locked(Session& s, SegmentId base_id) {
   if (s.tail_segment != kNoSegment && pool_.info(s.tail_segment)) return Status::Ok();
   // Not in the pool (removed when its bot changed, or never restored): the transcript segments go in
   // cold with their recorded ids and boundaries; the scheduler recomputes them, to the same bytes.
+  // After an edit above the bot, the run of old segments the transcript starts with goes in as one
+  // segment placed modularly from them: one build of repair_tokens instead of a prefill of them all.
+  size_t reused = 0;
+  while (reused < s.modular_sources.size() && reused < s.seals.size() && s.modular_sources[reused] != kNoSegment) ++reused;
+  if (reused > 0 && s.seal_ids.size() == s.seals.size()) {
+    SegmentOptions o = transcript_options(s);
+    o.modular_from.assign(s.modular_sources.begin(), s.modular_sources.begin() + static_cast<std::ptrdiff_t>(reused));
+    o.repair = config_.modular.repair_tokens;
+    auto toks = std::span<const int32_t>(s.transcript).first(std::min(s.seals[reused - 1], s.transcript.size()));
+    if (auto id = pool_.add_cold(base_id, toks, o); id.ok()) {
+      s.seals.erase(s.seals.begin(), s.seals.begin() + static_cast<std::ptrdiff_t>(reused - 1));
+      s.seal_ids.erase(s.seal_ids.begin(), s.seal_ids.begin() + static_cast<std::ptrdiff_t>(reused - 1));
+      s.seal_ids[0] = id.value();
+    }
+  }
+  s.modular_sources.clear();
   const bool named = s.seal_ids.size() == s.seals.size();
   SegmentId parent = base_id;
   size_t at = 0;

@@ -75,6 +75,9 @@ struct Session {
   uint64_t turns = 0;                 // completed turns (numbered 1..turns in the log)
   std::vector<size_t> turn_ends;      // transcript offset after each kept turn
   bool cut = false;                   // replay found a gap: later turns of it were dropped
+  // Per seal, its segment from before an edit above the session's bot (kNoSegment: none to reuse):
+  // the session's next turn places its transcript segments from them modularly ([modular]).
+  std::vector<SegmentId> modular_sources;
   bool busy = false;
 };
 
@@ -116,7 +119,7 @@ class Catalog {
   struct Restored {
     size_t adopted = 0, cold = 0, sessions_cut = 0;
     std::vector<SegmentId> rebuild;  // hierarchy segments whose file was unusable
-    std::vector<SegmentId> exact;    // hierarchy segments adopted modular: to rebuild exactly
+    std::vector<SegmentId> exact;    // segments adopted modular (hierarchy, transcripts): to rebuild exactly
   };
   Result<Restored> restore();
   size_t segment_count() const;

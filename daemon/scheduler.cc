@@ -53,7 +53,7 @@ struct Scheduler::Build {
   Lease lease;                 // the parent chain, once all of it is in memory
   std::vector<int32_t> tokens;  // to prefill: its own tokens (modular: the first `repair` of them)
   KvQuant format = KvQuant::F32;
-  std::shared_ptr<const Segment> reuse;  // modular: the old rows that follow the prefilled ones
+  std::vector<std::shared_ptr<const Segment>> reuse;  // modular: the old rows that follow the prefilled ones
   std::shared_ptr<const Segment> exact;  // a rebuild done, waiting for its file's previous write
   size_t pos = 0;
   bool done = false;
@@ -255,8 +255,9 @@ void Scheduler::loop() {
       const size_t max_batch = static_cast<size_t>(opt_.max_batch);
       size_t used = slots_in_use();
       cv_.wait_for(lock, std::chrono::milliseconds(200), [&] {
-        return exit_ || !tasks_.empty() || runnable() || (!queue_.empty() && used < max_batch);
+        return exit_ || !tasks_.empty() || runnable() || build_ended_ || (!queue_.empty() && used < max_batch);
       });
+      build_ended_ = false;
       heartbeat_ns_ = Clock::now().time_since_epoch().count();
       tasks.swap(tasks_);
       // A job of n choices takes n places (one larger than max_batch is admitted alone).
@@ -385,19 +386,31 @@ void Scheduler::resolve_build(Build& b) {
     // The source left the pool: computed by prefill below, as any segment.
   }
   int32_t prefill = info->length;
-  b.reuse.reset();
-  if (info->modular_from != kNoSegment && info->repair < info->length) {
+  b.reuse.clear();
+  if (!info->modular_from.empty() && info->repair < info->length) {
     // Placed modularly: the old rows (paged in when they are on disk; never computed for this: a
     // source without KV means an ordinary prefill) after a prefill of the first `repair` tokens.
-    auto src = pool_.info(info->modular_from);
-    if (src && src->tier != Tier::Cold) {
-      PathPlan source;
-      source.path = {src->id};
-      source.tiers = {src->tier};
-      source.ends = {static_cast<size_t>(src->begin + src->length)};
-      if (!ready(source, b.wanted)) return;
-      b.reuse = pool_.get_hot(src->id);
-      if (!b.reuse) return;  // it left memory meanwhile: next round
+    PathPlan sources;
+    for (SegmentId from : info->modular_from) {
+      auto src = pool_.info(from);
+      if (!src || src->tier == Tier::Cold) {
+        sources.path.clear();
+        break;
+      }
+      sources.path.push_back(src->id);
+      sources.tiers.push_back(src->tier);
+      sources.ends.push_back(static_cast<size_t>(src->begin + src->length));
+    }
+    if (!sources.path.empty()) {
+      if (!ready(sources, b.wanted)) return;
+      for (SegmentId from : sources.path) {
+        auto seg = pool_.get_hot(from);
+        if (!seg) {  // it left memory meanwhile: next round
+          b.reuse.clear();
+          return;
+        }
+        b.reuse.push_back(std::move(seg));
+      }
       prefill = info->repair;
     }
   }
@@ -426,7 +439,7 @@ void Scheduler::resolve_exact(Build& b, const SegmentInfo& info) {
   for (SegmentId p = info.parent; p != kNoSegment;) {
     auto parent = pool_.info(p);
     if (!parent) return finish_build(b, Status::NotFound("the parent chain of segment " + std::to_string(b.id) + " changed"));
-    if (parent->modular || (parent->tier == Tier::Cold && parent->modular_from != kNoSegment)) return;
+    if (parent->modular || (parent->tier == Tier::Cold && !parent->modular_from.empty())) return;
     p = parent->parent;
   }
   if (info.parent != kNoSegment && !ready(pool_.plan_chain(info.parent), false)) return;
@@ -453,7 +466,7 @@ void Scheduler::complete_build(Build& b) {
     if (!b.exact) return finish_build(b, Status::Error("internal: sealing a rebuild failed"));
     return try_replace(b);
   }
-  if (!b.reuse) {
+  if (b.reuse.empty()) {
     auto seg = b.lease.tower->seal_tail(b.tokens, b.format, b.id);
     return finish_build(b, seg ? pool_.install(b.id, std::move(seg)) : Status::Error("internal: sealing a build failed"));
   }
@@ -465,7 +478,12 @@ void Scheduler::complete_build(Build& b) {
   if (!info || (repaired > 0 && !head)) return finish_build(b, Status::Error("internal: sealing a modular build failed"));
   std::vector<Segment::Rows> rows;
   if (head) rows.push_back({head.get(), 0, repaired});
-  rows.push_back({b.reuse.get(), repaired, b.reuse->length()});
+  int32_t skip = repaired;  // rows of the old segments the repair replaced
+  for (const auto& old : b.reuse) {
+    const int32_t from = std::min(skip, old->length());
+    skip -= from;
+    if (from < old->length()) rows.push_back({old.get(), from, old->length()});
+  }
   auto seg = Segment::join(rows, info->begin, rope_, b.format, b.id, info->parent);
   Status st = seg ? pool_.install(b.id, std::move(seg), true) : Status::Error("internal: joining a modular build failed");
   finish_build(b, st);
@@ -482,8 +500,9 @@ void Scheduler::try_replace(Build& b) {
 void Scheduler::finish_build(Build& b, const Status& st) {
   if (b.done) return;
   b.done = true;
+  build_ended_ = true;
   set_progress(b, std::nullopt);
-  b.reuse.reset();
+  b.reuse.clear();
   b.exact.reset();
   if (b.lease.tower) pool_.release(b.lease);
   if (!st.ok() && st.code() != Status::Code::kCancelled) {

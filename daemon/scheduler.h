@@ -176,6 +176,9 @@ class Scheduler {
   Options opt_;
   Rope rope_;
   PrefillPacer pacer_;  // scheduler thread only
+  // A build ended since the loop last waited: what waits for it (a build of a segment below it, a
+  // generation) is resolved at once instead of after the next wake-up.
+  bool build_ended_ = false;  // scheduler thread
   bool decodes_waited_ = false;  // the last step left the decodes out for a first token (scheduler thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -120,7 +120,7 @@ void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg, b
   e.derive_from = kNoSegment;
   e.derive_skip = 0;
   e.modular = modular;
-  e.modular_from = kNoSegment;
+  e.modular_from.clear();
   e.repair = 0;
   submit_write_locked(e);
 }
@@ -260,11 +260,15 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
                                      " are outside segment " + std::to_string(options.derive_from));
     }
   }
-  if (options.modular_from != kNoSegment) {
-    auto src = entries_.find(options.modular_from);
-    if (src == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(options.modular_from) + " to place modularly");
-    if (src->second->length != static_cast<int32_t>(tokens.size()) || options.repair < 0) {
-      return Status::InvalidArgument("segment " + std::to_string(options.modular_from) + " does not hold these tokens");
+  if (!options.modular_from.empty()) {
+    int64_t rows = 0;
+    for (SegmentId from : options.modular_from) {
+      auto src = entries_.find(from);
+      if (src == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(from) + " to place modularly");
+      rows += src->second->length;
+    }
+    if (rows != static_cast<int64_t>(tokens.size()) || options.repair < 0) {
+      return Status::InvalidArgument("the segments to place modularly do not hold these tokens");
     }
   }
   std::vector<int32_t> sequence;
@@ -289,7 +293,7 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
       e.derive_from = options.derive_from;
       e.derive_skip = options.derive_skip;
     }
-    if (options.modular_from != kNoSegment && e.tier() == Tier::Cold && e.parent == parent && e.derive_from == kNoSegment) {
+    if (!options.modular_from.empty() && e.tier() == Tier::Cold && e.parent == parent && e.derive_from == kNoSegment) {
       e.modular_from = options.modular_from;
       e.repair = options.repair;
     }

@@ -78,11 +78,12 @@ struct SegmentOptions {
   // prefill of its tokens gives it, so it never goes cold (see SegmentInfo::derived).
   SegmentId derive_from = kNoSegment;
   int32_t derive_skip = 0;
-  // Compute it as a modular placement of segment modular_from (the same tokens under another parent
-  // chain: before that parent was edited): its first `repair` tokens prefilled under its own chain,
-  // the rest of modular_from's rows reused, RoPE-shifted (the scheduler's modular build). The result
-  // is approximate (SegmentInfo::modular) until replace() swaps in the exact KV.
-  SegmentId modular_from = kNoSegment;
+  // Compute it as a modular placement of the segments modular_from (one after another they hold
+  // these tokens, under another parent chain: before that parent was edited): its first `repair`
+  // tokens prefilled under its own chain, the rest of their rows reused, RoPE-shifted (the
+  // scheduler's modular build). The result is approximate (SegmentInfo::modular) until replace()
+  // swaps in the exact KV.
+  std::vector<SegmentId> modular_from;
   int32_t repair = 0;
 };
 
@@ -110,7 +111,7 @@ struct SegmentInfo {
   // it the exact KV; its file says so (segment_format::kFlagModular). Going cold ends it: a build
   // computes the exact KV.
   bool modular = false;
-  SegmentId modular_from = kNoSegment;  // cold, waiting for a modular build from this segment
+  std::vector<SegmentId> modular_from;  // cold, waiting for a modular build from these segments
   int32_t repair = 0;                   // ... that prefills this many of its first tokens
   uint64_t hits = 0;              // leases that used it
   std::chrono::steady_clock::time_point created, last_used;

@@ -27,7 +27,7 @@ struct SegmentPool::Entry {
   SegmentId derive_from = kNoSegment;       // cold: computed as rows of this segment, shifted
   int32_t derive_skip = 0;                  // ... from this row of it
   bool modular = false;                     // SegmentInfo::modular (meaningless while cold)
-  SegmentId modular_from = kNoSegment;      // cold: a modular build reuses this segment's rows
+  std::vector<SegmentId> modular_from;      // cold: a modular build reuses these segments' rows
   int32_t repair = 0;                       // ... after prefilling this many of its tokens
   std::vector<uint8_t> coded;               // cold: the compressor's coded tokens
   std::string label;

@@ -264,13 +264,13 @@ TEST_CASE("a modular segment says so in its file, and replace() swaps in the exa
     const SegmentId old_bot = pool.add(base, bot).value();
     base2 = pool.add(kNoSegment, edited).value();
     SegmentOptions o;
-    o.modular_from = old_bot;
+    o.modular_from = {old_bot};
     o.repair = 3;
     placed = pool.add_cold(base2, bot, o).value();
     auto info = pool.info(placed);
     REQUIRE(info);
     CHECK(info->tier == Tier::Cold);
-    CHECK(info->modular_from == old_bot);
+    CHECK(info->modular_from == std::vector<SegmentId>{old_bot});
     CHECK(info->repair == 3);
     CHECK_FALSE(info->modular);
     // What the scheduler's modular build installs: the old rows moved to where the bot now starts.
@@ -279,7 +279,7 @@ TEST_CASE("a modular segment says so in its file, and replace() swaps in the exa
     auto moved = Segment::join(rows, static_cast<int32_t>(edited.size()), rope, info->format, placed, base2);
     REQUIRE(pool.install(placed, moved, /*modular=*/true).ok());
     CHECK(pool.info(placed)->modular);
-    CHECK(pool.info(placed)->modular_from == kNoSegment);
+    CHECK(pool.info(placed)->modular_from.empty());
     CHECK(pool.replace(placed, moved).code() == Status::Code::kUnavailable);  // its file is being written
     pool.flush_writes();
     REQUIRE(pool.info(placed)->durable);
@@ -325,7 +325,7 @@ TEST_CASE("a modular segment restarts modular, and going cold ends it: the next 
     const SegmentId other = pool.add(kNoSegment, random_tokens(s.rng, 5, s.vocab())).value();
     const SegmentId old_bot = pool.add(other, bot).value();
     SegmentOptions o;
-    o.modular_from = old_bot;
+    o.modular_from = {old_bot};
     placed = pool.add_cold(base, bot, o).value();
     auto old = pool.get_hot(old_bot);
     const Segment::Rows rows[] = {{old.get(), 0, old->length()}};
