@@ -67,8 +67,10 @@ EXACT_TIMEOUT_S = 600
 
 def modular_segments(sock):
     """Names of the segments whose KV is a modular placement (not exact yet)."""
-    d = call(sock, "GET", "/v1/segments")
-    return [g["name"] for g in d["data"] if (g.get("pool") or {}).get("modular") is True]
+    pools = [(g["name"], g["pool"]) for g in call(sock, "GET", "/v1/segments")["data"] if g.get("pool")]
+    if any("modular" not in p for _, p in pools):
+        raise RuntimeError("towerd's segments have no pool.modular: a towerd without modular towers?")
+    return [name for name, p in pools if p["modular"] is True]
 
 
 def wait_exact(sock, since):
