@@ -12,7 +12,7 @@
 // text; else --model with synthetic tokens).
 // --all-real: prefill every shared segment of the hierarchy (61 segments, 31000 tokens) instead of one
 // per level (affordable on small models only).
-// --edit-drift: issue 16's quality number alone, on the drift model (a few seconds): a bot reused under
+// --edit-drift: issue 16's quality number alone, on the drift model (0.2 s on stories260K): a bot reused under
 // its edited platform with its first R tokens repaired (default 16, the daemon's `[modular]
 // repair_tokens`) against recomputing it (bench/modular_quality.h, the setup of tests/test_modular.cc's
 // "edited parent": 8 passages, platform 100 tokens, bot 60, the 80 tokens after it compared; F32 KV,
