@@ -97,7 +97,9 @@ inline Result<EditedParent> edited_parent(Forward& fwd, const ModelConfig& cfg, 
   std::vector<int32_t> old_parent(ids.begin(), ids.begin() + s.parent);
   c.new_parent.assign(ids.begin(), ids.begin() + s.parent - s.back);
   c.new_parent.insert(c.new_parent.end(), other.begin() + 1, other.begin() + 1 + s.inserted);
-  if (edit == Edit::Insert) c.new_parent.insert(c.new_parent.end(), ids.begin() + s.parent - s.back, ids.begin() + s.parent);
+  if (edit == Edit::Insert) {
+    c.new_parent.insert(c.new_parent.end(), ids.begin() + s.parent - s.back, ids.begin() + s.parent);
+  }
   c.shift = static_cast<int32_t>(c.new_parent.size()) - s.parent;
   c.child = std::span<const int32_t>(ids.data() + s.parent, s.child);
   c.continuation = std::span<const int32_t>(ids.data() + s.parent + s.child, s.continuation);
