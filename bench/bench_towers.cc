@@ -4,6 +4,7 @@
 //
 //   bench_towers [--model M.gguf] [--drift-model M.gguf] [--threads T] [--runs R] [--tail N] [--all-real]
 //                [--timing-threads T] [--no-drift]
+//   bench_towers --edit-drift [--repair R] [--edit insert|rewrite-end] [--drift-model M.gguf] [--threads T]
 //
 // --model: the model for storage and timing (e.g. `towerctl model synth --shape llama3.2-1b --type q4_0
 // -o /tmp/1b.gguf`); without it the "tiny" synthetic shape is written to a temporary file.
@@ -11,6 +12,15 @@
 // text; else --model with synthetic tokens).
 // --all-real: prefill every shared segment of the hierarchy (61 segments, 31000 tokens) instead of one
 // per level (affordable on small models only).
+// --edit-drift: issue 16's quality number alone, on the drift model (0.2 s on stories260K): a bot reused under
+// its edited platform with its first R tokens repaired (default 16, the daemon's `[modular]
+// repair_tokens`) against recomputing it (bench/modular_quality.h, the setup of tests/test_modular.cc's
+// "edited parent": 8 passages, platform 100 tokens, bot 60, the 80 tokens after it compared; F32 KV,
+// Reference kernels). --edit picks the edit: its platform's last 20 tokens replaced by 30 others
+// (rewrite-end, the default: the text right before the bot changes, as an appended sentence does) or
+// 30 tokens inserted 20 before its end (insert). Prints what it measured on stderr and exactly one line
+// on stdout, then exits:
+//   edit_drift r=R kl=K top1=P          (K: mean KL in nats; P: top-1 agreement in percent)
 // The last line is exactly:
 //   towers n_sessions=N bytes_per_session=B per_session_cache_bytes=C assemble_us_1k=X assemble_us_4k=Y assemble_us_16k=Z
 #include <algorithm>
@@ -28,6 +38,7 @@
 
 #include <unistd.h>
 
+#include "bench/modular_quality.h"
 #include "bench/timing.h"
 #include "engine/forward.h"
 #include "engine/rope.h"
@@ -331,13 +342,49 @@ void drift_table(const std::string& path, int threads) {
   std::printf("\n");
 }
 
+// Issue 16: one line, `edit_drift r=R kl=K top1=P` (see the top of this file).
+void edit_drift(const std::string& path, int threads, int32_t repair, modular_quality::Edit edit) {
+  namespace mq = modular_quality;
+  auto loaded = Model::load(path);
+  if (!loaded) die(loaded.error());
+  const Model& model = **loaded;
+  const ModelConfig& c = model.config();
+  ThreadPool pool(threads);
+  Forward fwd(model, pool, Kernels::Reference);
+  const mq::EditShape shape;
+  if (repair < 0 || repair > shape.child) {
+    die("--repair must be between 0 and the bot's " + std::to_string(shape.child) + " tokens");
+  }
+  bool real_text = false;
+  const auto ps = drift_passages(model, 9, shape.passage(), &real_text);
+  mq::Agreement agreement;
+  for (size_t k = 0; k + 1 < ps.size(); ++k) {
+    auto edited = mq::edited_parent(fwd, c, ps[k], ps[k + 1], edit, shape);
+    if (!edited.ok()) die(edited.error());
+    auto tower = mq::place_child(fwd, c, edited.value(), repair);
+    if (!tower.ok()) die(tower.error());
+    std::vector<float> got;
+    if (auto st = fwd.eval(*tower.value(), edited->continuation, Logits::All, got); !st.ok()) die(st.message());
+    if (!agreement.add(edited->want, got, c.n_vocab)) die("logits of different sizes");
+  }
+  std::fprintf(stderr,
+               "edit drift: %s, %zu passages (%s), platform %d tokens edited (%s), bot %d tokens reused with %d "
+               "repaired, against recomputing it: %d next-token distributions (F32 KV, Reference kernels)\n",
+               std::filesystem::path(path).filename().c_str(), ps.size() - 1,
+               real_text ? "TinyStories text" : "synthetic tokens", shape.parent, mq::edit_name(edit), shape.child,
+               repair, agreement.count);
+  std::printf("edit_drift r=%d kl=%.2e top1=%.1f\n", repair, agreement.kl(), 100 * agreement.top1());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows when piped to a file
   std::string model_path, drift_path;
   int threads = 0, runs = 21, tail = 64, timing_threads = 1;
-  bool all_real = false, drift = true;
+  bool all_real = false, drift = true, edit_drift_only = false;
+  int32_t repair = 16;
+  auto edit = modular_quality::Edit::RewriteEnd;
   std::vector<int> session_counts = {10, 100, 1000, 10000};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -353,12 +400,30 @@ int main(int argc, char** argv) {
     else if (a == "--timing-threads") timing_threads = std::max(1, std::atoi(next().c_str()));
     else if (a == "--all-real") all_real = true;
     else if (a == "--no-drift") drift = false;
+    else if (a == "--edit-drift") edit_drift_only = true;
+    else if (a == "--repair") repair = std::atoi(next().c_str());
+    else if (a == "--edit") {
+      const std::string e = next();
+      if (e == "insert") edit = modular_quality::Edit::Insert;
+      else if (e == "rewrite-end") edit = modular_quality::Edit::RewriteEnd;
+      else die("--edit is insert or rewrite-end, not " + e);
+    }
     else if (a == "--help" || a == "-h") {
-      std::printf("bench_towers [--model M.gguf] [--drift-model M.gguf] [--threads T] [--runs R] [--tail N] [--timing-threads T] [--all-real] [--no-drift]\n");
+      std::printf("bench_towers [--model M.gguf] [--drift-model M.gguf] [--threads T] [--runs R] [--tail N] [--timing-threads T] [--all-real] [--no-drift]\n"
+                  "bench_towers --edit-drift [--repair R] [--edit insert|rewrite-end] [--drift-model M.gguf] [--threads T]\n");
       return 0;
     } else {
       die("unknown option " + a);
     }
+  }
+  if (drift_path.empty()) {
+    const auto p = shared_dir() / "models/stories260K.gguf";
+    if (std::filesystem::exists(p)) drift_path = p.string();
+  }
+  if (edit_drift_only && drift_path.empty()) drift_path = model_path;  // may still be empty: the synthetic model
+  if (edit_drift_only && !drift_path.empty()) {
+    edit_drift(drift_path, threads, repair, edit);
+    return 0;
   }
   std::filesystem::path tmp_model;
   if (model_path.empty()) {
@@ -370,6 +435,11 @@ int main(int argc, char** argv) {
     so.shared_dir = shared_dir().string();
     if (auto st = synthesize_model(so); !st.ok()) die(st.message());
     model_path = tmp_model.string();
+  }
+  if (edit_drift_only) {
+    edit_drift(model_path, threads, repair, edit);
+    std::filesystem::remove(tmp_model);
+    return 0;
   }
   auto loaded = Model::load(model_path);
   if (!loaded) die(loaded.error());
@@ -575,10 +645,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- Drift.
-  if (drift_path.empty()) {
-    const auto p = shared_dir() / "models/stories260K.gguf";
-    drift_path = std::filesystem::exists(p) ? p.string() : model_path;
-  }
+  if (drift_path.empty()) drift_path = model_path;
   if (drift) drift_table(drift_path, threads);
 
   if (!tmp_model.empty()) std::filesystem::remove(tmp_model);

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "bench/modular_quality.h"
 #include "engine/forward.h"
 #include "engine/modular.h"
 #include "engine/tokenizer.h"
@@ -23,42 +24,16 @@ using test::load_shared;
 using test::max_abs_diff;
 using test::passages;
 
+using modular_quality::Agreement;
+
 // Prefills `tokens` after `prefix` and seals them into one exact segment (the pool's exact mode).
 std::shared_ptr<const Segment> exact_segment(const Model& model, Forward& fwd,
                                              const std::vector<std::shared_ptr<const Segment>>& prefix,
                                              std::span<const int32_t> tokens, KvQuant format, SegmentId id) {
-  Tower t(model.config(), prefix, static_cast<int32_t>(tokens.size()));
-  std::vector<float> logits;
-  REQUIRE(fwd.eval(t, tokens, Logits::Last, logits).ok());
-  auto s = t.seal_tail({tokens.begin(), tokens.end()}, format, id);
-  REQUIRE(s != nullptr);
-  return s;
+  auto s = modular_quality::exact_segment(fwd, model.config(), prefix, tokens, format, id);
+  REQUIRE_MESSAGE(s.ok(), s.error());
+  return s.value();
 }
-
-struct Agreement {
-  double kl_sum = 0, agree = 0;
-  int count = 0;
-  void add(const std::vector<float>& want, const std::vector<float>& got, int V) {
-    REQUIRE(want.size() == got.size());
-    for (size_t r = 0; r < want.size() / V; ++r) {
-      const float* a = &want[r * V];
-      const float* b = &got[r * V];
-      const double ma = *std::max_element(a, a + V), mb = *std::max_element(b, b + V);
-      double za = 0, zb = 0;
-      for (int i = 0; i < V; ++i) za += std::exp(a[i] - ma), zb += std::exp(b[i] - mb);
-      double kl = 0;
-      for (int i = 0; i < V; ++i) {
-        const double lp = a[i] - ma - std::log(za), lq = b[i] - mb - std::log(zb);
-        kl += std::exp(lp) * (lp - lq);
-      }
-      kl_sum += std::max(kl, 0.0);
-      agree += (std::max_element(a, a + V) - a) == (std::max_element(b, b + V) - b);
-      ++count;
-    }
-  }
-  double kl() const { return kl_sum / count; }
-  double top1() const { return agree / count; }
-};
 
 }  // namespace
 
@@ -121,7 +96,7 @@ TEST_CASE("modular placement: exact when fully repaired, KL and top-1 agreement 
     Tower exact(cfg, {prefix, in_context}, C);
     CHECK(max_abs_diff(eval_all(fwd, exact, cont), want) < 1e-4);
     Tower exact8(cfg, {prefix, exact_segment(*model, fwd, {prefix}, all.subspan(P, M), KvQuant::Q8, 2)}, C);
-    exact_q8.add(want, eval_all(fwd, exact8, cont), V);
+    REQUIRE(exact_q8.add(want, eval_all(fwd, exact8, cont), V));
 
     auto modular = ModularSegment::compute(fwd, cfg, ids[0], {ids.begin() + P, ids.begin() + P + M}, KvQuant::F32, 3);
     REQUIRE(modular.ok());
@@ -151,7 +126,7 @@ TEST_CASE("modular placement: exact when fully repaired, KL and top-1 agreement 
       std::vector<KvSpan> spans;
       tower.spans(0, 0, spans);
       CHECK(spans.back().rope_delta == P + r - (1 + r));  // cached rows: computed at 1 + r, act at P + r
-      by_r[r].add(want, eval_all(fwd, tower, cont), V);
+      REQUIRE(by_r[r].add(want, eval_all(fwd, tower, cont), V));
     }
   }
   MESSAGE("exact mode, Q8 segment (for scale): mean KL " << exact_q8.kl() << " nats, top-1 " << 100 * exact_q8.top1()
@@ -170,62 +145,43 @@ TEST_CASE("modular placement: exact when fully repaired, KL and top-1 agreement 
 // 30 tokens inserted 20 tokens before its end ("insert"), or its last 20 tokens replaced by 30 others
 // ("rewrite end", the hardest place: right before the bot). The bot's cached rows are placed under the
 // new platform with a RoPE shift and their first r tokens repaired, against recomputing the bot there.
+// The setup is bench/modular_quality.h's, which `bench_towers --edit-drift` reports from as well.
 TEST_CASE("edited parent: a child reused under its edited parent, r = 0 8 16 32 against recomputation") {
   const std::vector<int32_t> repairs = {0, 8, 16, 32};
-  const int P = 100, I = 30, M = 60, C = 80;  // old parent (with BOS), inserted, child, continuation
+  const modular_quality::EditShape shape;  // parent 100 (with BOS), 30 inserted 20 before its end, child 60, 80 after
   for (const std::string file : {"models/stories260K.gguf", "models/babyllama105.gguf"}) {
     CAPTURE(file);
     auto model = load_shared(file.c_str());
     if (!model) return;
-    auto ps = passages(*model, 9, P + M + C);
+    auto ps = passages(*model, 9, shape.passage());
     if (ps.size() < 2) return;
     ThreadPool pool(2);
     Forward fwd(*model, pool, Kernels::Reference);
     const ModelConfig& cfg = model->config();
     const int V = cfg.n_vocab;
-    for (const bool rewrite_end : {false, true}) {
-      CAPTURE(rewrite_end);
+    for (const auto edit : {modular_quality::Edit::Insert, modular_quality::Edit::RewriteEnd}) {
+      const std::string edit_name = modular_quality::edit_name(edit);
+      CAPTURE(edit_name);
       std::map<int32_t, Agreement> by_r;
       for (size_t k = 0; k + 1 < ps.size(); ++k) {
-        const auto& ids = ps[k];
-        const auto& other = ps[k + 1];
-        std::vector<int32_t> a(ids.begin(), ids.begin() + P);
-        std::vector<int32_t> b(ids.begin(), ids.begin() + P - 20);
-        b.insert(b.end(), other.begin() + 1, other.begin() + 1 + I);
-        if (!rewrite_end) b.insert(b.end(), ids.begin() + P - 20, ids.begin() + P);
-        const int32_t shift = static_cast<int32_t>(b.size()) - P;
-        std::span<const int32_t> child(ids.data() + P, M), cont(ids.data() + P + M, C);
-        std::vector<int32_t> mono_ids = b;
-        mono_ids.insert(mono_ids.end(), ids.begin() + P, ids.end());
-        DenseKvCache mono(cfg, static_cast<int32_t>(mono_ids.size()));
-        auto ref = eval_all(fwd, mono, mono_ids);
-        std::vector<float> want(ref.begin() + static_cast<std::ptrdiff_t>((b.size() + M) * V), ref.end());
-
-        auto old_parent = exact_segment(*model, fwd, {}, a, KvQuant::F32, 1);
-        auto old_child = exact_segment(*model, fwd, {old_parent}, child, KvQuant::F32, 2);
-        auto new_parent = exact_segment(*model, fwd, {}, b, KvQuant::F32, 3);
-        auto reused = ModularSegment::reuse(old_child);
+        auto edited = modular_quality::edited_parent(fwd, cfg, ps[k], ps[k + 1], edit, shape);
+        REQUIRE_MESSAGE(edited.ok(), edited.error());
+        const modular_quality::EditedParent& c = edited.value();
         for (int32_t r : repairs) {
-          ModularPlacement pl;
-          pl.repair = r;
-          pl.tail_capacity = C;
-          auto t = place_modular(fwd, cfg, {new_parent}, *reused, pl);
+          auto t = modular_quality::place_child(fwd, cfg, c, r);
           REQUIRE(t.ok());
           std::vector<KvSpan> spans;
           t.value()->spans(0, 0, spans);
-          CHECK(spans.back().rope_delta == shift);  // the cached rows act where the new parent ends
-          by_r[r].add(want, eval_all(fwd, *t.value(), cont), V);
+          CHECK(spans.back().rope_delta == c.shift);  // the cached rows act where the new parent ends
+          REQUIRE(by_r[r].add(c.want, eval_all(fwd, *t.value(), c.continuation), V));
         }
         // Repairing all of it is recomputation.
-        ModularPlacement full;
-        full.repair = M;
-        full.tail_capacity = C;
-        auto t_full = place_modular(fwd, cfg, {new_parent}, *reused, full);
+        auto t_full = modular_quality::place_child(fwd, cfg, c, shape.child);
         REQUIRE(t_full.ok());
-        CHECK(max_abs_diff(eval_all(fwd, *t_full.value(), cont), want) < 1e-4);
+        CHECK(max_abs_diff(eval_all(fwd, *t_full.value(), c.continuation), c.want) < 1e-4);
       }
       for (int32_t r : repairs) {
-        MESSAGE(file << (rewrite_end ? std::string(" rewrite end") : std::string(" insert")) << " r=" << r << ": mean KL " << by_r[r].kl()
+        MESSAGE(file << " " << edit_name << " r=" << r << ": mean KL " << by_r[r].kl()
                      << " nats, top-1 agreement " << 100 * by_r[r].top1() << "% (" << by_r[r].count << " positions)");
       }
       CHECK(by_r[32].kl() <= by_r[0].kl());
