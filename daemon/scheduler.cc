@@ -14,10 +14,12 @@ using Clock = std::chrono::steady_clock;
 namespace {
 // Prompt tokens a step may carry beside decodes whatever the pacer says (daemon/prefill_pacer.h).
 constexpr int kPromptFloor = 64;
-// Background work (builds nobody waits for, exact rebuilds) takes at most this many tokens per step,
-// and only steps that carry nothing else but decodes: a request that arrives meanwhile waits for
-// one short step, not for a full prefill chunk of someone else's work.
-constexpr int kBackgroundChunk = 64;
+// Background work (builds nobody waits for, exact rebuilds) only fills steps that carry nothing else
+// but decodes, and while requests come and go (one arrived within kBusyWindow) it takes at most
+// kBackgroundChunk tokens per step: a request that arrives meanwhile waits for one short step, not
+// for a full prefill chunk of someone else's work. On a quiet daemon it gets the whole budget.
+constexpr int kBackgroundChunk = 32;
+constexpr auto kBusyWindow = std::chrono::seconds(2);
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
@@ -185,6 +187,7 @@ void Scheduler::build(SegmentId id, std::function<void(const Status&)> done, boo
 }
 
 void Scheduler::request_build(SegmentId id, bool wanted, std::function<void(const Status&)> done) {
+  if (wanted) last_request_ = Clock::now();
   for (auto& b : builds_) {
     if (b->id == id && b->kind == Build::Kind::Compute && !b->done) {
       b->wanted |= wanted;
@@ -295,6 +298,7 @@ void Scheduler::loop() {
 }
 
 void Scheduler::admit(std::shared_ptr<GenJob> job) {
+  last_request_ = Clock::now();
   if (job->cancelled) return fail(job, Status::Cancelled("cancelled before it started"));
   auto prompt = job->prepare ? job->prepare() : Result<std::vector<int32_t>>(Status::Error("the job has no prompt"));
   if (!prompt.ok()) return fail(job, prompt.status());
@@ -686,7 +690,10 @@ void Scheduler::step() {
   // background work (kBackgroundChunk): builds nobody waits for, exact rebuilds of modular segments.
   int budget = first_token_step ? 0 : paced - prompt_tokens;
   for (int rank = 0; rank <= 2; ++rank) {
-    if (rank == 1) budget = prompt_tokens > 0 || batch.size() > decoding ? 0 : std::min(budget, kBackgroundChunk);
+    if (rank == 1) {
+      const bool busy = now - last_request_ < kBusyWindow;
+      budget = prompt_tokens > 0 || batch.size() > decoding ? 0 : busy ? std::min(budget, kBackgroundChunk) : budget;
+    }
     for (auto& bp : builds_) {
       Build& b = *bp;
       if (budget <= 0) break;

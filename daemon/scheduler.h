@@ -179,7 +179,10 @@ class Scheduler {
   // A build ended since the loop last waited: what waits for it (a build of a segment below it, a
   // generation) is resolved at once instead of after the next wake-up.
   bool build_ended_ = false;  // scheduler thread
-  bool decodes_waited_ = false;  // the last step left the decodes out for a first token (scheduler thread)
+  bool decodes_waited_ = false;
+  // When a request (a generation, a build someone waits for) last arrived: background work takes
+  // short steps for a while after it (scheduler thread).
+  std::chrono::steady_clock::time_point last_request_;  // the last step left the decodes out for a first token (scheduler thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenJob>> queue_;
