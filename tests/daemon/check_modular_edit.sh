@@ -8,6 +8,8 @@
 #     still queued must not look exact), stay so, answer, and their logprobs differ from the exact ones
 #     (so the comparison above can tell modular KV from exact KV);
 #   - a restart (SIGTERM) with background_exact = true rebuilds them exactly: the same replies again;
+#   - a bot linked under a second community answers at once and, once exact, equals a fresh towerd's
+#     bot of the same text defined there;
 #   - repair_tokens below 16 (the measured floor, docs/towers.md) stops towerd naming the key.
 # The question asked right after the edit is the one compared later, on the same bot: a prompt cached
 # over modular rows must not outlive their exact replacement.
@@ -21,6 +23,7 @@ EDITED="You are a friendly storyteller for little children. Your stories are sho
 COMMUNITY="This room is for stories about the sea. Boats, fish, shells and waves are in every story, and a kind old man who fixes nets by the water."
 BOT1="Your name is Tom. You are a small brown dog who lives on a boat. You like to bark at birds, to run on the deck and to sleep in the sun."
 BOT2="Your name is Sue. You are a happy fish with blue fins. You swim near the rocks, find shiny things and play hide and seek with the crabs."
+COMMUNITY2="This room is for stories about the farm. Cows, hens and a red tractor are in every story, and a farmer who sings in the morning."
 QUESTION="Tell me a story about the boat."
 DEADLINE_S=120   # for the background rebuild of three short segments on stories260K
 
@@ -106,6 +109,9 @@ start
 define "$EDITED"
 b1_want="$(ask b1)" || fail "fresh towerd, b1 (above)"
 b2_want="$(ask b2)" || fail "fresh towerd, b2 (above)"
+put comm2 community plat "$COMMUNITY2"
+put b1.comm2 bot comm2 "$BOT1"
+linked_want="$(ask b1.comm2)" || fail "fresh towerd, b1.comm2 (above)"
 names="$(modular_names)" || fail "GET /v1/segments (above)"
 [ -z "$names" ] || fail "a fresh towerd has modular segments: $names"
 stop
@@ -121,8 +127,20 @@ ask b1 >/dev/null || fail "b1 right after the edit (above)"
 wait_exact
 same_reply b1 "$b1_want" "once exact after the edit"
 same_reply b2 "$b2_want" "once exact after the edit"
-stop
 echo "edit, then exact in the background: replies equal a fresh towerd's ($(echo "$b1_want" | cut -c1-50))"
+# One bot under a second community: linked (placed from b1's KV), answers at once, then exact.
+put comm2 community plat "$COMMUNITY2"
+out="$(api http://localhost/v1/segments/b1/link -d '{"parent":"comm2"}')"
+[ "$(echo "$out" | json 'd["name"] + " " + d["parent"] + " " + d["text"]')" = "b1.comm2 comm2 $BOT1" ] || fail "link b1 under comm2: $out"
+ask b1.comm2 >/dev/null || fail "b1.comm2 right after the link (above)"
+wait_exact
+same_reply b1.comm2 "$linked_want" "linked, once exact"
+code="$(api -o /dev/null -w '%{http_code}' http://localhost/v1/segments/b1/link -d '{"parent":"comm"}')"
+[ "$code" = 400 ] || fail "linking b1 under its own parent: HTTP $code, expected 400"
+code="$(api -o /dev/null -w '%{http_code}' http://localhost/v1/segments/b1/link -d '{"parent":"nowhere"}')"
+[ "$code" = 404 ] || fail "linking b1 under a parent that does not exist: HTTP $code, expected 404"
+stop
+echo "link: b1 under comm2 answers at once and, once exact, equals a fresh towerd's b1.comm2"
 
 # Without the background rebuild: modular until a restart that has it.
 state="$tmp/state-approximate"
