@@ -369,6 +369,18 @@ void Scheduler::resolve() {
   std::erase_if(builds_, [](const std::unique_ptr<Build>& b) { return b->done; });
 }
 
+PathPlan Scheduler::plan_of(std::span<const SegmentId> ids) const {
+  PathPlan plan;
+  for (SegmentId id : ids) {
+    if (auto info = pool_.info(id)) {
+      plan.path.push_back(id);
+      plan.tiers.push_back(info->tier);
+      plan.ends.push_back(static_cast<size_t>(info->begin + info->length));
+    }
+  }
+  return plan;
+}
+
 void Scheduler::resolve_build(Build& b) {
   auto info = pool_.info(b.id);
   if (!info) return finish_build(b, Status::NotFound("segment " + std::to_string(b.id) + " left the pool"));
@@ -377,11 +389,7 @@ void Scheduler::resolve_build(Build& b) {
   if (info->derive_from != kNoSegment) {
     // Shifted rows of another segment (a session's kept turns): that one in memory first (paged in,
     // or computed itself), then the shift; no model run.
-    if (auto src = pool_.info(info->derive_from)) {
-      PathPlan source;
-      source.path = {src->id};
-      source.tiers = {src->tier};
-      source.ends = {static_cast<size_t>(src->begin + src->length)};
+    if (PathPlan source = plan_of(std::span(&info->derive_from, 1)); !source.path.empty()) {
       if (!ready(source, b.wanted)) return;
       Status st = pool_.derive(b.id);
       if (st.code() == Status::Code::kUnavailable) return;  // it left memory meanwhile: next round
@@ -394,18 +402,10 @@ void Scheduler::resolve_build(Build& b) {
   if (!info->modular_from.empty() && info->repair < info->length) {
     // Placed modularly: the old rows (paged in when they are on disk; never computed for this: a
     // source without KV means an ordinary prefill) after a prefill of the first `repair` tokens.
-    PathPlan sources;
-    for (SegmentId from : info->modular_from) {
-      auto src = pool_.info(from);
-      if (!src || src->tier == Tier::Cold) {
-        sources.path.clear();
-        break;
-      }
-      sources.path.push_back(src->id);
-      sources.tiers.push_back(src->tier);
-      sources.ends.push_back(static_cast<size_t>(src->begin + src->length));
-    }
-    if (!sources.path.empty()) {
+    PathPlan sources = plan_of(info->modular_from);
+    const bool usable = sources.path.size() == info->modular_from.size() &&
+                        std::none_of(sources.tiers.begin(), sources.tiers.end(), [](Tier t) { return t == Tier::Cold; });
+    if (usable) {
       if (!ready(sources, b.wanted)) return;
       for (SegmentId from : sources.path) {
         auto seg = pool_.get_hot(from);

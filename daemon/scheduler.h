@@ -150,6 +150,8 @@ class Scheduler {
   // generation waits for it).
   bool ready(const PathPlan& path, bool wanted);
   void request_build(SegmentId id, bool wanted, std::function<void(const Status&)> done);
+  // These segments alone (not their chains), those still in the pool: what ready() is to bring in.
+  PathPlan plan_of(std::span<const SegmentId> ids) const;
   void resolve_build(Build& b);
   void resolve_exact(Build& b, const SegmentInfo& info);
   // The build's tokens are in: seal, join with reused rows (modular), install or replace.

@@ -251,6 +251,21 @@ TEST_CASE("over the disk budget, the least recently used warm segments go cold a
   CHECK(limited.check_invariants().ok());
 }
 
+namespace {
+// A restart of a base and one segment under it: both adopted from their files.
+void adopt_pair(SegmentPool& pool, SegmentId base, const std::vector<int32_t>& base_tokens, SegmentId child,
+                const std::vector<int32_t>& child_tokens) {
+  AdoptSpec a;
+  a.id = base;
+  a.tokens = base_tokens;
+  REQUIRE(pool.adopt(a).ok());
+  a.id = child;
+  a.parent = base;
+  a.tokens = child_tokens;
+  REQUIRE(pool.adopt(a).ok());
+}
+}  // namespace
+
 TEST_CASE("a modular segment says so in its file, and replace() swaps in the exact KV and rewrites the file") {
   Store s("store-modular");
   auto sys = random_tokens(s.rng, 12, s.vocab()), edited = random_tokens(s.rng, 15, s.vocab()),
@@ -302,14 +317,7 @@ TEST_CASE("a modular segment says so in its file, and replace() swaps in the exa
   }
   // A restart reads the flag from the file: the exact one is not modular.
   SegmentPool pool(*s.model, s.fwd, s.options);
-  AdoptSpec a;
-  a.id = base2;
-  a.tokens = edited;
-  REQUIRE(pool.adopt(a).ok());
-  a.id = placed;
-  a.parent = base2;
-  a.tokens = bot;
-  REQUIRE(pool.adopt(a).ok());
+  adopt_pair(pool, base2, edited, placed, bot);
   CHECK_FALSE(pool.info(placed)->modular);
   CHECK(s.logits(pool, concat({edited, bot, user}), edited.size() + bot.size()) == exact_logits);
 }
@@ -333,14 +341,7 @@ TEST_CASE("a modular segment restarts modular, and going cold ends it: the next 
     pool.flush_writes();
   }
   SegmentPool pool(*s.model, s.fwd, s.options);
-  AdoptSpec a;
-  a.id = base;
-  a.tokens = sys;
-  REQUIRE(pool.adopt(a).ok());
-  a.id = placed;
-  a.parent = base;
-  a.tokens = bot;
-  REQUIRE(pool.adopt(a).ok());
+  adopt_pair(pool, base, sys, placed, bot);
   CHECK(pool.info(placed)->modular);
   CHECK(pool.info(placed)->tier == Tier::Warm);
   REQUIRE(pool.freeze(placed, {}).ok());  // to the cold tier: a prefill brings it back, exact
