@@ -35,10 +35,16 @@ void print_pool(const json& p, const json& segments) {
               static_cast<unsigned long long>(u64(p, "segments")), format_bytes(total).c_str(),
               format_bytes(u64(p, "trie_bytes")).c_str(), pol.value("eviction", "?").c_str(),
               budget ? (format_bytes(budget) + " (" + pct(resident, budget) + " used)").c_str() : "unlimited");
-  std::printf("memory: %s resident (%s segments, %s request tails, %s not yet in a file); disk: %s in segment files\n\n",
+  std::printf("memory: %s resident (%s segments, %s request tails, %s not yet in a file); disk: %s in segment files\n",
               format_bytes(resident).c_str(), format_bytes(u64(p["memory"], "segment_bytes")).c_str(),
               format_bytes(u64(p["memory"], "tail_bytes")).c_str(), format_bytes(u64(p["memory"], "unwritten_bytes")).c_str(),
               format_bytes(u64(p["disk"], "bytes")).c_str());
+  if (const json& m = p["modular"]; m.is_object() && u64(m, "segments") > 0) {
+    std::printf("modular: %llu segment(s) placed after an edit above them, not exact yet (%llu to place, %llu exact rebuild(s) queued)\n",
+                static_cast<unsigned long long>(u64(m, "segments")), static_cast<unsigned long long>(u64(m, "placements_pending")),
+                static_cast<unsigned long long>(u64(m, "exact_rebuilds")));
+  }
+  std::printf("\n");
 
   Table tiers({"TIER", ">SEGMENTS", ">BYTES", ">SHARE", ""});
   for (const char* t : {"hot", "warm", "cold"}) {

@@ -232,6 +232,11 @@ std::optional<double> Scheduler::exact_progress(SegmentId id) const {
   return it->second;
 }
 
+size_t Scheduler::exact_rebuilds() const {
+  std::lock_guard lock(progress_mu_);
+  return exact_progress_.size();
+}
+
 void Scheduler::set_progress(const Build& b, std::optional<double> progress) {
   if (b.kind != Build::Kind::Exact) return;
   std::lock_guard lock(progress_mu_);

@@ -127,6 +127,7 @@ class Scheduler {
   void cancel_rebuilds(std::vector<SegmentId> ids);
   // How far the exact rebuild of `id` has come (0 = queued, 1 = done); nullopt when none is queued.
   std::optional<double> exact_progress(SegmentId id) const;
+  size_t exact_rebuilds() const;  // queued or running
   // Runs fn on the scheduler thread between steps and waits for it.
   Status run(std::function<Status()> fn);
   // Posts fn to the scheduler thread without waiting.

@@ -807,6 +807,8 @@ PoolStats SegmentPool::stats() const {
         case Tier::Warm: s.warm_segments++, s.warm_bytes += e->file_bytes; break;
         case Tier::Cold: s.cold_segments++, s.cold_bytes += e->coded.size(); break;
       }
+      if (e->tier() != Tier::Cold && e->modular) s.modular_segments++;
+      if (e->tier() == Tier::Cold && !e->modular_from.empty()) s.placements_pending++;
     }
     s.tail_bytes = tail_bytes_;
     s.trie_bytes = trie_.stats().bytes;

@@ -127,6 +127,8 @@ struct PoolStats {
   size_t owned_bytes = 0;                    // ... of which in RAM waiting for their file
   size_t warm_segments = 0, warm_bytes = 0;  // KV on disk only
   size_t cold_segments = 0, cold_bytes = 0;  // cold_bytes: their coded form, when given
+  size_t modular_segments = 0;               // KV is a modular placement (hot or warm)
+  size_t placements_pending = 0;             // cold, waiting for their modular build
   size_t disk_bytes = 0;                     // segment files on disk (hot and warm)
   size_t tail_bytes = 0;                     // lease tails (private F32 KV of the requests running)
   size_t resident_bytes = 0;                 // what the budget counts: hot_bytes + tail_bytes

@@ -163,6 +163,8 @@ got2="$(ask b2)" || fail "modular b2 (above)"
 [ "$got2" != "$b2_want" ] || fail "b2's modular reply equals the exact one: the test cannot tell them apart"
 names="$(modular_names)" || fail "GET /v1/segments (above)"
 case " $names " in *" plat "*) fail "the edited platform itself is modular: [$names]" ;; esac
+gauge="$(api http://localhost/metrics | awk '$1 == "towerd_pool_modular_segments" { print $2 }')"
+[ "$gauge" = "$(echo $names | wc -w)" ] || fail "towerd_pool_modular_segments is '$gauge', GET /v1/segments shows [$names]"
 echo "background_exact = false: [$names] modular, and they answer"
 stop
 start --config "$tmp/exact.toml"
