@@ -29,10 +29,20 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self.unix_path)
 
 
+def send(c, method, path, body):
+    """Sends a request and returns the response. A towerd that refuses the connection (503 at its
+    connection limit) answers and closes before reading the request, so sending may fail with a
+    broken pipe while the answer is there to read: read it, as a browser or curl would."""
+    try:
+        c.request(method, path, body, {"Content-Type": "application/json"})
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return c.getresponse()
+
+
 def call(sock, method, path, body=None):
     c = UnixHTTPConnection(sock)
-    c.request(method, path, None if body is None else json.dumps(body), {"Content-Type": "application/json"})
-    r = c.getresponse()
+    r = send(c, method, path, None if body is None else json.dumps(body))
     data = r.read()
     c.close()
     if r.status >= 300:
@@ -58,9 +68,7 @@ class Stream(threading.Thread):
             c = UnixHTTPConnection(self.sock)
             body = {"content": self.content, "max_tokens": self.max_tokens, "temperature": self.temperature,
                     "stream": True, "stream_options": {"include_usage": True}}
-            c.request("POST", "/v1/sessions/%s/messages" % self.session, json.dumps(body),
-                      {"Content-Type": "application/json"})
-            r = c.getresponse()
+            r = send(c, "POST", "/v1/sessions/%s/messages" % self.session, json.dumps(body))
             self.status = r.status
             if r.status != 200:
                 self.retry_after = r.getheader("Retry-After")
