@@ -388,6 +388,7 @@ PathPlan Scheduler::plan_of(std::span<const SegmentId> ids) const {
 
 void Scheduler::resolve_build(Build& b) {
   auto info = pool_.info(b.id);
+  if (!info && b.kind == Build::Kind::Exact) return finish_build(b, Status::Cancelled("replaced by an edit"));
   if (!info) return finish_build(b, Status::NotFound("segment " + std::to_string(b.id) + " left the pool"));
   if (b.kind == Build::Kind::Exact) return resolve_exact(b, *info);
   if (info->tier != Tier::Cold) return finish_build(b, Status::Ok());  // in memory, or on disk: nothing to compute
@@ -447,7 +448,7 @@ void Scheduler::resolve_exact(Build& b, const SegmentInfo& info) {
   // Its parent chain exact first: rows computed over a modular parent would not be exact.
   for (SegmentId p = info.parent; p != kNoSegment;) {
     auto parent = pool_.info(p);
-    if (!parent) return finish_build(b, Status::NotFound("the parent chain of segment " + std::to_string(b.id) + " changed"));
+    if (!parent) return finish_build(b, Status::Cancelled("its parent chain was replaced by an edit"));
     if (parent->modular || (parent->tier == Tier::Cold && !parent->modular_from.empty())) return;
     p = parent->parent;
   }
