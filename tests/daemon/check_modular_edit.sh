@@ -5,8 +5,9 @@
 #   - right after the edit a bot answers; once no segment reports "pool": {"modular": true}, greedy
 #     replies (text and every token's logprob) equal a freshly started towerd's given the final texts;
 #   - with background_exact = false the bots report modular as soon as the PUT answers (a placement
-#     still queued must not look exact), stay so, answer, and their logprobs differ from the exact ones
-#     (so the comparison above can tell modular KV from exact KV);
+#     still queued must not look exact), stay so, answer (a prompt's whole chain served from the
+#     modular tower), and their logprobs differ from the exact ones (so the comparison above can tell
+#     modular KV from exact KV), and /metrics counts them;
 #   - a restart (SIGTERM) with background_exact = true rebuilds them exactly: the same replies again;
 #   - a bot linked under a second community answers at once and, once exact, equals a fresh towerd's
 #     bot of the same text defined there;
@@ -157,6 +158,12 @@ for b in b1 b2; do  # "placed at once": modular as soon as the PUT answers
     *) fail "$b after the edit without background_exact: $pool" ;;
   esac
 done
+# The trie serves a prompt over the modular tower: every token of the bot's chain comes from it.
+chain="$(api http://localhost/v1/segments | json 'sum(g["tokens"] for g in d["data"] if g["name"] in ("plat", "comm", "b1"))')"
+cached="$(api http://localhost/v1/chat/completions \
+            -d "{\"bot\":\"b1\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi.\"}],\"max_tokens\":1}" |
+          json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')"
+[ "$cached" -ge "$chain" ] || fail "a prompt on modular b1 reused $cached tokens, its chain has $chain"
 got1="$(ask b1)" || fail "modular b1 (above)"
 got2="$(ask b2)" || fail "modular b2 (above)"
 [ "$got1" != "$b1_want" ] || fail "b1's modular reply equals the exact one: the test cannot tell them apart"
