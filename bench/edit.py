@@ -3,13 +3,16 @@
 baseline) and with them (--modular).
 
   bench/edit.py --towerd build/daemon/towerd --model M.gguf [--threads 2] [--bots 12] [--bot-words 500]
-                [--platform-words 200] [--runs 3] [--modular [--bench-towers build/bench/bench_towers]]
+                [--platform-words 200] [--runs 3] [--session-turns 6]
+                [--modular [--bench-towers build/bench/bench_towers]]
 
 On a towerd this script starts: a platform of PLATFORM_WORDS words, BOTS bots of BOT_WORDS words under it,
 each bot used once by a session (so all of them are computed). Then, RUNS times: the platform's text is
 edited (a sentence appended), and it measures
   edit_ms          the PUT of the new platform text (towerd answers once the platform is computed)
   first_token_ms   a new session on one bot asks for one token right after
+  session's turn   then a session held on another bot before the edits (SESSION_TURNS turns of 60
+                   words each, 48-token replies) sends its next message: its first token
 
 Baseline (the default; towerd runs with `[modular] enabled = false`): every bot is recomputed under the
 new platform by the first session that needs it, and it also measures
@@ -29,7 +32,11 @@ and prints, last, exactly one line (medians over the runs for E, F and X):
 where K (mean KL in nats) and P (top-1 agreement, %) are what the modular placement costs in quality,
 from `bench_towers --edit-drift --repair 16` (its drift model: stories260K on TinyStories text from
 $TOWERS_SHARED; --bench-towers names the binary, default <towerd's build dir>/bench/bench_towers).
-Needs only python3's standard library.
+Before that last line, both modes print
+  session transcript_tokens=T turn_after_edit_ms=S
+(the median of the session's next turn: without modular towers its transcript is prefilled again under
+the new platform; with them it is placed modularly, one 16-token repair). Needs only python3's
+standard library.
 """
 import argparse
 import os
@@ -50,6 +57,16 @@ VOCAB = ["the", "cat", "sat", "on", "a", "mat", "and", "looked", "at", "sky", "w
 
 def words(n, seed):
     return " ".join(VOCAB[(i * 7 + seed * 13 + (i * i) // 5) % len(VOCAB)] for i in range(n))
+
+
+def turn_ms(sock, sid, content, max_tokens):
+    """Milliseconds to the first token of a turn of session `sid`."""
+    s = Stream(sock, sid, content, max_tokens)
+    t = time.monotonic()
+    s.run()
+    if s.error:
+        raise RuntimeError(s.error)
+    return ((s.times[0] if s.times else s.end) - t) * 1000
 
 
 def first_token_ms(sock, bot, sid):
@@ -107,6 +124,8 @@ def main():
     ap.add_argument("--bot-words", type=int, default=500)
     ap.add_argument("--platform-words", type=int, default=200)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--session-turns", type=int, default=6,
+                    help="turns of the session held before the edits (0: none)")
     ap.add_argument("--modular", action="store_true",
                     help="modular towers on: time until every bot is exact again, and the drift numbers")
     ap.add_argument("--bench-towers", help="bench_towers binary for --modular's kl_r16 and top1_r16 "
@@ -123,7 +142,7 @@ def main():
         drift = edit_drift(bench_towers)  # first: a fraction of a second, and a failure shows before the long part
     tmp = tempfile.mkdtemp(prefix="towers-edit.")
     p = None
-    rows = []
+    rows, talks, transcript = [], [], 0
     try:
         modular = ("[modular]\nenabled = true\nrepair_tokens = 16\nbackground_exact = true\n" if a.modular
                    else "[modular]\nenabled = false\n")
@@ -136,17 +155,25 @@ def main():
                      {"level": "bot", "parent": "plat", "text": "You are bot %d. " % b + words(a.bot_words, b + 1)})
             bot_tokens = r.get("tokens", bot_tokens) if isinstance(r, dict) else bot_tokens
             first_token_ms(sock, "b%d" % b, "warm-%d" % b)
+        # A conversation held before the edits, on b1: its next message after each edit.
+        call(sock, "POST", "/v1/sessions", {"bot": "b1", "id": "talk"})
+        for k in range(a.session_turns):
+            turn_ms(sock, "talk", "Part %d. " % (k + 1) + words(60, k), 48)
+        transcript = call(sock, "GET", "/v1/sessions/talk")["transcript_tokens"]
         for run in range(a.runs):
             edited = platform + " Edit %d: be kind and brief." % run
             t = time.monotonic()
             call(sock, "PUT", "/v1/segments/plat", {"level": "platform", "text": edited})
             edit_ms = (time.monotonic() - t) * 1000
             first, _ = first_token_ms(sock, "b0", "first-%d" % run)
+            talk = turn_ms(sock, "talk", "And then? (%d)" % run, 1) if a.session_turns else float("nan")
+            talks.append(talk)
             if a.modular:
                 exact_s, seen = wait_exact(sock, t)
                 rows.append((edit_ms, first, exact_s))
-                print("run %d: edit %.0f ms, first token on a bot %.0f ms, every bot exact again after %.1f s%s"
-                      % (run + 1, edit_ms, first, exact_s,
+                print("run %d: edit %.0f ms, first token on a bot %.0f ms, the session's next turn %.0f ms, "
+                      "every bot exact again after %.1f s%s"
+                      % (run + 1, edit_ms, first, talk, exact_s,
                          "" if seen else " (none was modular when first asked: nothing placed modularly?)"),
                       flush=True)
                 continue
@@ -155,13 +182,15 @@ def main():
                 first_token_ms(sock, "b%d" % b, "rest-%d-%d" % (run, b))
             all_s = time.monotonic() - t + first / 1000
             rows.append((edit_ms, first, all_s))
-            print("run %d: edit %.0f ms, first token on a bot %.0f ms, every bot once %.1f s"
-                  % (run + 1, edit_ms, first, all_s), flush=True)
+            print("run %d: edit %.0f ms, first token on a bot %.0f ms, the session's next turn %.0f ms, every bot once %.1f s"
+                  % (run + 1, edit_ms, first, talk, all_s), flush=True)
     finally:
         if p:
             stop_towerd(p)
         shutil.rmtree(tmp, ignore_errors=True)
     med = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
+    if a.session_turns:
+        print("session transcript_tokens=%d turn_after_edit_ms=%.0f" % (transcript, statistics.median(talks)))
     if a.modular:
         print("modular edit_ms=%.0f first_token_ms=%.0f background_exact_s=%.1f kl_r16=%s top1_r16=%s"
               % (med(0), med(1), med(2), drift[0], drift[1]))
