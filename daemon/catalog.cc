@@ -396,7 +396,7 @@ size_t Catalog::warm_sessions() const {
 }
 
 SegmentView Catalog::view_locked(const SegmentDef& d) const {
-  SegmentView v{d.name, d.level, d.parent, d.text, d.tokens.size(), d.updated, d.coded.size(), {}, 0, std::nullopt};
+  SegmentView v{d.name, d.level, d.parent, d.text, d.tokens.size(), d.updated, d.coded.size(), {}, 0, std::nullopt, std::nullopt};
   for (const auto& [n, c] : defs_) {
     if (c.parent == d.name) v.children.push_back(n);
   }

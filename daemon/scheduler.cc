@@ -57,6 +57,7 @@ struct Scheduler::Build {
   KvQuant format = KvQuant::F32;
   std::vector<std::shared_ptr<const Segment>> reuse;  // modular: the old rows that follow the prefilled ones
   std::shared_ptr<const Segment> exact;  // a rebuild done, waiting for its file's previous write
+  bool joining = false;        // modular: its rows are being joined off the model thread
   size_t pos = 0;
   bool done = false;
   int rank() const { return kind == Kind::Exact ? 2 : wanted ? 0 : 1; }
@@ -81,35 +82,14 @@ Scheduler::~Scheduler() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  {
-    std::lock_guard lock(pager_mu_);
-    pager_stop_ = true;
-  }
-  pager_cv_.notify_all();
-  if (pager_thread_.joinable()) pager_thread_.join();
+  pager_.stop();
+  joiner_.stop();
 }
 
 void Scheduler::start() {
-  pager_thread_ = std::thread([this] { pager_loop(); });
+  pager_.start();
+  joiner_.start();
   thread_ = std::thread([this] { loop(); });
-}
-
-void Scheduler::pager_loop() {
-  for (;;) {
-    std::vector<SegmentId> ids;
-    {
-      std::unique_lock lock(pager_mu_);
-      pager_cv_.wait(lock, [&] { return pager_stop_ || !pager_queue_.empty(); });
-      if (pager_stop_) return;
-      ids = std::move(pager_queue_.front());
-      pager_queue_.pop_front();
-    }
-    Status st = pool_.page_in(ids);  // a bad file leaves its segment cold: the waiter builds it
-    if (!st.ok()) log_warn(st.message() + "; it is recomputed");
-    post([this, ids] {
-      for (SegmentId id : ids) paging_.erase(id);
-    });
-  }
 }
 
 void Scheduler::shutdown(std::chrono::milliseconds grace) {
@@ -329,11 +309,13 @@ bool Scheduler::ready(const PathPlan& path, bool wanted) {
   }
   if (!page.empty()) {
     // One request for the whole path: its files are mapped and populated together, before the step.
-    {
-      std::lock_guard lock(pager_mu_);
-      pager_queue_.push_back(std::move(page));
-    }
-    pager_cv_.notify_all();
+    pager_.post([this, ids = std::move(page)] {
+      Status st = pool_.page_in(ids);  // a bad file leaves its segment cold: the waiter builds it
+      if (!st.ok()) log_warn(st.message() + "; it is recomputed");
+      post([this, ids] {
+        for (SegmentId id : ids) paging_.erase(id);
+      });
+    });
   }
   return all;
 }
@@ -369,7 +351,7 @@ void Scheduler::resolve() {
   // Builds: a new build may be appended while resolving (a cold parent), so index, not iterate.
   for (size_t i = 0; i < builds_.size(); ++i) {
     if (builds_[i]->exact) try_replace(*builds_[i]);
-    else if (!builds_[i]->lease.tower && !builds_[i]->done) resolve_build(*builds_[i]);
+    else if (!builds_[i]->lease.tower && !builds_[i]->done && !builds_[i]->joining) resolve_build(*builds_[i]);
   }
   std::erase_if(builds_, [](const std::unique_ptr<Build>& b) { return b->done; });
 }
@@ -494,10 +476,25 @@ void Scheduler::complete_build(Build& b) {
     skip -= from;
     if (from < old->length()) rows.push_back({old.get(), from, old->length()});
   }
-  auto seg = Segment::join(rows, info->begin, rope_, b.format, b.id, info->parent);
-  Status st = seg ? pool_.install(b.id, std::move(seg), true) : Status::Error("internal: joining a modular build failed");
-  finish_build(b, st);
-  if (st.ok() && opt_.background_exact) rebuild_exact(b.id);
+  // The join dequantizes, rotates and quantizes every row (0.2 ms a row on a 1B model): a long
+  // transcript would hold up every stream for a second, so it runs off the model thread.
+  pool_.release(b.lease);
+  b.joining = true;
+  joiner_.post([this, id = b.id, kind = b.kind, rows = std::move(rows), keep = b.reuse, head, begin = info->begin,
+                    format = b.format, parent = info->parent] {
+    std::shared_ptr<const Segment> seg = Segment::join(rows, begin, rope_, format, id, parent);
+    post([this, id, kind, seg = std::move(seg)]() mutable {
+      for (auto& bp : builds_) {
+        Build& b = *bp;
+        if (b.id != id || b.kind != kind || !b.joining || b.done) continue;
+        b.joining = false;
+        Status st = seg ? pool_.install(id, std::move(seg), true) : Status::Error("internal: joining a modular build failed");
+        finish_build(b, st);
+        if (st.ok() && opt_.background_exact) rebuild_exact(id);
+        return;
+      }
+    });
+  });
 }
 
 void Scheduler::try_replace(Build& b) {

@@ -39,6 +39,7 @@
 
 #include "daemon/metrics.h"
 #include "daemon/prefill_pacer.h"
+#include "daemon/worker_thread.h"
 #include "engine/forward.h"
 #include "engine/grammar_matcher.h"
 #include "engine/sampler.h"
@@ -170,7 +171,6 @@ class Scheduler {
   size_t slots_in_use() const;
   void finish(Seq& s, std::string reason);
   void fail(std::shared_ptr<GenJob> job, Status st);
-  void pager_loop();
 
   const Model& model_;
   Forward& forward_;
@@ -199,13 +199,10 @@ class Scheduler {
   std::atomic<int64_t> heartbeat_ns_{0};
   mutable std::mutex progress_mu_;
   std::map<SegmentId, double> exact_progress_;  // rebuilds queued or running
-  // The pager: page-ins off the model thread. paging_ is what it has been asked for and not done.
-  std::mutex pager_mu_;
-  std::condition_variable pager_cv_;
-  std::deque<std::vector<SegmentId>> pager_queue_;
+  // Off the model thread: page-ins (paging_ is what the pager has been asked for and not done), and
+  // the joins of modular builds (CPU work, on a thread of their own so a page-in never waits for one).
+  WorkerThread pager_, joiner_;
   std::set<SegmentId> paging_;  // scheduler thread
-  bool pager_stop_ = false;
-  std::thread pager_thread_;
   std::thread thread_;
 };
 
