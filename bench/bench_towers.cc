@@ -70,6 +70,12 @@ double median(std::vector<double> v) {
   std::exit(1);
 }
 
+std::unique_ptr<Model> load_or_die(const std::string& path) {
+  auto loaded = Model::load(path);
+  if (!loaded) die(loaded.error());
+  return std::move(loaded.value());
+}
+
 std::filesystem::path shared_dir() {
   if (const char* env = std::getenv("TOWERS_SHARED"); env && *env) return env;
   return TOWERS_SHARED_DEFAULT;
@@ -155,9 +161,8 @@ std::vector<std::vector<int32_t>> drift_passages(const Model& model, int count, 
 }
 
 void drift_table(const std::string& path, int threads) {
-  auto loaded = Model::load(path);
-  if (!loaded) die(loaded.error());
-  const Model& model = **loaded;
+  const auto loaded = load_or_die(path);
+  const Model& model = *loaded;
   const ModelConfig& c = model.config();
   ThreadPool pool(threads);
   Forward fwd(model, pool, Kernels::Reference);
@@ -345,9 +350,8 @@ void drift_table(const std::string& path, int threads) {
 // Issue 16: one line, `edit_drift r=R kl=K top1=P` (see the top of this file).
 void edit_drift(const std::string& path, int threads, int32_t repair, modular_quality::Edit edit) {
   namespace mq = modular_quality;
-  auto loaded = Model::load(path);
-  if (!loaded) die(loaded.error());
-  const Model& model = **loaded;
+  const auto loaded = load_or_die(path);
+  const Model& model = *loaded;
   const ModelConfig& c = model.config();
   ThreadPool pool(threads);
   Forward fwd(model, pool, Kernels::Reference);
@@ -441,9 +445,8 @@ int main(int argc, char** argv) {
     std::filesystem::remove(tmp_model);
     return 0;
   }
-  auto loaded = Model::load(model_path);
-  if (!loaded) die(loaded.error());
-  const Model& model = **loaded;
+  const auto loaded = load_or_die(model_path);
+  const Model& model = *loaded;
   const ModelConfig& c = model.config();
   ThreadPool pool(threads);
   Forward fwd(model, pool, Kernels::Fast);
