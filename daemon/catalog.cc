@@ -486,6 +486,17 @@ size_t Catalog::collect_retired() {
       }
     }
   }
+  // Session-less prompts sealed over a retired segment are never asked for again (their tokens start
+  // with the old text) and would keep it, and its chain, from going.
+  const std::set<SegmentId> retired(retired_.begin(), retired_.end());
+  for (auto it = prompt_cache_.begin(); it != prompt_cache_.end();) {
+    bool over_retired = false;
+    for (auto info = pool_.info(*it); info && !over_retired; info = pool_.info(info->parent)) {
+      over_retired = retired.count(info->parent) > 0;
+    }
+    if (over_retired && pool_.remove(*it).ok()) it = prompt_cache_.erase(it);
+    else ++it;
+  }
   std::vector<SegmentId> left;
   for (SegmentId id : retired_) {
     if (reused.count(id)) {
@@ -493,6 +504,7 @@ size_t Catalog::collect_retired() {
       continue;
     }
     Status st = pool_.remove(id);
+    if (!st.ok() && st.code() != Status::Code::kNotFound) st = pool_.retire(id);  // only if it must: retire scans the pool
     if (!st.ok() && st.code() != Status::Code::kNotFound) left.push_back(id);
   }
   retired_ = std::move(left);

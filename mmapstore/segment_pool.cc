@@ -708,6 +708,32 @@ Status SegmentPool::remove(SegmentId id) {
   return Status::Ok();
 }
 
+Status SegmentPool::retire(SegmentId id) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
+  Entry& e = *it->second;
+  if (e.loading) return Status::Conflict("segment " + std::to_string(id) + " is being paged in");
+  if (auto t = trie_.info(id); t.ok() && t.value().refcount > 0) return Status::Conflict("segment " + std::to_string(id) + " is in use");
+  for (const auto& [other, o] : entries_) {
+    if (o->parent == id) return Status::Conflict("segment " + std::to_string(other) + " was computed on top of it");
+  }
+  if (trie_.evict(id).ok()) {
+    delete_file_locked(e);
+    entries_.erase(it);
+  } else {
+    // Only the trie holds on to it: segments of other chains extend its tokens (the text was edited
+    // by appending to it). Its KV and file go; its tokens stay, cold (a prefill brings it back).
+    drop_kv_locked(e);
+    delete_file_locked(e);
+    e.pinned = false;
+    e.modular = false;
+    e.coded.clear();
+  }
+  assert_invariants_locked();
+  return Status::Ok();
+}
+
 std::vector<uint8_t> SegmentPool::coded(SegmentId id) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);

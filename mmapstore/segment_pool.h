@@ -251,6 +251,10 @@ class SegmentPool {
   // must exist (LevelDB's rule): a record naming derived segments is appended from `done`.
   void when_durable(std::span<const SegmentId> ids, std::function<void(const Status&)> done);
 
+  // A segment an edit replaced: removed like remove() when nothing uses it and no segment was
+  // computed on top of it; when the trie alone keeps it (other chains' segments extend its tokens:
+  // an edit that appended to the text), its KV and file go and its tokens stay, cold and unpinned.
+  Status retire(SegmentId id);
   // Removes a segment nobody leases and nothing depends on, and its file. The error says why not.
   Status remove(SegmentId id);
   // Brings resident bytes (hot KV + lease tails) within the budget, choosing unpinned, unleased

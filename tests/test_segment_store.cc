@@ -347,3 +347,32 @@ TEST_CASE("a modular segment restarts modular, and going cold ends it: the next 
   REQUIRE(pool.freeze(placed, {}).ok());  // to the cold tier: a prefill brings it back, exact
   CHECK_FALSE(pool.info(placed)->modular);
 }
+
+TEST_CASE("retire: an edited segment goes, or, when only a longer text's segment keeps its trie node, its KV and file go") {
+  Store s("store-retire");
+  SegmentPool pool(*s.model, s.fwd, s.options);
+  auto old_text = random_tokens(s.rng, 12, s.vocab()), bot = random_tokens(s.rng, 6, s.vocab());
+  SegmentOptions pinned;
+  pinned.pinned = true;
+  const SegmentId old_base = pool.add(kNoSegment, old_text, pinned).value();
+  const SegmentId old_bot = pool.add(old_base, bot).value();
+  // The edit appended to the text: the new base's tokens extend the old one's.
+  const SegmentId new_base = pool.add(kNoSegment, concat({old_text, random_tokens(s.rng, 4, s.vocab())}), pinned).value();
+  pool.flush_writes();
+  CHECK(pool.retire(old_base).code() == Status::Code::kConflict);  // old_bot was computed on top of it
+  auto lease = pool.lease_chain(old_bot, 1);
+  REQUIRE(lease.ok());
+  CHECK(pool.retire(old_bot).code() == Status::Code::kConflict);  // in use
+  pool.release(*lease);
+  REQUIRE(pool.retire(old_bot).ok());
+  CHECK_FALSE(pool.info(old_bot));
+  CHECK(pool.remove(old_base).code() == Status::Code::kConflict);  // the trie: new_base extends its tokens
+  REQUIRE(pool.retire(old_base).ok());
+  auto info = pool.info(old_base);
+  REQUIRE(info);
+  CHECK(info->tier == Tier::Cold);
+  CHECK_FALSE(info->pinned);
+  CHECK_FALSE(std::filesystem::exists(pool.file_path(old_base)));
+  CHECK(pool.info(new_base)->tier == Tier::Hot);
+  CHECK(pool.check_invariants().ok());
+}
