@@ -694,8 +694,12 @@ void Scheduler::step() {
   int budget = first_token_step ? 0 : paced - prompt_tokens;
   for (int rank = 0; rank <= 2; ++rank) {
     if (rank == 1) {
+      // A join someone waits for runs on the joiner thread: background work leaves it the CPU.
+      const bool join_wanted = std::any_of(builds_.begin(), builds_.end(), [](auto& b) { return b->wanted && b->joining; });
       const bool busy = now - last_request_ < kBusyWindow;
-      budget = prompt_tokens > 0 || batch.size() > decoding ? 0 : busy ? std::min(budget, kBackgroundChunk) : budget;
+      budget = prompt_tokens > 0 || batch.size() > decoding || join_wanted ? 0
+               : busy                                                      ? std::min(budget, kBackgroundChunk)
+                                                                           : budget;
     }
     for (auto& bp : builds_) {
       Build& b = *bp;
