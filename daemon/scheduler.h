@@ -5,9 +5,10 @@
 //                are computed by prefill under their parent chain, then installed in the pool; a
 //                segment placed modularly (its parent was edited) prefills only its first tokens
 //                and reuses the rest of its old rows, RoPE-shifted;
-//   rebuilds     modular segments recomputed exactly in the background, last in line: they get
-//                what a step leaves after decodes, prompts and builds, and a segment is rebuilt
-//                only once its parent chain is exact.
+//   rebuilds     modular segments recomputed exactly in the background, last in line, each only
+//                once its parent chain is exact.
+// Background work (builds nobody waits for, rebuilds) only fills steps that carry nothing but
+// decodes, in short chunks while requests keep arriving (scheduler.cc, kBackgroundChunk).
 // Every step evaluates, in one Forward::eval_batch, the next token of every decoding sequence first,
 // then chunks of prompt and build tokens, oldest first (generations' prompts before builds): up to
 // prefill_chunk when nothing decodes, else as many as keep the step within decode_slowdown times the
@@ -148,8 +149,8 @@ class Scheduler {
   void admit(std::shared_ptr<GenJob> job);
   // Advances what waits for segments: requests page-ins and builds, assembles ready towers.
   void resolve();
-  // True when every segment of `path` is in memory; otherwise asks for what is missing (wanted: a
-  // generation waits for it).
+  // True when every segment of `path` is in memory; otherwise asks for what is missing (wanted:
+  // someone waits for it, so it goes before background work).
   bool ready(const PathPlan& path, bool wanted);
   void request_build(SegmentId id, bool wanted, std::function<void(const Status&)> done);
   // These segments alone (not their chains), those still in the pool: what ready() is to bring in.
@@ -182,10 +183,10 @@ class Scheduler {
   // A build ended since the loop last waited: what waits for it (a build of a segment below it, a
   // generation) is resolved at once instead of after the next wake-up.
   bool build_ended_ = false;  // scheduler thread
-  bool decodes_waited_ = false;
+  bool decodes_waited_ = false;  // the last step left the decodes out for a first token (scheduler thread)
   // When a request (a generation, a build someone waits for) last arrived: background work takes
   // short steps for a while after it (scheduler thread).
-  std::chrono::steady_clock::time_point last_request_;  // the last step left the decodes out for a first token (scheduler thread)
+  std::chrono::steady_clock::time_point last_request_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenJob>> queue_;
