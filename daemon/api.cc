@@ -127,7 +127,7 @@ json pool_json(Service& svc) {
       {"hot", {{"segments", st.hot_segments}, {"bytes", st.hot_bytes}}},
       {"warm", {{"segments", st.warm_segments}, {"bytes", st.warm_bytes}}},
       {"cold", {{"segments", st.cold_segments}, {"bytes", st.cold_bytes}}},
-      {"modular", {{"segments", st.modular_segments + st.placements_pending},
+      {"modular", {{"segments", st.modular_segments},
                    {"placements_pending", st.placements_pending},
                    {"exact_rebuilds", svc.scheduler.exact_rebuilds()}}},
       {"memory", {{"resident_bytes", st.resident_bytes}, {"segment_bytes", st.hot_bytes}, {"tail_bytes", st.tail_bytes},

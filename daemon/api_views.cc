@@ -12,8 +12,7 @@ json segment_json(const SegmentView& s) {
     j["pool"] = {{"id", p->id}, {"depth", p->depth}, {"format", simd::kv_quant_name(p->format)},
                  {"kv_bytes", p->kv_bytes}, {"tier", std::string(to_string(p->tier))},
                  {"pinned", p->pinned}, {"hits", p->hits}, {"refcount", p->refcount},
-                 // A placement not built yet counts: its KV will be modular too.
-                 {"modular", p->modular || !p->modular_from.empty()}};
+                 {"modular", p->approximate()}};
     if (p->modular && s.exact_progress) j["pool"]["exact_progress"] = *s.exact_progress;
   } else {
     j["pool"] = nullptr;

@@ -94,7 +94,7 @@ void pool_metrics(Exposition& e, Service& svc) {
   e.sample("towerd_pool_segments", {{"tier", "cold"}}, uint64_t{st.cold_segments});
   e.gauge("towerd_pool_modular_segments",
           "Segments whose KV is a modular placement (after an edit above them), not exact yet.",
-          static_cast<double>(st.modular_segments + st.placements_pending));
+          static_cast<double>(st.modular_segments));
   e.gauge("towerd_exact_rebuilds", "Exact rebuilds of modular segments queued or running.",
           static_cast<double>(svc.scheduler.exact_rebuilds()));
   e.family("towerd_pool_depth_bytes", "gauge", "KV bytes of the segment pool by depth in the tower.");

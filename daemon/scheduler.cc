@@ -407,21 +407,26 @@ void Scheduler::resolve_build(Build& b) {
     }
   }
   if (info->parent != kNoSegment && !ready(pool_.plan_chain(info->parent), b.wanted)) return;
-  auto lease = pool_.lease_chain(info->parent, std::max(prefill, 1));
+  if (start_prefill(b, *info, prefill) && b.tokens.empty()) complete_build(b);  // repair = 0: the old rows alone
+}
+
+bool Scheduler::start_prefill(Build& b, const SegmentInfo& info, int32_t count) {
+  auto lease = pool_.lease_chain(info.parent, std::max(count, 1));
   if (!lease.ok()) {
-    if (lease.status().code() == Status::Code::kUnavailable) return;  // left memory meanwhile: next round
-    return finish_build(b, lease.status());
+    if (lease.status().code() != Status::Code::kUnavailable) finish_build(b, lease.status());
+    return false;  // Unavailable: it left memory meanwhile, next round
   }
   auto seq = pool_.sequence(b.id);
   if (!seq.ok()) {
     pool_.release(lease.value());
-    return finish_build(b, seq.status());
+    finish_build(b, seq.status());
+    return false;
   }
-  b.tokens.assign(seq.value().begin() + info->begin, seq.value().begin() + info->begin + prefill);
-  b.format = info->format;
+  b.tokens.assign(seq.value().begin() + info.begin, seq.value().begin() + info.begin + count);
+  b.format = info.format;
   b.lease = std::move(lease.value());
   b.pos = 0;
-  if (b.tokens.empty()) complete_build(b);  // repair = 0: the old rows alone
+  return true;
 }
 
 void Scheduler::resolve_exact(Build& b, const SegmentInfo& info) {
@@ -431,24 +436,11 @@ void Scheduler::resolve_exact(Build& b, const SegmentInfo& info) {
   for (SegmentId p = info.parent; p != kNoSegment;) {
     auto parent = pool_.info(p);
     if (!parent) return finish_build(b, Status::Cancelled("its parent chain was replaced by an edit"));
-    if (parent->modular || (parent->tier == Tier::Cold && !parent->modular_from.empty())) return;
+    if (parent->approximate()) return;
     p = parent->parent;
   }
   if (info.parent != kNoSegment && !ready(pool_.plan_chain(info.parent), false)) return;
-  auto lease = pool_.lease_chain(info.parent, info.length);
-  if (!lease.ok()) {
-    if (lease.status().code() == Status::Code::kUnavailable) return;
-    return finish_build(b, lease.status());
-  }
-  auto seq = pool_.sequence(b.id);
-  if (!seq.ok()) {
-    pool_.release(lease.value());
-    return finish_build(b, seq.status());
-  }
-  b.tokens.assign(seq.value().begin() + info.begin, seq.value().end());
-  b.format = info.format;
-  b.lease = std::move(lease.value());
-  b.pos = 0;
+  (void)start_prefill(b, info, info.length);
 }
 
 void Scheduler::complete_build(Build& b) {

@@ -157,6 +157,9 @@ class Scheduler {
   PathPlan plan_of(std::span<const SegmentId> ids) const;
   void resolve_build(Build& b);
   void resolve_exact(Build& b, const SegmentInfo& info);
+  // Leases the parent chain (in memory) and takes the first `count` of the segment's own tokens to
+  // prefill. False when it cannot start this round (or failed: then the build is finished).
+  bool start_prefill(Build& b, const SegmentInfo& info, int32_t count);
   // The build's tokens are in: seal, join with reused rows (modular), install or replace.
   void complete_build(Build& b);
   void try_replace(Build& b);

@@ -618,14 +618,22 @@ void SegmentPool::retower_locked(Lease& lease) {
   assert_invariants_locked();
 }
 
-Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment, bool modular) {
-  std::lock_guard lock(mu_);
+Result<SegmentPool::Entry*> SegmentPool::entry_for_kv_locked(SegmentId id, const Segment* segment, const char* verb) {
+  mu_.assert_held();
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("segment " + std::to_string(id) + " left the pool");
   Entry& e = *it->second;
   if (!segment || segment->id() != id || segment->length() != e.length || segment->computed_pos() != e.computed_pos) {
-    return Status::InvalidArgument("install: the KV given is not segment " + std::to_string(id));
+    return Status::InvalidArgument(std::string(verb) + ": the KV given is not segment " + std::to_string(id));
   }
+  return &e;
+}
+
+Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment, bool modular) {
+  std::lock_guard lock(mu_);
+  auto found = entry_for_kv_locked(id, segment.get(), "install");
+  if (!found.ok()) return found.status();
+  Entry& e = *found.value();
   if (e.tier() != Tier::Cold) return Status::Ok();  // built twice, or paged in meanwhile: same bytes
   install_locked(e, std::move(segment), false, modular);
   counters_.thaws++;
@@ -636,12 +644,9 @@ Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment
 
 Status SegmentPool::replace(SegmentId id, std::shared_ptr<const Segment> segment) {
   std::lock_guard lock(mu_);
-  auto it = entries_.find(id);
-  if (it == entries_.end()) return Status::NotFound("segment " + std::to_string(id) + " left the pool");
-  Entry& e = *it->second;
-  if (!segment || segment->id() != id || segment->length() != e.length || segment->computed_pos() != e.computed_pos) {
-    return Status::InvalidArgument("replace: the KV given is not segment " + std::to_string(id));
-  }
+  auto found = entry_for_kv_locked(id, segment.get(), "replace");
+  if (!found.ok()) return found.status();
+  Entry& e = *found.value();
   if (e.tier() == Tier::Cold) {
     install_locked(e, std::move(segment));
     return Status::Ok();
@@ -833,8 +838,9 @@ PoolStats SegmentPool::stats() const {
         case Tier::Warm: s.warm_segments++, s.warm_bytes += e->file_bytes; break;
         case Tier::Cold: s.cold_segments++, s.cold_bytes += e->coded.size(); break;
       }
-      if (e->tier() != Tier::Cold && e->modular) s.modular_segments++;
-      if (e->tier() == Tier::Cold && !e->modular_from.empty()) s.placements_pending++;
+      const bool pending = e->tier() == Tier::Cold && !e->modular_from.empty();
+      s.modular_segments += pending || (e->tier() != Tier::Cold && e->modular);
+      s.placements_pending += pending;
     }
     s.tail_bytes = tail_bytes_;
     s.trie_bytes = trie_.stats().bytes;

@@ -113,6 +113,8 @@ struct SegmentInfo {
   bool modular = false;
   std::vector<SegmentId> modular_from;  // cold, waiting for a modular build from these segments
   int32_t repair = 0;                   // ... that prefills this many of its first tokens
+  // Its KV is (or, once built, will be) a modular placement: not exact yet.
+  bool approximate() const { return modular || !modular_from.empty(); }
   uint64_t hits = 0;              // leases that used it
   std::chrono::steady_clock::time_point created, last_used;
 };
@@ -127,8 +129,8 @@ struct PoolStats {
   size_t owned_bytes = 0;                    // ... of which in RAM waiting for their file
   size_t warm_segments = 0, warm_bytes = 0;  // KV on disk only
   size_t cold_segments = 0, cold_bytes = 0;  // cold_bytes: their coded form, when given
-  size_t modular_segments = 0;               // KV is a modular placement (hot or warm)
-  size_t placements_pending = 0;             // cold, waiting for their modular build
+  size_t modular_segments = 0;               // SegmentInfo::approximate(): not exact yet ...
+  size_t placements_pending = 0;             // ... of which cold, waiting for their modular build
   size_t disk_bytes = 0;                     // segment files on disk (hot and warm)
   size_t tail_bytes = 0;                     // lease tails (private F32 KV of the requests running)
   size_t resident_bytes = 0;                 // what the budget counts: hot_bytes + tail_bytes
@@ -312,6 +314,8 @@ class SegmentPool {
   // The chain (root first) of the deepest segment whose sequence is a prefix of `tokens` (leaving at
   // least one token) and, when hot_only, whose whole chain is in memory; empty when none.
   std::vector<SegmentId> usable_chain_locked(std::span<const int32_t> tokens, bool hot_only) const;
+  // The entry `segment` is the KV of (install, replace: `verb` names the caller in the error).
+  Result<Entry*> entry_for_kv_locked(SegmentId id, const Segment* segment, const char* verb);
   // Gives e its KV (derived: a shifted copy; modular: a modular placement) and queues its file.
   void install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived = false, bool modular = false);
   // After seal() gave the lease a new tower: its cached length and its tail's share of the budget.
