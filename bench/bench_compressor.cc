@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "engine/codec.h"
-#include "engine/forward.h"
+#include "engine/codec/codec.h"
+#include "engine/model/forward.h"
 
 using namespace towers;
 using Clock = std::chrono::steady_clock;

@@ -21,12 +21,12 @@
 #include <random>
 #include <string>
 
-#include "engine/gguf.h"
-#include "engine/grammar_matcher.h"
-#include "engine/json_schema.h"
-#include "engine/sampler.h"
-#include "engine/tokenizer.h"
-#include "engine/vocab_import.h"
+#include "engine/gguf/gguf.h"
+#include "engine/constrained/grammar_matcher.h"
+#include "engine/constrained/json_schema.h"
+#include "engine/generate/sampler.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/vocab_import.h"
 
 using namespace towers;
 

@@ -41,9 +41,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "bench/timing.h"
-#include "engine/ggml_type.h"
-#include "engine/quant.h"
-#include "engine/thread_pool.h"
+#include "engine/gguf/ggml_type.h"
+#include "engine/gguf/quant.h"
+#include "engine/base/thread_pool.h"
 #include "simd/ops.h"
 #include "simd/quant_dot.h"
 

@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "bench/timing.h"
-#include "engine/sampler.h"
+#include "engine/generate/sampler.h"
 #include "mmapstore/eviction.h"
 #include "simd/kv_quant.h"
 

@@ -16,8 +16,8 @@
 #include <hwy/targets.h>
 
 #include "bench/timing.h"
-#include "engine/ggml_type.h"
-#include "engine/quant.h"
+#include "engine/gguf/ggml_type.h"
+#include "engine/gguf/quant.h"
 #include "simd/ops.h"
 #include "simd/quant_dot.h"
 

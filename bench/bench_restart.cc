@@ -37,8 +37,8 @@
 
 #include "cli/http_client.h"
 #include "daemon/open_state.h"
-#include "engine/segment.h"
-#include "engine/synth.h"
+#include "engine/model/segment.h"
+#include "engine/model/synth.h"
 
 extern char** environ;
 

@@ -40,11 +40,11 @@
 
 #include "bench/modular_quality.h"
 #include "bench/timing.h"
-#include "engine/forward.h"
-#include "engine/rope.h"
-#include "engine/segment.h"
-#include "engine/synth.h"
-#include "engine/tokenizer.h"
+#include "engine/model/forward.h"
+#include "engine/model/rope.h"
+#include "engine/model/segment.h"
+#include "engine/model/synth.h"
+#include "engine/text/tokenizer.h"
 
 using namespace towers;
 

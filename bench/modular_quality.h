@@ -1,4 +1,4 @@
-// Quality of modular placement (engine/modular.h) against exact prefill, shared by tests/test_modular.cc
+// Quality of modular placement (engine/model/modular.h) against exact prefill, shared by tests/test_modular.cc
 // (which asserts on it) and `bench_towers --edit-drift` (which reports it): the KL / top-1 accumulator,
 // exact segments, and issue 16's case, a child segment computed under its parent, the parent's text
 // then edited, the child reused under the new parent (ModularSegment::reuse + place_modular, first r
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/forward.h"
-#include "engine/modular.h"
-#include "engine/segment.h"
+#include "engine/model/forward.h"
+#include "engine/model/modular.h"
+#include "engine/model/segment.h"
 
 namespace towers::modular_quality {
 

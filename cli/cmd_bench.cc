@@ -6,10 +6,10 @@
 #include <numeric>
 
 #include "cli/commands.h"
-#include "engine/forward.h"
-#include "engine/membw.h"
-#include "engine/segment.h"
-#include "engine/tokenizer.h"
+#include "engine/model/forward.h"
+#include "engine/base/membw.h"
+#include "engine/model/segment.h"
+#include "engine/text/tokenizer.h"
 
 namespace towers::cli {
 namespace {

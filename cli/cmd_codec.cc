@@ -1,4 +1,4 @@
-// towerctl codec: the cold-tier codec (engine/codec.h) on text files, offline.
+// towerctl codec: the cold-tier codec (engine/codec/codec.h) on text files, offline.
 //   encode: text -> tokens -> arithmetic-coded container (.tcz)
 //   decode: container -> tokens -> the exact original bytes
 //   info:   the container's header
@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "engine/codec.h"
-#include "engine/forward.h"
-#include "engine/tokenizer.h"
+#include "engine/codec/codec.h"
+#include "engine/model/forward.h"
+#include "engine/text/tokenizer.h"
 #include "simd/ops.h"
 
 namespace towers::cli {

@@ -9,7 +9,7 @@
 #include "daemon/api_views.h"
 #include "daemon/config.h"
 #include "daemon/open_state.h"
-#include "engine/codec.h"
+#include "engine/codec/codec.h"
 
 namespace towers::cli {
 

@@ -2,9 +2,9 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "engine/chat_template.h"
-#include "engine/generate.h"
-#include "engine/tokenizer.h"
+#include "engine/text/chat_template.h"
+#include "engine/generate/generate.h"
+#include "engine/text/tokenizer.h"
 
 namespace towers::cli {
 

@@ -3,10 +3,10 @@
 #include <map>
 
 #include "cli/commands.h"
-#include "engine/chat_template.h"
-#include "engine/model.h"
-#include "engine/synth.h"
-#include "engine/tokenizer.h"
+#include "engine/text/chat_template.h"
+#include "engine/model/model.h"
+#include "engine/model/synth.h"
+#include "engine/text/tokenizer.h"
 
 namespace towers::cli {
 namespace {

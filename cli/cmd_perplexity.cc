@@ -6,9 +6,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "engine/forward.h"
-#include "engine/perplexity.h"
-#include "engine/tokenizer.h"
+#include "engine/model/forward.h"
+#include "engine/generate/perplexity.h"
+#include "engine/text/tokenizer.h"
 
 namespace towers::cli {
 

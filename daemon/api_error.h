@@ -33,7 +33,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/status.h"
+#include "engine/base/status.h"
 
 namespace towers::daemon {
 

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace towers::daemon::api {
 

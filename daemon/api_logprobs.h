@@ -1,4 +1,4 @@
-// OpenAI's logprobs objects, from the engine's per-token Logprobs (engine/sampler.h says which
+// OpenAI's logprobs objects, from the engine's per-token Logprobs (engine/generate/sampler.h says which
 // distribution they come from):
 //   chat         {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob",
 //                "bytes"}]}], "refusal": null} (a streamed chunk carries the tokens of its own text);
@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/sampler.h"
+#include "engine/generate/sampler.h"
 
 namespace towers::daemon::api {
 

@@ -6,10 +6,10 @@
 
 #include "daemon/log.h"
 #include "daemon/service.h"
-#include "engine/grammar.h"
-#include "engine/grammar_matcher.h"
-#include "engine/json_schema.h"
-#include "engine/tool_format.h"
+#include "engine/constrained/grammar.h"
+#include "engine/constrained/grammar_matcher.h"
+#include "engine/constrained/json_schema.h"
+#include "engine/constrained/tool_format.h"
 
 namespace towers::daemon {
 
@@ -288,7 +288,7 @@ ApiStatus parse_logprobs(const json& b, SamplerConfig* sampling) {
 
 // "response_format": {"type": "text"} (free text), {"type": "json_object"} (any JSON object), or
 // {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}: the schema is
-// compiled to a grammar (engine/json_schema.h) that every sampled token must follow.
+// compiled to a grammar (engine/constrained/json_schema.h) that every sampled token must follow.
 ApiStatus parse_response_format(const Service& svc, const json& b, std::string_view raw_body,
                                 std::shared_ptr<GrammarAutomaton>* grammar) {
   if (!b.contains("response_format") || b["response_format"].is_null()) return {};
@@ -509,7 +509,7 @@ ApiStatus model_not_found(const std::string& name, const char* param) {
 }
 
 // A chat request with tools (or tool calls and results in its history): the conversation rendered in
-// the model family's tool format (engine/tool_format.h) on the session-less path (the system block with
+// the model family's tool format (engine/constrained/tool_format.h) on the session-less path (the system block with
 // the tools is a shared segment), and the tool-call grammar for tool_choice.
 ApiStatus tool_generation(Service& svc, const std::string& session, const std::string& bot,
                           const std::vector<ToolChatMessage>& messages, const ToolRequest& tools, GenParams* params,

@@ -42,7 +42,7 @@
 #include "daemon/records.h"
 #include "daemon/scheduler.h"
 #include "daemon/state_store.h"
-#include "engine/codec.h"
+#include "engine/codec/codec.h"
 #include "mmapstore/segment_pool.h"
 
 namespace towers::daemon {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "daemon/level.h"
-#include "engine/segment.h"
-#include "engine/status.h"
+#include "engine/model/segment.h"
+#include "engine/base/status.h"
 #include "mmapstore/segment_pool.h"
 
 namespace towers::daemon {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "daemon/api_error.h"
-#include "engine/status.h"
+#include "engine/base/status.h"
 
 namespace towers::daemon {
 

@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/status.h"
+#include "engine/base/status.h"
 
 namespace towers::daemon {
 

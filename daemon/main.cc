@@ -19,9 +19,9 @@
 #include "daemon/service.h"
 #include "daemon/state_store.h"
 #include "daemon/version.h"
-#include "engine/chat_template.h"
-#include "engine/tokenizer.h"
-#include "engine/codec.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/tokenizer.h"
+#include "engine/codec/codec.h"
 #include "mmapstore/compressor.h"
 #include "mmapstore/segment_file.h"
 

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
-#include "engine/codec.h"
+#include "engine/codec/codec.h"
 
 namespace towers::daemon {
 

@@ -11,10 +11,10 @@
 #include "daemon/catalog.h"
 #include "daemon/config.h"
 #include "daemon/state_store.h"
-#include "engine/chat_template.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/thread_pool.h"
+#include "engine/text/chat_template.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/base/thread_pool.h"
 #include "mmapstore/segment_pool.h"
 
 namespace towers::daemon {

@@ -1,7 +1,7 @@
 // How chat messages become tokens in towerd, so that shared prefixes are token-for-token identical
 // and can be served from segments.
 //
-// The model's chat template (engine/chat_template.h) is rendered once per shape with sentinel strings
+// The model's chat template (engine/text/chat_template.h) is rendered once per shape with sentinel strings
 // in place of every content, which splits it into template text and content slots. Template text is
 // tokenized with special tokens parsed; contents (system text, user and assistant messages) are
 // tokenized as plain text (a user typing "<|im_end|>" gets those characters, not the control token).
@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/chat_template.h"
-#include "engine/status.h"
-#include "engine/tokenizer.h"
+#include "engine/text/chat_template.h"
+#include "engine/base/status.h"
+#include "engine/text/tokenizer.h"
 
 namespace towers::daemon {
 
@@ -56,7 +56,7 @@ class PromptBuilder {
   Result<std::vector<int32_t>> system_block(const std::string* system) const;
 
   // A whole conversation of any roles the family's template knows (tool calling renders "ipython"
-  // turns, tool results inside user turns, ...: engine/tool_format.h), split where the first message
+  // turns, tool results inside user turns, ...: engine/constrained/tool_format.h), split where the first message
   // that is not the system message starts: `base` is the template opening and the system block (the
   // part requests with the same tools and system share), `rest` the turns and the reply's opening.
   // Contents are tokenized as plain text, template text with special tokens, as everywhere here.

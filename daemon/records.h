@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "daemon/level.h"
-#include "engine/chat_template.h"
-#include "engine/status.h"
+#include "engine/text/chat_template.h"
+#include "engine/base/status.h"
 
 namespace towers::daemon {
 

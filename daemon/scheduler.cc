@@ -4,8 +4,8 @@
 #include <future>
 
 #include "daemon/log.h"
-#include "engine/decoder.h"
-#include "engine/tokenizer.h"
+#include "engine/generate/decoder.h"
+#include "engine/text/tokenizer.h"
 
 namespace towers::daemon {
 

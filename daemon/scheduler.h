@@ -20,7 +20,7 @@
 // Before a generation's tower is assembled, every segment on its prompt's path must be in memory:
 // warm ones are paged in by the pager thread (map, populate, verify: file I/O off this thread) and
 // cold ones are built first; the generation waits meanwhile without holding up the others. The RAM
-// budget is enforced after every step. Each sequence decodes with a Decoder (engine/decoder.h: the
+// budget is enforced after every step. Each sequence decodes with a Decoder (engine/generate/decoder.h: the
 // same stop/EOS/UTF-8 rules as generate()) and hands its lease to the job's on_finish hook (which
 // may seal it into a segment) before releasing it.
 #pragma once
@@ -41,9 +41,9 @@
 #include "daemon/metrics.h"
 #include "daemon/prefill_pacer.h"
 #include "daemon/worker_thread.h"
-#include "engine/forward.h"
-#include "engine/grammar_matcher.h"
-#include "engine/sampler.h"
+#include "engine/model/forward.h"
+#include "engine/constrained/grammar_matcher.h"
+#include "engine/generate/sampler.h"
 #include "mmapstore/segment_pool.h"
 
 namespace towers {
@@ -81,7 +81,7 @@ struct GenJob {
   // prompt's KV format). on_finish then gets a null lease (each choice's is released as it ends).
   int n = 1;
   // Constrained decoding (response_format, tools): every choice's tokens follow this grammar
-  // (engine/grammar_matcher.h); null: unconstrained.
+  // (engine/constrained/grammar_matcher.h); null: unconstrained.
   std::shared_ptr<GrammarAutomaton> grammar;
   int max_tokens = 256;
   std::vector<std::string> stop;
@@ -90,7 +90,7 @@ struct GenJob {
   // On the scheduler thread, once prepare succeeded and its tower is assembled: the model is about to run.
   std::function<void()> on_admitted;
   // On the scheduler thread: a choice's text as it becomes final, with the logprobs of the tokens it
-  // completes (sampling.logprobs >= 0; engine/decoder.h); then on_finish exactly once, after every
+  // completes (sampling.logprobs >= 0; engine/generate/decoder.h); then on_finish exactly once, after every
   // choice ended. lease is null when the job failed before it had one, and for n > 1; it is released
   // after on_finish returns.
   std::function<void(int choice, std::string_view text, std::vector<Logprobs> logprobs)> on_text;

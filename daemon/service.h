@@ -17,7 +17,7 @@
 #include "daemon/offload.h"
 #include "daemon/prompt.h"
 #include "daemon/scheduler.h"
-#include "engine/tool_format.h"
+#include "engine/constrained/tool_format.h"
 #include "mmapstore/compressor.h"
 
 namespace towers::daemon {
@@ -80,7 +80,7 @@ struct GenParams {
   // response_format json_object / json_schema: every choice follows it (null: free text).
   std::shared_ptr<GrammarAutomaton> grammar;
   // tools with tool_choice other than "none": each choice's reply is parsed into content and
-  // tool_calls in this format (engine/tool_format.h); nullopt: the reply is text.
+  // tool_calls in this format (engine/constrained/tool_format.h); nullopt: the reply is text.
   std::optional<ToolFormat> tool_format;
 };
 // raw_body: the request's text, for what must keep the client's key order (a JSON schema's properties).

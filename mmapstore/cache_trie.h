@@ -41,11 +41,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/status.h"
+#include "engine/base/status.h"
 
 namespace towers {
 
-using SegmentId = uint64_t;  // same alias as engine/segment.h
+using SegmentId = uint64_t;  // same alias as engine/model/segment.h
 inline constexpr SegmentId kNoSegment = 0;
 
 class CacheTrie {

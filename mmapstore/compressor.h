@@ -1,6 +1,6 @@
 // The background compressor: moves segments nobody used for a while to the cold tier.
 // It codes each one's tokens (conditioned on its parent chain) with the given encoder — the
-// arithmetic coder of engine/codec.h in the daemon — hands the bytes to SegmentPool::freeze, which drops
+// arithmetic coder of engine/codec/codec.h in the daemon — hands the bytes to SegmentPool::freeze, which drops
 // the KV, and the next lease thaws the segment by prefill.
 //
 // It runs on its own thread with its own Forward (one thread, no pool workers) at SCHED_IDLE, so the

@@ -16,7 +16,7 @@
 #include <memory>
 #include <span>
 
-#include "engine/status.h"
+#include "engine/base/status.h"
 
 namespace towers {
 

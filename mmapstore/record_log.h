@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "engine/base/status.h"
 #include "mmapstore/posix_file.h"
 
 namespace towers {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/segment.h"
+#include "engine/model/segment.h"
 #include "mmapstore/posix_file.h"
 #include "mmapstore/segment_format.h"
 

@@ -43,7 +43,7 @@ struct Header {
   uint8_t format;               // simd::KvQuant
   uint8_t flags;                // kFlag* below (0 in files of towerd before it: a reserved byte)
   uint8_t reserved0[2];
-  uint64_t model_fingerprint;   // engine/codec.h model_fingerprint()
+  uint64_t model_fingerprint;   // engine/codec/codec.h model_fingerprint()
   uint64_t id, parent;          // pool ids (0 = no parent)
   int32_t computed_pos;         // position of the first token when computed (= parent chain length)
   uint32_t n_layer, n_head_kv, head_dim;
@@ -65,7 +65,7 @@ static_assert(offsetof(Header, header_xxh3) == sizeof(Header) - 8, "header_xxh3 
 // dropped). Such a segment cannot be recomputed from the log: it never goes to the cold tier, and a
 // record names it only once its file is durable (docs/store.md).
 inline constexpr uint8_t kFlagDerived = 1;
-// The KV is a modular placement (engine/modular.h): the rows of the same tokens computed under
+// The KV is a modular placement (engine/model/modular.h): the rows of the same tokens computed under
 // another parent chain (before the parent was edited), RoPE-shifted, with their first tokens
 // recomputed. Approximate, but a prefill gives the exact KV back: a restart queues that rebuild.
 inline constexpr uint8_t kFlagModular = 2;

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "engine/modular.h"
+#include "engine/model/modular.h"
 #include "mmapstore/segment_file.h"
 #include "mmapstore/segment_pool_entry.h"
 #include "mmapstore/segment_writer.h"

@@ -6,7 +6,7 @@
 // session's tokens, pins the segments on that path (so they cannot leave memory while in use) and
 // hands out a Tower whose own tail holds only what was not cached. Exact mode only: a segment is found
 // under the same parent chain it was computed under, so a leased tower computes what monolithic
-// prefill of the same tokens computes (modular placement is an explicit, separate API: engine/modular.h).
+// prefill of the same tokens computes (modular placement is an explicit, separate API: engine/model/modular.h).
 //
 // The store (PoolOptions::store_dir set): every segment gets a file (mmapstore/segment_format.h),
 // written once by the writer thread after the segment is created; until the file is durable the
@@ -35,9 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/forward.h"
-#include "engine/rope.h"
-#include "engine/segment.h"
+#include "engine/model/forward.h"
+#include "engine/model/rope.h"
+#include "engine/model/segment.h"
 #include "mmapstore/cache_trie.h"
 #include "mmapstore/eviction.h"
 #include "mmapstore/mutex.h"

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/segment.h"
+#include "engine/model/segment.h"
 #include "mmapstore/posix_file.h"
 
 namespace towers {

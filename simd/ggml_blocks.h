@@ -1,7 +1,7 @@
 // ggml's tensor element types and block formats, as they are in GGUF files: one struct per format,
 // with ggml's field names in ggml's order and its size asserted (the reference is ggml's
-// ggml-common.h). The one place that knows these layouts: engine/quant.cc (scalar readers and
-// writers), engine/ggml_type.cc (geometry) and the simd/ kernels all read the structs below.
+// ggml-common.h). The one place that knows these layouts: engine/gguf/quant.cc (scalar readers and
+// writers), engine/gguf/ggml_type.cc (geometry) and the simd/ kernels all read the structs below.
 //
 // Every field is a byte array or a Half (two bytes), so every struct has alignment 1 and a block may
 // start at any byte of a mapped file. Multi-byte values are little-endian, as in GGUF.

@@ -6,10 +6,10 @@
 #include <string>
 #include <string_view>
 
-#include "engine/grammar.h"
-#include "engine/grammar_matcher.h"
-#include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/constrained/grammar.h"
+#include "engine/constrained/grammar_matcher.h"
+#include "engine/generate/sampler.h"
+#include "engine/text/tokenizer.h"
 #include "test_support.h"
 
 namespace towers::test {

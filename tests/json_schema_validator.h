@@ -1,4 +1,4 @@
-// An independent JSON Schema validator for the subset engine/json_schema.h compiles, written from the
+// An independent JSON Schema validator for the subset engine/constrained/json_schema.h compiles, written from the
 // specification (draft 2020-12 semantics for these keywords) over nlohmann::json, for checking that
 // whatever the grammar lets a model write is valid. It shares no code with the compiler.
 #pragma once

@@ -8,9 +8,9 @@
 #include <sstream>
 #include <vector>
 
-#include "engine/forward.h"
-#include "engine/synth.h"
-#include "engine/tokenizer.h"
+#include "engine/model/forward.h"
+#include "engine/model/synth.h"
+#include "engine/text/tokenizer.h"
 #include "test_support.h"
 
 namespace towers::test {

@@ -7,7 +7,7 @@
 
 #include "daemon/api_reply.h"
 #include "daemon/prompt.h"
-#include "engine/tool_format.h"
+#include "engine/constrained/tool_format.h"
 #include "model_fixtures.h"
 
 using namespace towers;

@@ -8,7 +8,7 @@
 
 #include <doctest/doctest.h>
 
-#include "engine/chat_template.h"
+#include "engine/text/chat_template.h"
 
 using namespace towers;
 

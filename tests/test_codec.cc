@@ -8,11 +8,11 @@
 #include <random>
 #include <sstream>
 
-#include "engine/codec.h"
-#include "engine/perplexity.h"
-#include "engine/range_coder.h"
-#include "engine/synth.h"
-#include "engine/tokenizer.h"
+#include "engine/codec/codec.h"
+#include "engine/generate/perplexity.h"
+#include "engine/codec/range_coder.h"
+#include "engine/model/synth.h"
+#include "engine/text/tokenizer.h"
 #include "test_support.h"
 
 using namespace towers;

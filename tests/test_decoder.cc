@@ -8,9 +8,9 @@
 
 #include <doctest/doctest.h>
 
-#include "engine/decoder.h"
-#include "engine/gguf.h"
-#include "engine/vocab_import.h"
+#include "engine/generate/decoder.h"
+#include "engine/gguf/gguf.h"
+#include "engine/text/vocab_import.h"
 
 using namespace towers;
 

@@ -5,10 +5,10 @@
 #include <map>
 #include <sstream>
 
-#include "engine/forward.h"
-#include "engine/perplexity.h"
-#include "engine/synth.h"
-#include "engine/tokenizer.h"
+#include "engine/model/forward.h"
+#include "engine/generate/perplexity.h"
+#include "engine/model/synth.h"
+#include "engine/text/tokenizer.h"
 #include "test_support.h"
 
 using namespace towers;

@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "engine/ggml_type.h"
+#include "engine/gguf/ggml_type.h"
 #include "simd/ggml_blocks.h"
 
 using namespace towers;

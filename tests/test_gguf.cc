@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 #include "test_support.h"
 
 using namespace towers;

@@ -3,8 +3,8 @@
 // through the matcher one by one) on synthetic and real vocabularies.
 #include <random>
 
-#include "engine/grammar.h"
-#include "engine/grammar_matcher.h"
+#include "engine/constrained/grammar.h"
+#include "engine/constrained/grammar_matcher.h"
 #include "grammar_fixtures.h"
 #include "test_support.h"
 

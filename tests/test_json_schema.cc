@@ -6,10 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/generate.h"
-#include "engine/grammar_matcher.h"
-#include "engine/json_schema.h"
-#include "engine/sampler.h"
+#include "engine/generate/generate.h"
+#include "engine/constrained/grammar_matcher.h"
+#include "engine/constrained/json_schema.h"
+#include "engine/generate/sampler.h"
 #include "grammar_fixtures.h"
 #include "json_schema_validator.h"
 #include "model_fixtures.h"

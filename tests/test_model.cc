@@ -3,10 +3,10 @@
 #include <fstream>
 #include <iterator>
 
-#include "engine/model.h"
-#include "engine/synth.h"
-#include "engine/tokenizer.h"
-#include "engine/vocab_import.h"
+#include "engine/model/model.h"
+#include "engine/model/synth.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/vocab_import.h"
 #include "test_support.h"
 
 using namespace towers;

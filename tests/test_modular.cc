@@ -1,4 +1,4 @@
-// Modular placement (engine/modular.h): a segment computed after BOS alone, placed under another
+// Modular placement (engine/model/modular.h): a segment computed after BOS alone, placed under another
 // prefix with a RoPE shift (Prompt Cache), with and without recomputing its first r tokens in context
 // (CacheBlend-style repair). Quality against exact monolithic prefill: KL divergence and top-1
 // agreement of next-token distributions over the tokens that follow the placed segment.
@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "bench/modular_quality.h"
-#include "engine/forward.h"
-#include "engine/modular.h"
-#include "engine/tokenizer.h"
+#include "engine/model/forward.h"
+#include "engine/model/modular.h"
+#include "engine/text/tokenizer.h"
 #include "model_fixtures.h"
 #include "test_support.h"
 

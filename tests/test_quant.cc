@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/quant.h"
+#include "engine/gguf/quant.h"
 #include "test_support.h"
 
 using namespace towers;

@@ -14,8 +14,8 @@
 #endif
 #include <hwy/targets.h>
 
-#include "engine/ggml_type.h"
-#include "engine/quant.h"
+#include "engine/gguf/ggml_type.h"
+#include "engine/gguf/quant.h"
 #include "simd/ops.h"
 #include "simd/quant_dot.h"
 #include "test_support.h"

@@ -11,7 +11,7 @@
 
 #include <doctest/doctest.h>
 
-#include "engine/sampler.h"
+#include "engine/generate/sampler.h"
 
 using namespace towers;
 

@@ -3,7 +3,7 @@
 #include <fstream>
 #include <random>
 
-#include "engine/forward.h"
+#include "engine/model/forward.h"
 #include "mmapstore/segment_file.h"
 #include "model_fixtures.h"
 #include "test_support.h"

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <vector>
 
-#include "engine/thread_pool.h"
+#include "engine/base/thread_pool.h"
 #include "test_support.h"
 
 using namespace towers;

@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/grammar_matcher.h"
-#include "engine/sampler.h"
-#include "engine/tool_format.h"
+#include "engine/constrained/grammar_matcher.h"
+#include "engine/generate/sampler.h"
+#include "engine/constrained/tool_format.h"
 #include "grammar_fixtures.h"
 #include "json_schema_validator.h"
 #include "test_support.h"

@@ -5,9 +5,9 @@
 #include <map>
 #include <sstream>
 
-#include "engine/forward.h"
-#include "engine/segment.h"
-#include "engine/tokenizer.h"
+#include "engine/model/forward.h"
+#include "engine/model/segment.h"
+#include "engine/text/tokenizer.h"
 #include "model_fixtures.h"
 #include "test_support.h"
 

@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
-#include "engine/vocab_import.h"
+#include "engine/gguf/gguf.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/vocab_import.h"
 #include "test_support.h"
 
 namespace towers::test {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "bench/ab/ab_api.h"
-#include "engine/ggml_type.h"
-#include "engine/quant.h"
+#include "engine/gguf/ggml_type.h"
+#include "engine/gguf/quant.h"
 
 using namespace towers;
 

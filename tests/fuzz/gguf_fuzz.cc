@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 namespace {
 

@@ -1,0 +1,470 @@
+#include "engine/constrained/json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/constrained/grammar.h"
+
+namespace towers {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr int kMaxSchemaDepth = 64;
+
+const std::set<std::string, std::less<>> kAnnotations = {
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
+    "writeOnly", "$defs", "definitions"};
+const std::set<std::string, std::less<>> kKnown = {
+    "type", "properties", "required", "additionalProperties", "enum", "const", "items", "anyOf", "$ref",
+    "minLength", "maxLength", "minItems", "maxItems", "uniqueItems"};
+const std::set<std::string, std::less<>> kObjectKeys = {"properties", "required", "additionalProperties"};
+const std::set<std::string, std::less<>> kArrayKeys = {"items", "minItems", "maxItems", "uniqueItems"};
+const std::set<std::string, std::less<>> kStringKeys = {"minLength", "maxLength"};
+const char* const kTypes[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+
+std::string sanitize(std::string_view hint) {
+  std::string out;
+  for (char c : hint) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (ok) out += c;
+    else if (!out.empty() && out.back() != '-') out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  if (out.empty() || !((out[0] >= 'a' && out[0] <= 'z') || (out[0] >= 'A' && out[0] <= 'Z'))) out = "s-" + out;
+  return out;
+}
+
+// JSON pointer token unescaping (RFC 6901) plus the percent-encoding URI fragments may carry.
+std::string unescape_pointer_token(std::string_view t) {
+  std::string out;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == '~' && i + 1 < t.size() && (t[i + 1] == '0' || t[i + 1] == '1')) {
+      out += t[i + 1] == '0' ? '~' : '/';
+      ++i;
+    } else if (t[i] == '%' && i + 2 < t.size() && std::isxdigit(uint8_t(t[i + 1])) &&
+               std::isxdigit(uint8_t(t[i + 2]))) {
+      out += char(std::stoi(std::string(t.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += t[i];
+    }
+  }
+  return out;
+}
+
+bool value_has_type(const Json& v, std::string_view type) {
+  if (type == "object") return v.is_object();
+  if (type == "array") return v.is_array();
+  if (type == "string") return v.is_string();
+  if (type == "number") return v.is_number();
+  if (type == "integer") {
+    return v.is_number_integer() ||
+           (v.is_number_float() && std::isfinite(v.get<double>()) && std::trunc(v.get<double>()) == v.get<double>());
+  }
+  if (type == "boolean") return v.is_boolean();
+  return v.is_null();
+}
+
+}  // namespace
+
+struct JsonGrammarBuilder::Impl {
+  std::vector<std::pair<std::string, std::string>> rules;  // name, body; in definition order
+  std::set<std::string> names;
+  std::map<std::string, std::string> by_body;  // generated body → rule name (sharing equal rules)
+
+  // The schema document being compiled (for $ref) and its compiled references.
+  const Json* doc = nullptr;
+  std::string doc_name;
+  std::map<std::string, std::string> ref_rules;
+
+  std::string unique_name(std::string_view hint) {
+    std::string base = sanitize(hint), name = base;
+    for (int k = 2; names.count(name); ++k) name = base + "-" + std::to_string(k);
+    names.insert(name);
+    return name;
+  }
+  std::string define(std::string_view hint, std::string body) {
+    if (auto it = by_body.find(body); it != by_body.end()) return it->second;
+    std::string name = unique_name(hint);
+    by_body.emplace(body, name);
+    rules.emplace_back(name, std::move(body));
+    return name;
+  }
+  // A rule with a fixed name (the generic ones), defined once.
+  std::string fixed(const std::string& name, const std::string& body) {
+    if (!names.count(name)) {
+      names.insert(name);
+      rules.emplace_back(name, body);
+    }
+    return name;
+  }
+
+  std::string ws() { return fixed("ws", R"(( " " | "\n" [ \t]{0,20} )?)"); }
+  std::string sep() { return ws() + " \",\" " + ws(); }
+  std::string colon() { return ws() + " \":\" " + ws(); }
+  std::string json_char() {
+    fixed("json-hex4", "[0-9a-cA-C] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [eEfF] [0-9a-fA-F]{3}");
+    return fixed("json-char", R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" json-hex4 ))");
+  }
+  std::string json_string() { return fixed("json-string", "\"\\\"\" " + json_char() + "* \"\\\"\""); }
+  std::string json_int() { return fixed("json-int", R"("-"? ( "0" | [1-9] [0-9]{0,15} ))"); }
+  std::string json_number() {
+    return fixed("json-number", json_int() + R"( ( "." [0-9]{1,15} )? ( [eE] [-+]? [0-9]{1,2} )?)");
+  }
+  std::string json_value() {
+    if (names.count("json-value")) return "json-value";
+    names.insert("json-value");
+    const size_t at = rules.size();
+    rules.emplace_back("json-value", "");
+    const std::string obj = json_object();
+    const std::string arr = fixed("json-array", "\"[\" " + ws() + " ( json-value ( " + sep() + " json-value )* " +
+                                                    ws() + " )? \"]\"");
+    rules[at].second = obj + " | " + arr + " | " + json_string() + " | " + json_number() +
+                       " | \"true\" | \"false\" | \"null\"";
+    return "json-value";
+  }
+  std::string json_object() {
+    if (names.count("json-object")) return "json-object";
+    const std::string pair = json_string() + " " + colon() + " json-value";
+    fixed("json-object", "\"{\" " + ws() + " ( " + pair + " ( " + sep() + " " + pair + " )* " + ws() + " )? \"}\"");
+    json_value();
+    return "json-object";
+  }
+
+  static Result<std::string> literal(const Json& v) {
+    auto lit = gbnf_literal(v.dump(-1, ' ', false, Json::error_handler_t::strict));
+    if (!lit.ok()) return lit.status();
+    return *lit;
+  }
+
+  // ------------------------------------------------------------------------------------ schemas
+  Status unsupported(const std::string& keyword, const std::string& path, const std::string& why = "") {
+    return Status::InvalidArgument("JSON schema: unsupported keyword '" + keyword + "' at " + path +
+                                   (why.empty() ? "" : " (" + why + ")"));
+  }
+  Status invalid(const std::string& path, const std::string& what) {
+    return Status::InvalidArgument("JSON schema: " + what + " at " + path);
+  }
+
+  Result<size_t> count(const Json& s, const char* key, const std::string& path) {
+    const Json& v = s[key];
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
+      return invalid(path, std::string(key) + " must be a non-negative integer");
+    const uint64_t n = v.get<uint64_t>();
+    if (n > uint64_t(Grammar::kMaxRepeat))
+      return invalid(path, std::string(key) + " " + std::to_string(n) + " is above the limit " +
+                               std::to_string(Grammar::kMaxRepeat));
+    return size_t(n);
+  }
+
+  // A GBNF expression (a rule name or a parenthesised group) for values valid against `s`.
+  Result<std::string> schema(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    if (depth > kMaxSchemaDepth) return invalid(path, "schema nested deeper than " + std::to_string(kMaxSchemaDepth));
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return json_value();
+      return invalid(path, "the schema false allows no value");
+    }
+    if (!s.is_object()) return invalid(path, "a schema must be an object or a boolean");
+    for (const auto& [k, v] : s.items()) {
+      if (kAnnotations.count(k)) continue;
+      if (!kKnown.count(k)) return unsupported(k, path);
+      if (k == "uniqueItems" && !(v.is_boolean() && !v.get<bool>())) return unsupported(k, path, "only false");
+    }
+    auto constraining = [&](const char* except) {
+      for (const auto& [k, v] : s.items()) {
+        if (!kAnnotations.count(k) && k != except && k != "type") return k;
+      }
+      return std::string();
+    };
+    if (s.contains("$ref")) {
+      if (std::string other = constraining("$ref"); !other.empty() || s.contains("type"))
+        return unsupported(other.empty() ? "type" : other, path, "beside $ref");
+      return ref(s["$ref"], path);
+    }
+    if (s.contains("anyOf")) {
+      if (std::string other = constraining("anyOf"); !other.empty() || s.contains("type"))
+        return unsupported(other.empty() ? "type" : other, path, "beside anyOf");
+      const Json& alts = s["anyOf"];
+      if (!alts.is_array() || alts.empty()) return invalid(path, "anyOf must be a non-empty array");
+      std::string body;
+      for (size_t i = 0; i < alts.size(); ++i) {
+        auto e = schema(alts[i], path + "/anyOf/" + std::to_string(i), hint, depth + 1);
+        if (!e.ok()) return e;
+        body += (i ? " | " : "") + *e;
+      }
+      return define(hint, body);
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      if (t.is_string()) types.push_back(t.get<std::string>());
+      else if (t.is_array()) {
+        for (const Json& x : t) {
+          if (!x.is_string()) return invalid(path, "type must be a string or an array of strings");
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        return invalid(path, "type must be a string or an array of strings");
+      }
+      if (types.empty()) return invalid(path, "type is an empty array");
+      for (const auto& name : types) {
+        if (std::find(std::begin(kTypes), std::end(kTypes), name) == std::end(kTypes))
+          return invalid(path, "unknown type '" + name + "'");
+      }
+    }
+    if (s.contains("enum") || s.contains("const")) {
+      const bool is_enum = s.contains("enum");
+      if (std::string other = constraining(is_enum ? "enum" : "const"); !other.empty())
+        return unsupported(other, path, std::string("beside ") + (is_enum ? "enum" : "const"));
+      Json values = is_enum ? s["enum"] : Json::array({s["const"]});
+      if (!values.is_array() || values.empty()) return invalid(path, "enum must be a non-empty array");
+      std::string body;
+      for (const Json& v : values) {
+        const bool typed = types.empty() || std::any_of(types.begin(), types.end(),
+                                                        [&](const std::string& t) { return value_has_type(v, t); });
+        if (!typed) continue;
+        auto lit = literal(v);
+        if (!lit.ok()) return lit.status();
+        body += (body.empty() ? "" : " | ") + *lit;
+      }
+      if (body.empty()) return invalid(path, "no enum value has the schema's type");
+      return define(hint, body);
+    }
+    if (types.empty()) {
+      auto has_any = [&](const auto& keys) {
+        return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return s.contains(k); });
+      };
+      if (has_any(kObjectKeys)) types.push_back("object");
+      else if (has_any(kArrayKeys)) types.push_back("array");
+      else if (has_any(kStringKeys)) types.push_back("string");
+      else return json_value();
+    }
+    std::string body;
+    for (const auto& t : types) {
+      auto e = typed(s, t, path, hint, depth);
+      if (!e.ok()) return e;
+      body += (body.empty() ? "" : " | ") + *e;
+    }
+    return types.size() == 1 && body.find(' ') == std::string::npos ? body : define(hint, body);
+  }
+
+  Result<std::string> typed(const Json& s, const std::string& t, const std::string& path, const std::string& hint,
+                            int depth) {
+    if (t == "null") return std::string("\"null\"");
+    if (t == "boolean") return std::string("\"true\" | \"false\"");
+    if (t == "integer") return json_int();
+    if (t == "number") return json_number();
+    if (t == "string") return string_rule(s, path, hint);
+    if (t == "array") return array_rule(s, path, hint, depth);
+    return object_rule(s, path, hint, depth);
+  }
+
+  // minKey/maxKey as [lo, hi] (hi < 0: no maximum).
+  Result<std::pair<size_t, long>> bounds(const Json& s, const char* min_key, const char* max_key,
+                                         const std::string& path) {
+    size_t lo = 0;
+    long hi = -1;
+    if (s.contains(min_key)) {
+      auto n = count(s, min_key, path);
+      if (!n.ok()) return n.status();
+      lo = *n;
+    }
+    if (s.contains(max_key)) {
+      auto n = count(s, max_key, path);
+      if (!n.ok()) return n.status();
+      if (*n < lo) return invalid(path, std::string(max_key) + " below " + min_key);
+      hi = long(*n);
+    }
+    return std::pair<size_t, long>(lo, hi);
+  }
+
+  Result<std::string> string_rule(const Json& s, const std::string& path, const std::string& hint) {
+    if (!s.contains("minLength") && !s.contains("maxLength")) return json_string();
+    auto b = bounds(s, "minLength", "maxLength", path);
+    if (!b.ok()) return b.status();
+    const auto [lo, hi] = *b;
+    return define(hint, "\"\\\"\" " + json_char() + "{" + std::to_string(lo) + "," +
+                            (hi < 0 ? "" : std::to_string(hi)) + "} \"\\\"\"");
+  }
+
+  Result<std::string> array_rule(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    std::string item = "json-value";
+    if (s.contains("items")) {
+      if (s["items"].is_array()) return unsupported("items", path, "an array of schemas (tuple form)");
+      auto e = schema(s["items"], path + "/items", hint + "-item", depth + 1);
+      if (!e.ok()) return e;
+      item = *e;
+    } else {
+      json_value();
+    }
+    auto b = bounds(s, "minItems", "maxItems", path);
+    if (!b.ok()) return b.status();
+    const auto [lo, hi] = *b;
+    const std::string open = "\"[\" " + ws() + " ", close = " \"]\"";
+    if (hi == 0) return define(hint, open + close.substr(1));
+    auto more = [&](size_t m, long n) {  // ( sep item ){m,n}
+      return "( " + sep() + " " + item + " ){" + std::to_string(m) + "," + (n < 0 ? "" : std::to_string(n)) + "}";
+    };
+    if (lo == 0)
+      return define(hint, open + "( " + item + " " + more(0, hi < 0 ? -1 : hi - 1) + " " + ws() + " )?" + close);
+    return define(hint, open + item + " " + more(lo - 1, hi < 0 ? -1 : hi - 1) + " " + ws() + close);
+  }
+
+  Result<std::string> object_rule(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    struct Prop {
+      std::string key_literal, value;
+      bool required;
+    };
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) return invalid(path, "required must be an array of strings");
+      for (const Json& r : s["required"]) {
+        if (!r.is_string()) return invalid(path, "required must be an array of strings");
+        required.insert(r.get<std::string>());
+      }
+    }
+    const Json empty = Json::object();
+    const Json& props = s.contains("properties") ? s["properties"] : empty;
+    if (!props.is_object()) return invalid(path, "properties must be an object");
+    const Json* extra = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
+    if (extra && !extra->is_boolean() && !extra->is_object())
+      return invalid(path, "additionalProperties must be a boolean or a schema");
+    if (props.empty() && required.empty()) {
+      if (extra && extra->is_boolean() && !extra->get<bool>()) return define(hint, "\"{\" " + ws() + " \"}\"");
+      if (!extra || extra->is_boolean()) return json_object();
+      auto v = schema(*extra, path + "/additionalProperties", hint + "-value", depth + 1);
+      if (!v.ok()) return v;
+      const std::string pair = json_string() + " " + colon() + " " + *v;
+      return define(hint, "\"{\" " + ws() + " ( " + pair + " ( " + sep() + " " + pair + " )* " + ws() + " )? \"}\"");
+    }
+    std::vector<Prop> list;
+    for (const auto& [key, sub] : props.items()) {
+      auto lit = literal(Json(key));
+      if (!lit.ok()) return lit.status();
+      auto v = schema(sub, path + "/properties/" + key, hint + "-" + key, depth + 1);
+      if (!v.ok()) return v;
+      list.push_back({*lit, *v, required.count(key) > 0});
+    }
+    for (const std::string& key : required) {  // required but not described: additionalProperties
+      if (props.contains(key)) continue;
+      if (extra && extra->is_boolean() && !extra->get<bool>())
+        return invalid(path, "required property '" + key + "' is excluded by additionalProperties false");
+      auto lit = literal(Json(key));
+      if (!lit.ok()) return lit.status();
+      auto v = extra && extra->is_object() ? schema(*extra, path + "/additionalProperties", hint + "-" + key, depth + 1)
+                                           : Result<std::string>(json_value());
+      if (!v.ok()) return v;
+      list.push_back({*lit, *v, true});
+    }
+    // F(i): a non-empty list of the properties from i on, nothing written before it; T(i): the rest
+    // of the list from i on, each present one after a comma.
+    const size_t n = list.size();
+    auto kv = [&](size_t i) { return list[i].key_literal + " " + colon() + " " + list[i].value; };
+    std::vector<std::string> rest(n + 1);  // T(i) as an expression ("" for nothing)
+    for (size_t i = n; i-- > 0;) {
+      std::string body = list[i].required ? sep() + " " + kv(i) : "( " + sep() + " " + kv(i) + " )?";
+      if (!rest[i + 1].empty()) body += " " + rest[i + 1];
+      rest[i] = list[i].required || rest[i + 1].empty() ? body : define(hint + "-rest", body);
+    }
+    std::string first;  // F(0)
+    for (size_t i = n; i-- > 0;) {
+      std::string body = kv(i) + (rest[i + 1].empty() ? "" : " " + rest[i + 1]);
+      if (!list[i].required && !first.empty()) body += " | " + first;
+      first = define(hint + "-props", body);
+    }
+    const bool any_required = std::any_of(list.begin(), list.end(), [](const Prop& p) { return p.required; });
+    return define(hint, "\"{\" " + ws() + " " + (any_required ? first + " " + ws() : "( " + first + " " + ws() + " )?") +
+                            " \"}\"");
+  }
+
+  Result<std::string> ref(const Json& r, const std::string& path) {
+    if (!r.is_string()) return invalid(path, "$ref must be a string");
+    const std::string target = r.get<std::string>();
+    if (auto it = ref_rules.find(target); it != ref_rules.end()) return it->second;
+    if (target.empty() || target[0] != '#')
+      return unsupported("$ref", path, "only references inside the schema (\"#...\") are supported, not " + target);
+    const Json* at = doc;
+    std::string last = doc_name;
+    if (target.size() > 1) {
+      if (target[1] != '/') return unsupported("$ref", path, "anchors are not supported: " + target);
+      size_t pos = 2;
+      while (pos <= target.size()) {
+        size_t end = target.find('/', pos);
+        if (end == std::string::npos) end = target.size();
+        const std::string tok = unescape_pointer_token(std::string_view(target).substr(pos, end - pos));
+        if (at->is_object() && at->contains(tok)) {
+          at = &(*at)[tok];
+        } else if (at->is_array() && !tok.empty() && std::all_of(tok.begin(), tok.end(), ::isdigit) &&
+                   std::stoul(tok) < at->size()) {
+          at = &(*at)[std::stoul(tok)];
+        } else {
+          return invalid(path, "$ref " + target + " does not resolve");
+        }
+        last = tok;
+        pos = end + 1;
+      }
+    }
+    // Name the rule first, so that the target may refer to itself.
+    const std::string name = unique_name(doc_name + "-" + last);
+    ref_rules.emplace(target, name);
+    const size_t slot = rules.size();
+    rules.emplace_back(name, "");
+    auto body = schema(*at, target, name, 0);
+    if (!body.ok()) return body;
+    rules[slot].second = *body;
+    return name;
+  }
+};
+
+JsonGrammarBuilder::JsonGrammarBuilder() : impl_(std::make_unique<Impl>()) { impl_->names.insert("root"); }
+JsonGrammarBuilder::~JsonGrammarBuilder() = default;
+
+Result<std::string> JsonGrammarBuilder::add_schema(std::string_view schema_json, std::string_view name) {
+  Json doc = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Status::InvalidArgument("JSON schema: not valid JSON");
+  impl_->doc = &doc;
+  impl_->doc_name = sanitize(name);
+  impl_->ref_rules.clear();
+  auto e = impl_->schema(doc, "#", impl_->doc_name, 0);
+  impl_->doc = nullptr;
+  if (!e.ok()) return e;
+  // A named rule, so that callers can reference it whatever the expression is.
+  if (impl_->names.count(*e) && e->find(' ') == std::string::npos) return *e;
+  return impl_->define(impl_->doc_name, *e);
+}
+
+std::string JsonGrammarBuilder::any_value() { return impl_->json_value(); }
+std::string JsonGrammarBuilder::any_object() { return impl_->json_object(); }
+std::string JsonGrammarBuilder::any_string() { return impl_->json_string(); }
+std::string JsonGrammarBuilder::ws() { return impl_->ws(); }
+
+std::string JsonGrammarBuilder::add_rule(std::string_view name, std::string_view body) {
+  std::string n = impl_->unique_name(name);
+  impl_->rules.emplace_back(n, std::string(body));
+  return n;
+}
+
+std::string JsonGrammarBuilder::gbnf(std::string_view root_body) const {
+  std::string out = "root ::= " + std::string(root_body) + "\n";
+  for (const auto& [name, body] : impl_->rules) out += name + " ::= " + body + "\n";
+  return out;
+}
+
+Result<std::string> json_schema_to_gbnf(std::string_view schema_json) {
+  JsonGrammarBuilder b;
+  auto rule = b.add_schema(schema_json, "schema");
+  if (!rule.ok()) return rule;
+  return b.gbnf(*rule);
+}
+
+std::string json_object_gbnf() {
+  JsonGrammarBuilder b;
+  return b.gbnf(b.any_object());
+}
+
+}  // namespace towers

@@ -1,0 +1,278 @@
+#include "engine/model/forward.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "engine/gguf/quant.h"
+#include "simd/attention.h"
+#include "simd/ops.h"
+#include "simd/quant_dot.h"
+
+namespace towers {
+
+Forward::Forward(const Model& model, ThreadPool& pool, Kernels kernels)
+    : model_(model), cfg_(model.config()), pool_(pool), kernels_(kernels), rope_(model.config()) {
+  scratch_.resize(pool.size());
+}
+
+Status Forward::eval(KvCache& cache, std::span<const int32_t> tokens, Logits which,
+                     std::vector<float>& logits) {
+  const Sequence one{&cache, tokens, which};
+  return eval_batch(std::span<const Sequence>(&one, 1), logits);
+}
+
+Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& logits) {
+  tok_.clear(), seq_of_.clear(), pos_.clear();
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const Sequence& q = batch[s];
+    const int32_t n = static_cast<int32_t>(q.tokens.size());
+    if (n == 0) return Status::Error("eval: sequence " + std::to_string(s) + " has no tokens");
+    if (q.cache->size() + n > q.cache->capacity()) {
+      return Status::Error("context full: " + std::to_string(q.cache->size()) + " + " + std::to_string(n) +
+                           " tokens exceed the capacity of " + std::to_string(q.cache->capacity()));
+    }
+    for (size_t j = 0; j < s; ++j) {
+      if (batch[j].cache == q.cache) return Status::Error("eval: a cache appears twice in one batch");
+    }
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t t = q.tokens[i];
+      if (t < 0 || t >= cfg_.n_vocab) {
+        return Status::Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                             std::to_string(cfg_.n_vocab - 1) + ")");
+      }
+      tok_.push_back(t);
+      seq_of_.push_back(static_cast<int32_t>(s));
+      pos_.push_back(q.cache->next_pos() + i);
+    }
+  }
+  const int T = static_cast<int>(tok_.size());
+  if (T == 0) return Status::Error("eval: no tokens");
+  const int d = cfg_.n_embd, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.n_ff;
+  x_.resize(size_t(T) * d); xb_.resize(size_t(T) * d);
+  q_.resize(size_t(T) * qd); k_.resize(size_t(T) * kvd); v_.resize(size_t(T) * kvd);
+  att_.resize(size_t(T) * qd);
+  hb_.resize(size_t(T) * ff); hb2_.resize(size_t(T) * ff);
+
+  embed();
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const LayerWeights& L = model_.layers[l];
+
+    // Attention block: x += Wo · attention(rope(Wq·norm(x)), cache + rope(Wk·norm(x)), Wv·norm(x))
+    rmsnorm(x_.data(), L.attn_norm, xb_.data(), T);
+    const MatOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+    matmuls(qkv, xb_.data(), T);
+    if (cfg_.qkv_bias) {
+      add_bias(L.bq, q_.data(), T);
+      add_bias(L.bk, k_.data(), T);
+      add_bias(L.bv, v_.data(), T);
+    }
+    rope(q_.data(), T, cfg_.n_head);
+    rope(k_.data(), T, cfg_.n_head_kv);
+    for (int t = 0; t < T; ++t) {
+      KvCache& cache = *batch[seq_of_[t]].cache;
+      const int32_t i = pos_[t] - cache.next_pos();
+      std::memcpy(cache.pending_k(l, i), &k_[size_t(t) * kvd], kvd * sizeof(float));
+      std::memcpy(cache.pending_v(l, i), &v_[size_t(t) * kvd], kvd * sizeof(float));
+    }
+    if (time_attention_) {
+      const auto t0 = std::chrono::steady_clock::now();
+      attention(batch, l, T);
+      attention_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      attention(batch, l, T);
+    }
+    matmul(L.wo, att_.data(), T, xb_.data());
+    for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
+
+    // Feed-forward block (SwiGLU): x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
+    rmsnorm(x_.data(), L.ffn_norm, xb_.data(), T);
+    const MatOut gate_up[] = {{&L.w_gate, hb_.data()}, {&L.w_up, hb2_.data()}};
+    matmuls(gate_up, xb_.data(), T);
+    pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
+      simd::swiglu_f32(&hb_[t0 * ff], &hb2_[t0 * ff], &hb_[t0 * ff], (t1 - t0) * ff);
+    });
+    matmul(L.w_down, hb_.data(), T, xb_.data());
+    for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
+  }
+  for (const Sequence& q : batch) q.cache->commit(static_cast<int32_t>(q.tokens.size()));
+
+  // Final norm and output projection, for the rows the callers want (gathered into xb).
+  int rows = 0;
+  for (int t = 0; t < T; ++t) {
+    const Sequence& q = batch[seq_of_[t]];
+    const bool last = t + 1 == T || seq_of_[t + 1] != seq_of_[t];
+    if (q.which == Logits::All || last) {
+      rmsnorm(&x_[size_t(t) * d], model_.output_norm, &xb_[size_t(rows) * d], 1);
+      ++rows;
+    }
+  }
+  logits.resize(size_t(rows) * cfg_.n_vocab);
+  matmul(model_.output, xb_.data(), rows, logits.data());
+  return Status::Ok();
+}
+
+void Forward::embed() {
+  const int d = cfg_.n_embd;
+  for (size_t t = 0; t < tok_.size(); ++t) {
+    dequantize_row(model_.tok_embd.type, model_.tok_embd.row(tok_[t]), &x_[t * d], d);
+  }
+}
+
+void Forward::rmsnorm(const float* x, const Weight& w, float* out, int T) {
+  const int d = cfg_.n_embd;
+  const float* g = reinterpret_cast<const float*>(w.data);
+  for (int t = 0; t < T; ++t) simd::rmsnorm_f32(x + size_t(t) * d, g, out + size_t(t) * d, d, cfg_.norm_eps);
+}
+
+// y[t][r] = W[r] · x[t]. Each row of W is read once and used for all T tokens.
+void Forward::matmul(const Weight& w, const float* x, int T, float* y) {
+  const MatOut one{&w, y};
+  matmuls(std::span<const MatOut>(&one, 1), x, T);
+}
+
+void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
+  const int64_t cols = mats[0].w->cols;
+  const auto type0 = static_cast<uint32_t>(mats[0].w->type);
+  bool fast = kernels_ == Kernels::Fast;
+  for (const MatOut& m : mats) {
+    const auto t = static_cast<uint32_t>(m.w->type);
+    fast = fast && simd::has_quant_dot(t) && m.w->cols == cols &&
+           simd::act_bytes(t, cols) == simd::act_bytes(type0, cols);
+  }
+  if (!fast) {
+    for (const MatOut& m : mats) matmul_f32(*m.w, x, T, m.y);
+    return;
+  }
+  // Activation rows are quantized independently of each other, so batching does not change them;
+  // all matrices here share one activation layout (same family: 32- or 256-element blocks).
+  const size_t stride = (simd::act_bytes(type0, cols) + 63) / 64 * 64;
+  act_.resize(stride * T + 64);
+  uint8_t* act = act_.data() + (64 - reinterpret_cast<uintptr_t>(act_.data()) % 64) % 64;
+  pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
+    for (size_t t = t0; t < t1; ++t) simd::quantize_act(type0, x + t * cols, act + t * stride, cols);
+  });
+  // Work units of 16 rows (a packed group, or up to 16 plain rows), numbered across the matrices.
+  constexpr size_t G = simd::kPackRows;
+  size_t units = 0;
+  for (const MatOut& m : mats) units += (static_cast<size_t>(m.w->rows) + G - 1) / G;
+  pool_.parallel_dynamic(units, [&](size_t u0, size_t u1, int) {
+    size_t base = 0;
+    for (const MatOut& m : mats) {
+      const Weight& w = *m.w;
+      const size_t rows = static_cast<size_t>(w.rows), n = (rows + G - 1) / G;
+      const size_t a = std::max(u0, base), b = std::min(u1, base + n);
+      base += n;
+      if (a >= b) continue;
+      size_t g0 = a - (base - n), g1 = b - (base - n);  // units of this matrix
+      const auto t = static_cast<uint32_t>(w.type);
+      if (w.packed) {
+        const size_t groups = rows / G, gb = simd::packed_group_bytes(t, static_cast<size_t>(cols));
+        const size_t p1 = std::min(g1, groups);
+        if (g0 < p1) {
+          simd::gemm_packed(t, w.packed + g0 * gb, p1 - g0, act, stride, T, cols, m.y + g0 * G, rows);
+        }
+        g0 = std::max(g0, groups);
+      }
+      const size_t r0 = g0 * G, r1 = std::min(rows, g1 * G);
+      if (r0 < r1) simd::gemm_q(t, w.row(r0), w.row_stride(), r1 - r0, act, stride, T, cols, m.y + r0, rows);
+    }
+  });
+}
+
+void Forward::matmul_f32(const Weight& w, const float* x, int T, float* y) {
+  const int64_t cols = w.cols, rows = w.rows;
+  pool_.parallel_for(static_cast<size_t>(rows), [&](size_t r0, size_t r1, int thread) {
+    std::vector<float>& buf = scratch_[thread];
+    if (buf.size() < static_cast<size_t>(cols)) buf.resize(cols);
+    for (size_t r = r0; r < r1; ++r) {
+      const float* wr;
+      if (w.type == GgmlType::F32) {
+        wr = reinterpret_cast<const float*>(w.row(r));
+      } else {
+        dequantize_row(w.type, w.row(r), buf.data(), cols);
+        wr = buf.data();
+      }
+      for (int t = 0; t < T; ++t) y[size_t(t) * rows + r] = simd::dot_f32(wr, x + size_t(t) * cols, cols);
+    }
+  });
+}
+
+void Forward::add_bias(const Weight& b, float* y, int T) {
+  const float* bias = reinterpret_cast<const float*>(b.data);
+  for (int t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < b.cols; ++i) y[size_t(t) * b.cols + i] += bias[i];
+  }
+}
+
+// Rotates every head of token t by its position pos[t].
+void Forward::rope(float* vecs, int T, int n_heads) {
+  for (int t = 0; t < T; ++t) {
+    rope_.rotate(vecs + size_t(t) * n_heads * cfg_.head_dim, n_heads, static_cast<float>(pos_[t]));
+  }
+}
+
+// Causal attention of the T new queries over every row of their own sequence's cache at a position
+// <= the query's, walking the cache's spans in place with an online (streaming) softmax
+// (simd::kv_attend). Scores and value sums are computed straight from each span's format (no dense
+// copy of a quantized cache). One work unit is one (token, KV head): the query heads sharing that KV
+// head read each block of it once. Units are handed out in a zigzag order over the tokens (first,
+// last, second, second to last, ...) so that with a causal mask every contiguous chunk of units, i.e.
+// every thread, gets about the same number of cached rows; the split never changes a result.
+void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
+  const int hd = cfg_.head_dim;
+  const int n_kv = cfg_.n_head_kv;
+  const int group = cfg_.n_head / n_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  spans_.resize(batch.size());
+  for (size_t s = 0; s < batch.size(); ++s) {
+    batch[s].cache->spans(layer, static_cast<int32_t>(batch[s].tokens.size()), spans_[s]);
+  }
+  pool_.parallel_dynamic(size_t(T) * n_kv, [&](size_t i0, size_t i1, int thread) {
+    std::vector<float>& buf = scratch_[thread];
+    const size_t need = size_t(group) * (2 + 2 * size_t(hd));
+    if (buf.size() < need) buf.resize(need);
+    float* m = buf.data();
+    float* l = m + group;
+    float* acc = l + group;                 // [group][hd]
+    float* qs = acc + size_t(group) * hd;  // the group's queries as one span needs them
+    for (size_t i = i0; i < i1; ++i) {
+      const size_t k = i / n_kv;
+      const int kvh = static_cast<int>(i % n_kv);
+      const int t = k % 2 == 0 ? static_cast<int>(k / 2) : T - 1 - static_cast<int>(k / 2);
+      const int32_t qpos = pos_[t];
+      const float* q = &q_[(size_t(t) * cfg_.n_head + size_t(kvh) * group) * hd];
+      std::fill(m, m + group, -INFINITY);
+      std::fill(l, l + group, 0.0f);
+      std::fill(acc, acc + size_t(group) * hd, 0.0f);
+      for (const KvSpan& s : spans_[seq_of_[t]]) {
+        const int32_t visible = std::min<int32_t>(s.n, qpos - s.pos0 + 1);
+        if (visible <= 0) continue;
+        const float* qv = q;
+        if (s.rope_delta != 0 || s.k_scale) {
+          std::copy(q, q + size_t(group) * hd, qs);
+          // q·R(p_k)k depends on p_q - p_k only: using rows computed rope_delta positions earlier
+          // than they act is the same as rotating the query back by rope_delta.
+          if (s.rope_delta != 0) rope_.rotate(qs, group, -static_cast<float>(s.rope_delta));
+          if (s.k_scale) {
+            const float* cs = s.k_scale + size_t(kvh) * hd;
+            for (int g = 0; g < group; ++g) {
+              for (int e = 0; e < hd; ++e) qs[size_t(g) * hd + e] *= cs[e];
+            }
+          }
+          qv = qs;
+        }
+        simd::kv_attend(s.format, qv, group, s.k + size_t(kvh) * s.head_bytes, s.v + size_t(kvh) * s.head_bytes,
+                        s.row_bytes, visible, hd, scale, m, l, acc);
+      }
+      for (int g = 0; g < group; ++g) {
+        float* out = &att_[(size_t(t) * cfg_.n_head + size_t(kvh) * group + g) * hd];
+        const float* a = acc + size_t(g) * hd;
+        for (int e = 0; e < hd; ++e) out[e] = a[e] / l[g];
+      }
+    }
+  });
+}
+
+}  // namespace towers

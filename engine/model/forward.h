@@ -1,0 +1,81 @@
+// The reference forward pass: a whole Llama/Qwen2 transformer step, written to be read in one sitting
+// (in the spirit of llama2.c's run.c). Batched: T tokens per call (prefill) or one (decode).
+// Every output element is computed by one thread in a fixed order, so logits are bit-identical for any
+// thread count and for any way of splitting a prompt into batches (docs/numerics.md).
+#pragma once
+#include <span>
+#include <vector>
+
+#include "engine/model/kv_cache.h"
+#include "engine/model/model.h"
+#include "engine/model/rope.h"
+#include "engine/base/thread_pool.h"
+
+namespace towers {
+
+enum class Logits { Last, All };
+
+// Kernels: Reference dequantizes each weight row to f32 and takes f32 dot products (exact reading of
+// the file, the path the reference tests pin down). Fast quantizes the activations to 8 bits per block
+// and uses integer dot products against the quantized weights (llama.cpp's arithmetic); f32/f16/bf16
+// weights take the same f32 path in both.
+enum class Kernels { Reference, Fast };
+
+class Forward {
+ public:
+  Forward(const Model& model, ThreadPool& pool, Kernels kernels = Kernels::Fast);
+  Kernels kernels() const { return kernels_; }
+
+  // Runs `tokens` at positions cache.next_pos()..., appending their K/V to `cache`.
+  // logits receives n_vocab floats for the last token (Logits::Last) or for every token (All).
+  Status eval(KvCache& cache, std::span<const int32_t> tokens, Logits which, std::vector<float>& logits);
+
+  // Several sequences in one step (batched decode of many sessions, or prefill beside decode): the
+  // weight matrices are read once for all tokens of all sequences. logits holds, sequence after
+  // sequence, the rows each one asked for. A sequence's logits are bit-identical to evaluating it alone.
+  struct Sequence {
+    KvCache* cache;
+    std::span<const int32_t> tokens;
+    Logits which = Logits::Last;
+  };
+  Status eval_batch(std::span<const Sequence> batch, std::vector<float>& logits);
+
+  // Benchmarks: when on, eval adds the wall time of every attention() call (one clock read before and
+  // after each layer's attention, none inside it) to attention_seconds(). Off by default.
+  void set_attention_timing(bool on) { time_attention_ = on; }
+  double attention_seconds() const { return attention_s_; }
+  void reset_attention_seconds() { attention_s_ = 0; }
+
+ private:
+  void embed();
+  void rmsnorm(const float* x, const Weight& w, float* out, int T);
+  void matmul(const Weight& w, const float* x, int T, float* y);
+  // Several matrices reading the same input x (Q/K/V, gate/up): one activation quantization and one
+  // parallel loop over all of their rows. Results are those of separate matmul calls.
+  struct MatOut {
+    const Weight* w;
+    float* y;
+  };
+  void matmuls(std::span<const MatOut> mats, const float* x, int T);
+  void matmul_f32(const Weight& w, const float* x, int T, float* y);  // dequantize + f32 dot
+  void add_bias(const Weight& b, float* y, int T);
+  void rope(float* vecs, int T, int n_heads);
+  void attention(std::span<const Sequence> batch, int layer, int T);
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  ThreadPool& pool_;
+  Kernels kernels_;
+  Rope rope_;
+  // Activations, [T][width] each.
+  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
+  std::vector<std::vector<float>> scratch_;  // per thread: a dequantized row, attention scores
+  // Per token of the current batch: its id, its sequence, its position.
+  std::vector<int32_t> tok_, seq_of_, pos_;
+  std::vector<std::vector<KvSpan>> spans_;  // per sequence, for the current layer
+  std::vector<uint8_t> act_;  // activations quantized for the fast kernels, [T][act_bytes]
+  bool time_attention_ = false;
+  double attention_s_ = 0;
+};
+
+}  // namespace towers

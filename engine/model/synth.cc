@@ -1,0 +1,231 @@
+#include "engine/model/synth.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/quant.h"
+#include "engine/base/thread_pool.h"
+#include "engine/text/vocab_import.h"
+
+namespace towers {
+
+const std::vector<SynthShape>& synth_shapes() {
+  static const std::vector<SynthShape> shapes = {
+      {"llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, true, 32.0f, "llama3"},
+      {"llama3.1-8b", "llama", 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0f, false, 8.0f, "llama3"},
+      {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, true, 0.0f, "qwen2"},
+      {"tiny", "llama", 256, 4, 8, 4, 768, 1024, 2048, 10000.0f, false, 0.0f, "generated"},
+      // Small enough for unit tests of the qwen2 path (biases, neox RoPE, tied embeddings).
+      {"tiny-qwen2", "qwen2", 128, 2, 4, 2, 256, 1024, 2048, 1000000.0f, true, 0.0f, "generated"},
+  };
+  return shapes;
+}
+
+std::string synth_shape_names() {
+  std::string s;
+  for (const auto& sh : synth_shapes()) s += (s.empty() ? "" : ", ") + sh.name;
+  return s;
+}
+std::string synth_type_names() { return "f16, q8_0, q4_0, q4_k_m, q5_k_m"; }
+
+namespace {
+
+// llama.cpp's layer choice for the extra bits of *_K_M files.
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// Tensor type for a weight under a file type, following llama.cpp's llama_tensor_get_type.
+GgmlType pick_type_for_blocks(const std::string& ftype, const std::string& role, int layer, int n_layer,
+                              bool is_output) {
+  if (ftype == "f16") return GgmlType::F16;
+  if (ftype == "q8_0") return GgmlType::Q8_0;
+  if (is_output) return GgmlType::Q6_K;
+  if (ftype == "q4_0") return GgmlType::Q4_0;
+  const GgmlType base = ftype == "q4_k_m" ? GgmlType::Q4_K : GgmlType::Q5_K;
+  if ((role == "attn_v" || role == "ffn_down") && use_more_bits(layer, n_layer)) return GgmlType::Q6_K;
+  return base;
+}
+
+// Rows that are not whole 256-element super-blocks cannot hold K-quants; llama.cpp then falls back to
+// a 32-element type of similar size (Q5_1 becomes Q5_0 here: we do not read Q5_1).
+GgmlType pick_type(const std::string& ftype, const std::string& role, int layer, int n_layer,
+                   bool is_output, int64_t cols) {
+  GgmlType t = pick_type_for_blocks(ftype, role, layer, n_layer, is_output);
+  if (cols % 256 == 0) return t;
+  switch (t) {
+    case GgmlType::Q4_K: case GgmlType::Q5_K: return GgmlType::Q5_0;
+    case GgmlType::Q6_K: return GgmlType::Q8_0;
+    default: return t;
+  }
+}
+
+std::vector<float> llama3_rope_factors(const SynthShape& s) {
+  const int dim = s.n_embd / s.n_head;
+  const double factor = s.llama3_rope_factor, low = 1.0, high = 4.0, old_ctx = 8192.0;
+  const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+  std::vector<float> out;
+  for (int i = 0; i < dim; i += 2) {
+    const double freq = std::pow(double(s.rope_base), -double(i) / dim);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(static_cast<float>(factor));
+    } else {
+      const double smooth = (old_ctx / wavelen - low) / (high - low);
+      out.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return out;
+}
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+const char* kLlama3Template =
+    "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
+const char* kChatMLTemplate =
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- endif %}";
+
+}  // namespace
+
+Status synthesize_model(const SynthOptions& o) {
+  const SynthShape* shape = nullptr;
+  for (const auto& s : synth_shapes()) {
+    if (s.name == o.shape) shape = &s;
+  }
+  if (!shape) return Status::Error("unknown shape '" + o.shape + "' (known: " + synth_shape_names() + ")");
+  const std::string types = synth_type_names();
+  if (o.type.empty() || types.find(o.type) == std::string::npos || o.type.find(',') != std::string::npos) {
+    return Status::Error("unknown type '" + o.type + "' (known: " + types + ")");
+  }
+  if (o.out.empty()) return Status::Error("no output path");
+  auto log = [&](const std::string& s) {
+    if (o.log) o.log(s);
+  };
+  const SynthShape& s = *shape;
+  const std::string& a = s.arch;
+  const bool is_qwen = s.arch == "qwen2";
+
+  GgufWriter w;
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", "towers-synth " + s.name + " " + o.type);
+  w.set_u32("general.file_type", o.type == "f16" ? 1 : o.type == "q8_0" ? 7 : o.type == "q4_0" ? 2
+                                   : o.type == "q4_k_m" ? 15 : 17);
+  w.set_u32(a + ".context_length", s.n_ctx);
+  w.set_u32(a + ".embedding_length", s.n_embd);
+  w.set_u32(a + ".block_count", s.n_layer);
+  w.set_u32(a + ".feed_forward_length", s.n_ff);
+  w.set_u32(a + ".attention.head_count", s.n_head);
+  w.set_u32(a + ".attention.head_count_kv", s.n_head_kv);
+  w.set_u32(a + ".rope.dimension_count", s.n_embd / s.n_head);
+  w.set_f32(a + ".rope.freq_base", s.rope_base);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+
+  // Tokenizer.
+  const std::string tmpl = is_qwen ? kChatMLTemplate : kLlama3Template;
+  std::string tok_path = o.tokenizer_path;
+  if (tok_path.empty() && s.tokenizer != "generated" && !o.shared_dir.empty()) {
+    auto p = std::filesystem::path(o.shared_dir) / "tokenizers" /
+             (is_qwen ? "qwen3.tokenizer.json" : "llama3.tokenizer.json");
+    if (std::filesystem::exists(p)) tok_path = p.string();
+    else log("warning: " + p.string() + " not found; using a generated byte-level vocabulary");
+  }
+  int n_vocab = s.n_vocab;
+  if (tok_path.empty()) {
+    add_generated_bpe_tokenizer(w, n_vocab, tmpl);
+  } else if (tok_path.ends_with(".gguf")) {
+    auto src = GgufFile::open(tok_path);
+    if (!src) return src.status();
+    auto n = copy_gguf_tokenizer(w, **src);
+    if (!n) return n.status();
+    n_vocab = *n;
+  } else {
+    HfVocabOptions hv;
+    hv.pre = is_qwen ? "qwen2" : "llama-bpe";
+    hv.pad_to = s.n_vocab;
+    hv.chat_template = tmpl;
+    auto n = add_hf_bpe_tokenizer(w, tok_path, hv);
+    if (!n) return n.status();
+    n_vocab = *n;
+  }
+  if (n_vocab != s.n_vocab) {
+    log("note: vocabulary has " + std::to_string(n_vocab) + " tokens (shape's own: " +
+        std::to_string(s.n_vocab) + ")");
+  }
+
+  // Weights: uniform in [-a, a] with standard deviation 0.02, like a freshly initialised model.
+  ThreadPool pool(o.threads);
+  const int hd = s.n_embd / s.n_head;
+  int tensor_index = 0;
+  auto add_matrix = [&](const std::string& name, GgmlType type, int64_t cols, int64_t rows) {
+    const uint64_t salt = o.seed * 0x100000001B3ull + static_cast<uint64_t>(tensor_index++);
+    w.add_tensor(name, type, {uint64_t(cols), uint64_t(rows)}, [&pool, type, cols, rows, salt](uint8_t* dst, size_t) {
+      const size_t stride = row_bytes(type, cols);
+      pool.parallel_for(rows, [&](size_t r0, size_t r1, int) {
+        std::vector<float> row(cols);
+        for (size_t r = r0; r < r1; ++r) {
+          uint64_t state = salt ^ (r * 0xD1B54A32D192ED03ull);
+          for (int64_t c = 0; c < cols; ++c) {
+            const double u = (splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
+            row[c] = static_cast<float>((2 * u - 1) * 0.034641);  // sqrt(3) * 0.02
+          }
+          quantize_row(type, row.data(), dst + r * stride, cols);
+        }
+      });
+    });
+  };
+  auto add_vector = [&](const std::string& name, int64_t n, float value, float jitter) {
+    std::vector<uint8_t> bytes(n * sizeof(float));
+    uint64_t state = o.seed ^ (0xA5A5ull + tensor_index++);
+    for (int64_t i = 0; i < n; ++i) {
+      float v = value + jitter * static_cast<float>((splitmix64(state) >> 11) * (1.0 / 9007199254740992.0) - 0.5);
+      std::memcpy(&bytes[i * sizeof(float)], &v, sizeof v);
+    }
+    w.add_tensor_bytes(name, GgmlType::F32, {uint64_t(n)}, std::move(bytes));
+  };
+
+  add_matrix("token_embd.weight", pick_type(o.type, "token_embd", 0, s.n_layer, s.tied_embeddings, s.n_embd),
+             s.n_embd, n_vocab);
+  add_vector("output_norm.weight", s.n_embd, 1.0f, 0.0f);
+  if (!s.tied_embeddings) {
+    add_matrix("output.weight", pick_type(o.type, "output", 0, s.n_layer, true, s.n_embd), s.n_embd, n_vocab);
+  }
+  if (s.llama3_rope_factor > 0) {
+    auto f = llama3_rope_factors(s);
+    std::vector<uint8_t> bytes(f.size() * sizeof(float));
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    w.add_tensor_bytes("rope_freqs.weight", GgmlType::F32, {f.size()}, std::move(bytes));
+  }
+  for (int l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    auto t = [&](const char* role, int64_t cols) { return pick_type(o.type, role, l, s.n_layer, false, cols); };
+    add_vector(p + "attn_norm.weight", s.n_embd, 1.0f, 0.0f);
+    add_matrix(p + "attn_q.weight", t("attn_q", s.n_embd), s.n_embd, s.n_head * hd);
+    add_matrix(p + "attn_k.weight", t("attn_k", s.n_embd), s.n_embd, s.n_head_kv * hd);
+    add_matrix(p + "attn_v.weight", t("attn_v", s.n_embd), s.n_embd, s.n_head_kv * hd);
+    if (is_qwen) {
+      add_vector(p + "attn_q.bias", s.n_head * hd, 0.0f, 0.02f);
+      add_vector(p + "attn_k.bias", s.n_head_kv * hd, 0.0f, 0.02f);
+      add_vector(p + "attn_v.bias", s.n_head_kv * hd, 0.0f, 0.02f);
+    }
+    add_matrix(p + "attn_output.weight", t("attn_output", s.n_head * hd), s.n_head * hd, s.n_embd);
+    add_vector(p + "ffn_norm.weight", s.n_embd, 1.0f, 0.0f);
+    add_matrix(p + "ffn_gate.weight", t("ffn_gate", s.n_embd), s.n_embd, s.n_ff);
+    add_matrix(p + "ffn_up.weight", t("ffn_up", s.n_embd), s.n_embd, s.n_ff);
+    add_matrix(p + "ffn_down.weight", t("ffn_down", s.n_ff), s.n_ff, s.n_embd);
+  }
+  log("writing " + o.out + " (" + s.name + ", " + o.type + ", " + std::to_string(tensor_index) + " tensors)");
+  return w.write(o.out);
+}
+
+}  // namespace towers
