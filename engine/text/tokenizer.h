@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/status.h"
+#include "engine/gguf/gguf.h"
+#include "engine/base/status.h"
 
 namespace towers {
 
