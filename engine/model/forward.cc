@@ -167,7 +167,12 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
            simd::act_bytes(t, cols) == simd::act_bytes(type0, cols);
   }
   if (!fast) {
-    for (const MatOut& m : mats) matmul_f32(*m.w, x, T, m.y);
+    // Matrices of two activation layouts in one call (an IQ4_NL attn_q beside a Q5_K attn_v) take a
+    // call each; a type without kernels (F16, F32, BF16) the f32 path.
+    for (const MatOut& m : mats) {
+      if (mats.size() > 1 && kernels_ == Kernels::Fast) matmuls(std::span<const MatOut>(&m, 1), x, T);
+      else matmul_f32(*m.w, x, T, m.y);
+    }
     return;
   }
   // Activation rows are quantized independently of each other, so batching does not change them;

@@ -44,33 +44,78 @@ std::string synth_shape_names() {
   for (const auto& sh : synth_shapes()) s += (s.empty() ? "" : ", ") + sh.name;
   return s;
 }
-std::string synth_type_names() { return "f16, q8_0, q4_0, q4_k_m, q5_k_m"; }
+namespace {
+
+// A file type of llama.cpp's (its name in lower case, its llama_ftype id for general.file_type) and the
+// tensor type of most of its matrices.
+struct SynthFileType {
+  std::string_view name;
+  uint32_t ftype;
+  GgmlType base;
+};
+constexpr SynthFileType kFileTypes[] = {
+    {"f16", 1, GgmlType::F16},       {"q8_0", 7, GgmlType::Q8_0},     {"q4_0", 2, GgmlType::Q4_0},
+    {"q5_1", 9, GgmlType::Q5_1},     {"q2_k", 10, GgmlType::Q2_K},    {"q3_k_m", 12, GgmlType::Q3_K},
+    {"q4_k_m", 15, GgmlType::Q4_K},  {"q5_k_m", 17, GgmlType::Q5_K},  {"iq4_nl", 25, GgmlType::IQ4_NL},
+    {"iq4_xs", 30, GgmlType::IQ4_XS},
+};
+
+const SynthFileType* find_file_type(const std::string& name) {
+  for (const auto& f : kFileTypes) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string synth_type_names() {
+  std::string s;
+  for (const auto& f : kFileTypes) s += (s.empty() ? "" : ", ") + std::string(f.name);
+  return s;
+}
 
 namespace {
 
 // llama.cpp's layer choice for the extra bits of *_K_M files.
 bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-// Tensor type for a weight under a file type, following llama.cpp's llama_tensor_get_type.
-GgmlType pick_type_for_blocks(const std::string& ftype, const std::string& role, int layer, int n_layer,
-                              bool is_output) {
-  if (ftype == "f16") return GgmlType::F16;
-  if (ftype == "q8_0") return GgmlType::Q8_0;
+// Tensor type for a weight under a file type, following llama.cpp's llama_tensor_get_type (without
+// an importance matrix; n_gqa = query heads per KV head).
+GgmlType pick_type_for_blocks(const SynthFileType& f, const std::string& role, int layer, int n_layer,
+                              int n_gqa, bool is_output) {
+  const GgmlType base = f.base;
+  if (base == GgmlType::F16 || base == GgmlType::Q8_0) return base;
   if (is_output) return GgmlType::Q6_K;
-  if (ftype == "q4_0") return GgmlType::Q4_0;
-  const GgmlType base = ftype == "q4_k_m" ? GgmlType::Q4_K : GgmlType::Q5_K;
-  if ((role == "attn_v" || role == "ffn_down") && use_more_bits(layer, n_layer)) return GgmlType::Q6_K;
-  return base;
+  const bool v = role == "attn_v", down = role == "ffn_down", out = role == "attn_output";
+  switch (base) {
+    case GgmlType::Q2_K:
+      if (v) return n_gqa >= 4 ? GgmlType::Q4_K : GgmlType::Q3_K;
+      return down || out ? GgmlType::Q3_K : base;
+    case GgmlType::Q3_K:  // Q3_K_M
+      if (v) return layer < 2 ? GgmlType::Q5_K : GgmlType::Q4_K;
+      if (down) return layer < n_layer / 16 ? GgmlType::Q5_K : GgmlType::Q4_K;
+      return out ? GgmlType::Q4_K : base;
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:  // Q4_K_M, Q5_K_M
+      return (v || down) && use_more_bits(layer, n_layer) ? GgmlType::Q6_K : base;
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
+      return (v && n_gqa >= 4) || (down && layer < n_layer / 8) ? GgmlType::Q5_K : base;
+    default: return base;
+  }
 }
 
-// Rows that are not whole 256-element super-blocks cannot hold K-quants; llama.cpp then falls back to
-// a 32-element type of similar size (Q5_1 becomes Q5_0 here: we do not read Q5_1).
-GgmlType pick_type(const std::string& ftype, const std::string& role, int layer, int n_layer,
+// Rows that are not whole 256-element super-blocks cannot hold the super-block types; llama.cpp then
+// falls back to a 32-element type of similar size.
+GgmlType pick_type(const SynthFileType& f, const std::string& role, int layer, const SynthShape& s,
                    bool is_output, int64_t cols) {
-  GgmlType t = pick_type_for_blocks(ftype, role, layer, n_layer, is_output);
+  GgmlType t = pick_type_for_blocks(f, role, layer, s.n_layer, s.n_head / s.n_head_kv, is_output);
   if (cols % 256 == 0) return t;
   switch (t) {
-    case GgmlType::Q4_K: case GgmlType::Q5_K: return GgmlType::Q5_0;
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::IQ4_XS: return GgmlType::IQ4_NL;
+    case GgmlType::Q4_K: return GgmlType::Q5_0;
+    case GgmlType::Q5_K: return GgmlType::Q5_1;
     case GgmlType::Q6_K: return GgmlType::Q8_0;
     default: return t;
   }
@@ -125,10 +170,8 @@ Status synthesize_model(const SynthOptions& o) {
     if (s.name == o.shape) shape = &s;
   }
   if (!shape) return Status::Error("unknown shape '" + o.shape + "' (known: " + synth_shape_names() + ")");
-  const std::string types = synth_type_names();
-  if (o.type.empty() || types.find(o.type) == std::string::npos || o.type.find(',') != std::string::npos) {
-    return Status::Error("unknown type '" + o.type + "' (known: " + types + ")");
-  }
+  const SynthFileType* ftype = find_file_type(o.type);
+  if (!ftype) return Status::Error("unknown type '" + o.type + "' (known: " + synth_type_names() + ")");
   if (o.out.empty()) return Status::Error("no output path");
   auto log = [&](const std::string& s) {
     if (o.log) o.log(s);
@@ -143,8 +186,7 @@ Status synthesize_model(const SynthOptions& o) {
   GgufWriter w;
   w.set_string("general.architecture", a);
   w.set_string("general.name", "towers-synth " + s.name + " " + o.type);
-  w.set_u32("general.file_type", o.type == "f16" ? 1 : o.type == "q8_0" ? 7 : o.type == "q4_0" ? 2
-                                   : o.type == "q4_k_m" ? 15 : 17);
+  w.set_u32("general.file_type", ftype->ftype);
   w.set_u32(a + ".context_length", s.n_ctx);
   w.set_u32(a + ".embedding_length", s.n_embd);
   w.set_u32(a + ".block_count", s.n_layer);
@@ -230,12 +272,12 @@ Status synthesize_model(const SynthOptions& o) {
     w.add_tensor_bytes(name, GgmlType::F32, {uint64_t(n)}, std::move(bytes));
   };
 
-  add_matrix("token_embd.weight", pick_type(o.type, "token_embd", 0, s.n_layer, s.tied_embeddings, s.n_embd),
+  add_matrix("token_embd.weight", pick_type(*ftype, "token_embd", 0, s, s.tied_embeddings, s.n_embd),
              s.n_embd, n_vocab);
   const float jit = s.norm_jitter;
   add_vector("output_norm.weight", s.n_embd, 1.0f, jit);
   if (!s.tied_embeddings) {
-    add_matrix("output.weight", pick_type(o.type, "output", 0, s.n_layer, true, s.n_embd), s.n_embd, n_vocab);
+    add_matrix("output.weight", pick_type(*ftype, "output", 0, s, true, s.n_embd), s.n_embd, n_vocab);
   }
   if (s.llama3_rope_factor > 0) {
     auto f = llama3_rope_factors(s);
@@ -245,7 +287,7 @@ Status synthesize_model(const SynthOptions& o) {
   }
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    auto t = [&](const char* role, int64_t cols) { return pick_type(o.type, role, l, s.n_layer, false, cols); };
+    auto t = [&](const char* role, int64_t cols) { return pick_type(*ftype, role, l, s, false, cols); };
     add_vector(p + "attn_norm.weight", s.n_embd, 1.0f, jit);
     add_matrix(p + "attn_q.weight", t("attn_q", s.n_embd), s.n_embd, s.n_head * hd);
     add_matrix(p + "attn_k.weight", t("attn_k", s.n_embd), s.n_embd, s.n_head_kv * hd);

@@ -33,7 +33,7 @@ struct SynthShape {
 
 const std::vector<SynthShape>& synth_shapes();
 std::string synth_shape_names();  // "llama3.2-1b, llama3.1-8b, ..."
-std::string synth_type_names();   // "f16, q8_0, q4_0, q4_k_m, q5_k_m"
+std::string synth_type_names();   // "f16, q8_0, q4_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, iq4_nl, iq4_xs"
 
 struct SynthOptions {
   std::string shape = "tiny";
