@@ -115,7 +115,7 @@ HWY_INLINE void DecodeBlock(const uint8_t* HWY_RESTRICT c, const uint8_t* HWY_RE
     if constexpr (NG == 1 || NG == 3) {
       uint32_t w;
       std::memcpy(&w, c + (e0 + 8 * (NG - 1)) / 2, 4);
-      const auto v = hn::And(hn::Set(du, w) >> hn::Load(du, kShift4 + h), k15);
+      const auto v = hn::And(hn::Shr(hn::Set(du, w), hn::Load(du, kShift4 + h)), k15);
       if constexpr (NG == 1) n0 = v;
       else n2 = v;
     }
@@ -135,7 +135,7 @@ HWY_INLINE void DecodeBlock(const uint8_t* HWY_RESTRICT c, const uint8_t* HWY_RE
 #define TOWERS_KV_HI(g, n)                                                                 \
   if constexpr (NG > g) {                                                                  \
     std::memcpy(&hw, hi + e0 / 4 + 2 * g, 2);                                              \
-    n = hn::Or(n, hn::And(hn::Set(du, static_cast<uint32_t>(hw) << 4) >> sh, k48));       \
+    n = hn::Or(n, hn::And(hn::Shr(hn::Set(du, static_cast<uint32_t>(hw) << 4), sh), k48));       \
   }
         TOWERS_KV_HI(0, n0)
         TOWERS_KV_HI(1, n1)
