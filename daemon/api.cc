@@ -41,11 +41,6 @@ std::function<void()> answering(HttpResponder& out, Answer work) {
 }
 }  // namespace
 
-ApiStatus answer_on_scheduler(Service& svc, HttpResponder& out, Answer work) {
-  svc.scheduler.post(answering(out, std::move(work)));
-  return {};
-}
-
 ApiStatus answer_offloaded(Service& svc, HttpResponder& out, Answer work) {
   svc.offload->post(answering(out, std::move(work)));
   return {};

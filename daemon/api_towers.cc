@@ -180,8 +180,9 @@ ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& o
   }
   if (req.method == "PUT") return put_segment(svc, req, out, name);
   if (req.method == "DELETE") {
-    // On the scheduler thread: the segment's KV may be in use by the step being prepared.
-    return answer_on_scheduler(svc, out, [&svc, name](HttpResponder& o) {
+    // Its record is fsynced before the answer: on the offload thread, never the scheduler's (the
+    // pool refuses to remove KV a step holds; the catalog retries it later).
+    return answer_offloaded(svc, out, [&svc, name](HttpResponder& o) {
       Status removed = svc.catalog.remove_segment(name);
       return removed.ok() ? reply(o, {{"deleted", name}}) : segment_error(removed);
     });

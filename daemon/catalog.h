@@ -2,20 +2,38 @@
 // sessions (bound to a bot, with their transcript), the pool segments that hold their KV, and the
 // records that make them survive a restart (daemon/state_store.h).
 //
+// One class, in files by what each part owns:
+//   catalog.cc           the lock and what every part shares: views, counts, queueing records
+//   catalog_segments.cc  the segment hierarchy: definitions, edits (modular placement), links, removal
+//   catalog_sessions.cc  sessions and their turns, and session-less requests
+//   catalog_records.cc   the record side: replay (apply), restore at start, compaction, the cold tier
+//
 // A session's context is its bot's chain of hierarchy segments followed by its transcript tokens
 // (daemon/prompt.h says how text becomes tokens). After every reply the evaluated part of the
 // transcript is sealed into a pool segment (transcript format) under the previous one; the token
-// offsets where these segments end ("seals") and the segments' pool ids are recorded.
+// offsets where these segments end ("seals") and the segments' pool ids are recorded. A session holds
+// only the segments its transcript uses: when its oldest turns are dropped, the segments of the
+// chain it left go once the turn that left them is recorded.
 //
 // Every pool segment has a file in the store (mmapstore/segment_pool.h), named by its id, and the
 // records name those ids. A restart (restore) adopts the files — header checks only, no model runs —
 // so the socket opens after O(number of files) work; a file that fails a check is logged, its segment
 // added cold and rebuilt (hierarchy segments in the background, transcripts on the session's next
-// message), with the same ids, boundaries and bytes: the next reply is the one the daemon would have
-// given without the restart.
+// message), with the same boundaries and bytes: the next reply is the one the daemon would have
+// given without the restart. The log is then rewritten to name only files that exist, so the next
+// start does not find (and log) the same damage again.
 //
-// No method runs the model. Segments a request needs that are not computed yet are put in the pool
-// cold; the scheduler computes them as scheduled work before the request's tower is assembled.
+// The lock: the catalog is in-memory state. Its one mutex (a NoWaitMutex, engine/base/no_wait_lock.h)
+// is held only to decide: never across a record's fsync, a compaction, a file operation, a pool call
+// that does I/O or copies KV (seal, derive, remove, adopt, ...), or the model — checked at those
+// places, fatal in debug builds. A change is decided and its records queued under the lock
+// (StateStore::append_async: no I/O on the caller's thread, so the log's order is the order the state
+// changed); the method then releases the lock, does the pool work it decided (removals, a derive),
+// and waits for its records before it returns (the caller acknowledges the client then). The only
+// pool calls under the lock are the in-memory ones that do no I/O and run no model: info() and
+// add_cold() (a cold entry in the trie). No method runs the model: encode_cold (offline) runs it
+// with the lock released; segments a request needs that are not computed yet are put in the pool
+// cold and the scheduler computes them as scheduled work. docs/store.md, "Who waits for what".
 //
 // Recovery never invents a conversation: turns are numbered, and a session whose replay misses a turn
 // (a damaged record) is cut after the last turn before the gap (later turns dropped, the log line
@@ -26,14 +44,16 @@
 // ResourceExhausted (limits.max_sessions), IOError (the state log could not be written). The HTTP edge
 // (daemon/api_error.h) maps them; daemon/api_views.h turns the views below into the API's JSON.
 //
-// Thread-safety: one mutex. Methods marked "scheduler thread" run the model through the pool and are
-// called from Scheduler tasks or job hooks only.
+// Methods marked "scheduler thread" are called from Scheduler tasks or job hooks only; they never
+// wait for the disk.
 #pragma once
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +62,7 @@
 #include "daemon/records.h"
 #include "daemon/scheduler.h"
 #include "daemon/state_store.h"
+#include "engine/base/no_wait_lock.h"
 #include "engine/codec/codec.h"
 #include "mmapstore/segment_pool.h"
 
@@ -79,6 +100,12 @@ struct Session {
   // the session's next turn places its transcript segments from them modularly ([modular]).
   std::vector<SegmentId> modular_sources;
   bool busy = false;
+  // The turn in flight moved the kept transcript up (its oldest turns dropped): the segments it added.
+  // They replace the recorded chain once the turn is recorded, and go if it is not.
+  std::vector<SegmentId> shifted;
+  // The turn whose record is queued and not durable yet: a compaction's snapshot includes it (the
+  // snapshot replaces the record, which is queued before it).
+  std::optional<record::SessionTurn> recording;
 };
 
 // What the API shows of a hierarchy segment.
@@ -113,11 +140,15 @@ class Catalog {
   Status apply(const Record& r);
   // The header of this model's log (written when a log is created or compacted).
   record::Header header() const;
-  // Startup, after apply: puts every segment in the pool from its file (adopt: header checks only)
-  // or, when its file is missing or fails a check (logged), cold. Returns the hierarchy segments to
-  // recompute in the background. Runs no model.
+  // Startup, after apply and before any other thread uses the catalog (it reads files, so it runs
+  // without the lock): puts every segment in the pool from its file (adopt: header checks only) or,
+  // when its file is missing or fails a check (logged), cold. Returns the hierarchy segments to
+  // recompute in the background. Runs no model. When it found damage (a session's transcript file
+  // missing or bad, sessions cut, another model) it rewrites the log to the state it serves, once:
+  // the next start finds nothing to repair.
   struct Restored {
     size_t adopted = 0, cold = 0, sessions_cut = 0;
+    size_t sessions_repaired = 0;    // sessions whose log named a transcript file that cannot be used
     std::vector<SegmentId> rebuild;  // hierarchy segments whose file was unusable
     std::vector<SegmentId> exact;    // segments adopted modular (hierarchy, transcripts): to rebuild exactly
   };
@@ -126,7 +157,7 @@ class Catalog {
   size_t session_count() const;
   size_t warm_sessions() const;  // sessions whose transcript segments are resident
 
-  // Hierarchy segments. They write their record before returning. put_segment puts the segment
+  // Hierarchy segments. They return once their record is durable. put_segment puts the segment
   // (and any missing parent) in the pool cold; `build` is what the scheduler must compute before
   // the segment is ready (kNoSegment: nothing, it is there already).
   // Editing a segment with children (or moving one to another parent) places every segment below
@@ -149,7 +180,7 @@ class Catalog {
   Result<SegmentView> segment(const std::string& name) const;
   std::vector<SegmentView> segments() const;  // platform, community, bot order
 
-  // Sessions. id "" = a random one.
+  // Sessions. id "" = a random one. create and delete return once their record is durable.
   Result<SessionView> create_session(const std::string& bot, const std::string& id);
   Status delete_session(const std::string& id);
   Result<SessionView> session(const std::string& id, bool with_transcript) const;
@@ -158,8 +189,9 @@ class Catalog {
   // A session turn: begin (any thread; marks it busy and returns the new user turn's tokens), prepare
   // (scheduler thread, at admission: the whole prompt; missing segments go in the pool cold), finish
   // (scheduler thread, on_finish: seals and queues the turn's record unless the turn failed or was
-  // cancelled). `done` runs once the turn is settled — recorded durably (ok) or not (the error) — on
-  // whichever thread that happens; only then is the turn part of the session and busy cleared.
+  // cancelled; never waits). `done` runs once the turn is settled — recorded durably (ok) or not (the
+  // error) — on whichever thread that happens; only then is the turn part of the session and busy
+  // cleared, and the segments the session no longer uses (after a drop) leave the pool.
   struct Turn {
     std::string session;
     std::string user;
@@ -190,16 +222,18 @@ class Catalog {
   Result<std::vector<int32_t>> prepare_stateless(const Stateless& s);
   void finish_stateless(GenOutcome& out, Lease* lease);
 
-  // Compaction when the log is big and mostly dead.
+  // Compaction when the log is big and mostly dead (queued under the lock, waited for without it).
   void maybe_compact();
-  // Removes the old segments an edit left behind that nothing uses any more (leases, a modular
-  // placement waiting to be built from them). Returns how many are left.
+  // Removes the segments let go earlier that could not go then (an edit's old segments, a session's
+  // old chain) once nothing uses them any more (leases, a modular placement waiting to be built from
+  // them). Returns how many are left.
   size_t collect_retired();
 
   // The cold tier at rest. record_cold_tiers (after the daemon's compressor ran): every hierarchy
   // segment the pool holds cold gets its coded bytes recorded; returns their names. set_hot (after a
   // thaw): the segment restarts hot. encode_cold (offline, towerctl on a stopped daemon's state):
-  // codes the segment's tokens under its parent chain and records them.
+  // codes the segment's tokens under its parent chain (the model runs, the lock released) and
+  // records them.
   std::vector<std::string> record_cold_tiers();
   Status set_hot(const std::string& name);
   Result<size_t> encode_cold(const std::string& name, const Codec& codec, Forward& forward, const CodecOptions& options);
@@ -219,26 +253,37 @@ class Catalog {
   SegmentOptions transcript_options(const Session& s) const;
   void record_binding_locked(SegmentDef& d);  // a segment_put naming d's current pool id
   std::vector<SegmentId> session_segments_locked(const Session& s) const;
-  // An edit of `name`: its old pool segments and its subtree's (sessions' too) are removed, except
-  // those a modular placement reuses (SegmentDef::modular_source of the definitions below it, set
-  // here when `modular`, and self_source); what cannot go yet is retired (collect_retired), and the
-  // definitions whose segment stays get a new one. Returns the definitions below it placed
-  // modularly, parents first.
+  // Segments any session other than `except` names or uses (sessions with the same history share).
+  std::set<SegmentId> sessions_segments_locked(const std::string& except) const;
+  // An edit of `name`: its old pool segments and its subtree's (sessions' too) are to go (`remove`,
+  // leaves first, for remove_segments once the lock is released), except those a modular placement
+  // reuses (SegmentDef::modular_source of the definitions below it, set here when `modular`, and
+  // self_source), which are retired (collect_retired); every definition below it gets a new segment.
+  // Returns the definitions below it placed modularly, parents first.
   std::vector<std::string> forget_pool_subtree_locked(const std::string& name, bool modular, SegmentId self_source,
-                                                      std::vector<SegmentId>* retired);
+                                                      std::vector<SegmentId>* remove, std::vector<SegmentId>* retired);
+  // Without the lock: removes these segments from the pool (and their files), in order (leaves
+  // first); what cannot go yet (leased, or something was computed on top) is retired for
+  // collect_retired to try again.
+  void remove_segments(const std::vector<SegmentId>& ids);
+  // Queues a record under the lock (no I/O here); the caller waits for it after releasing the lock.
+  std::future<Status> queue_record_locked(const Record& r);
   SegmentView view_locked(const SegmentDef& d) const;
   SessionView view_locked(const Session& s, bool with_transcript) const;
   size_t live_estimate_locked() const;
   std::vector<Record> live_records_locked() const;
-  Status record_tier_locked(SegmentDef& d, std::vector<uint8_t> coded);
+  // Sets d's tier at rest and queues its segment_tier record (wait for it without the lock).
+  std::future<Status> record_tier_locked(SegmentDef& d, std::vector<uint8_t> coded);
   std::string cold_mismatch_locked(const SegmentDef& d, std::span<const int32_t> context) const;
 
   // Moves a session's kept transcript up after `drop_tokens` of it were dropped: the segments of the
   // kept part go in under base_id at their new positions as RoPE-shifted copies of the old ones
   // (derived segments: at once when the old one is in memory, else cold with the recipe, and the
   // scheduler pages in or computes the old one and shifts). The session itself changes only when the
-  // turn is recorded, and that record waits for the shifted segments' files (finish_turn).
-  Status shift_kept_locked(const Session& s, SegmentId base_id, size_t base_len, size_t drop_tokens);
+  // turn is recorded, and that record waits for the shifted segments' files (finish_turn). The
+  // segments it added go in s.shifted; `derive` lists those whose source is in memory now (the
+  // caller shifts them once the lock is released).
+  Status shift_kept_locked(Session& s, SegmentId base_id, size_t drop_tokens, std::vector<SegmentId>* derive);
   size_t prompt_limit() const;
 
   const Model& model_;
@@ -248,11 +293,13 @@ class Catalog {
   const Config& config_;
   uint64_t fingerprint_;
   bool model_changed_ = false;
-  mutable std::mutex mu_;
+  mutable NoWaitMutex mu_;
   std::map<std::string, SegmentDef> defs_;
   std::map<std::string, Session> sessions_;
   std::deque<SegmentId> prompt_cache_;  // sealed prompts of session-less requests, oldest first
-  std::vector<SegmentId> retired_;      // old segments of edited definitions, leaves first
+  // Segments to remove that could not go yet (leased, or something was computed on top): old
+  // segments of edited definitions, a session's old chain; leaves first (collect_retired).
+  std::vector<SegmentId> retired_;
 };
 
 }  // namespace towers::daemon

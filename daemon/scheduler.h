@@ -1,5 +1,6 @@
-// The scheduler: the only thread that runs the model, and it never waits for anything else. All model
-// work is scheduled work:
+// The scheduler: the only thread that runs the model, and it never waits for anything else (the locks
+// its job hooks take, the catalog's among them, are never held across the disk or the model:
+// engine/base/no_wait_lock.h checks it). All model work is scheduled work:
 //   generations  requests wait in a bounded FIFO and are admitted up to max_batch at a time;
 //   builds       segments in the pool cold (new definitions, thaws, segments whose file was lost)
 //                are computed by prefill under their parent chain, then installed in the pool; a

@@ -57,12 +57,10 @@ ApiStatus reply(HttpResponder& out, const nlohmann::json& j);  // 200 with j
 void send_error(HttpResponder& out, const ApiStatus& e);
 std::string dump(const nlohmann::json& j);
 ApiStatus wrong_method(const char* allowed);  // 405: "use GET or PUT"
-// Handlers never wait (docs/http.md): work that needs the scheduler thread runs there between steps,
-// blocking work that does not (file I/O, a record's fsync, coding a segment) runs on the offload
-// thread, and either answers through `out` when it is done (an error it returns is sent as the error
-// reply). Both return at once.
+// Handlers never wait (docs/http.md): blocking work (file I/O, a record's fsync, coding a segment)
+// runs on the offload thread — never the scheduler's — and answers through `out` when it is done (an
+// error it returns is sent as the error reply). It returns at once.
 using Answer = std::function<ApiStatus(HttpResponder& out)>;
-ApiStatus answer_on_scheduler(Service& svc, HttpResponder& out, Answer work);
 ApiStatus answer_offloaded(Service& svc, HttpResponder& out, Answer work);
 // A string field: "" when absent or null (InvalidArgument naming it when required or not a string).
 ApiStatus string_field(const nlohmann::json& body, const char* key, bool required, std::string* out);

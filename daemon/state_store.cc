@@ -8,6 +8,8 @@
 #include <cstring>
 #include <optional>
 
+#include "engine/base/no_wait_lock.h"
+
 namespace towers::daemon {
 
 Result<std::unique_ptr<StateStore>> StateStore::open(const std::filesystem::path& dir, std::vector<Record>& records,
@@ -40,6 +42,7 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::filesystem::path
   auto w = RecordLogWriter::open(store->path_, nullptr, fs);
   if (!w.ok()) return w.status();
   store->writer_ = std::move(w.value());
+  store->bytes_ = store->writer_->size();
   store->completer_ = std::thread([s = store.get()] { s->complete_loop(); });
   store->thread_ = std::thread([s = store.get()] { s->loop(); });
   return store;
@@ -66,8 +69,7 @@ StateStore::~StateStore() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-void StateStore::append_async(const Record& record, std::function<void(const Status&)> done) {
-  Pending p{static_cast<uint8_t>(type_of(record)), record_payload(record), std::move(done)};
+void StateStore::enqueue(Pending p) {
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(p));
@@ -75,24 +77,36 @@ void StateStore::append_async(const Record& record, std::function<void(const Sta
   wake_.notify_all();
 }
 
-Status StateStore::append(const Record& record) {
+Status StateStore::enqueue_and_wait(Pending p) {
   std::mutex m;
   std::condition_variable cv;
   std::optional<Status> result;
-  Pending p{static_cast<uint8_t>(type_of(record)), record_payload(record), [&](const Status& st) {
-              std::lock_guard lock(m);
-              result = st;
-              cv.notify_all();
-            },
-            /*signal_only=*/true};
-  {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(p));
-  }
-  wake_.notify_all();
+  p.done = [&](const Status& st) {
+    std::lock_guard lock(m);
+    result = st;
+    cv.notify_all();
+  };
+  p.signal_only = true;
+  enqueue(std::move(p));
   std::unique_lock lock(m);
   cv.wait(lock, [&] { return result.has_value(); });
   return *result;
+}
+
+void StateStore::append_async(const Record& record, std::function<void(const Status&)> done) {
+  Pending p;
+  p.type = static_cast<uint8_t>(type_of(record));
+  p.payload = record_payload(record);
+  p.done = std::move(done);
+  enqueue(std::move(p));
+}
+
+Status StateStore::append(const Record& record) {
+  check_may_wait("StateStore::append");
+  Pending p;
+  p.type = static_cast<uint8_t>(type_of(record));
+  p.payload = record_payload(record);
+  return enqueue_and_wait(std::move(p));
 }
 
 void StateStore::loop() {
@@ -107,22 +121,40 @@ void StateStore::loop() {
     std::vector<Status> result(batch.size());
     {
       std::lock_guard lock(write_mu_);
-      Status st;
-      size_t written = 0;
-      for (; written < batch.size() && st.ok(); ++written) {
-        if (batch[written].type == 0) continue;  // a barrier (compact): nothing to write
-        st = writer_->append(batch[written].type, batch[written].payload, /*sync=*/false);
-        if (!st.ok()) result[written] = st;
-      }
-      if (st.ok()) {
-        st = writer_->sync();
-        ++syncs_;
-      }
-      // One failure fails the batch from there on: what follows a record that is not durable must
-      // not be acknowledged either (a later record behind a hole would replay without it).
+      // Once an append or a sync fails, everything after it in the batch fails too: what follows a
+      // record that is not durable must not be acknowledged (a later record behind a hole would replay
+      // without it). failed_: a compacted log that could not be reopened.
+      Status st = failed_;
+      std::vector<size_t> unsynced;  // appended since the last sync
+      auto sync = [&] {
+        if (unsynced.empty()) return;
+        if (st.ok()) {
+          st = writer_->sync();
+          syncs_.fetch_add(1, std::memory_order_relaxed);
+        }
+        for (size_t i : unsynced) {
+          if (result[i].ok()) result[i] = st;
+        }
+        unsynced.clear();
+      };
       for (size_t i = 0; i < batch.size(); ++i) {
-        if (result[i].ok()) result[i] = st.ok() ? Status::Ok() : st;
+        Pending& p = batch[i];
+        if (p.compaction) {
+          sync();  // the records before it are durable in the old file before the file is replaced
+          result[i] = st.ok() ? rewrite_locked(*p.compaction) : st;
+          st = failed_.ok() ? st : failed_;
+          continue;
+        }
+        if (!st.ok()) {
+          result[i] = st;
+          continue;
+        }
+        st = writer_->append(p.type, p.payload, /*sync=*/false);
+        if (!st.ok()) result[i] = st;
+        else unsynced.push_back(i);
       }
+      sync();
+      bytes_.store(writer_->size(), std::memory_order_relaxed);
     }
     bool queued = false;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -153,48 +185,37 @@ void StateStore::complete_loop() {
   }
 }
 
-Status StateStore::compact(const std::vector<Record>& live) {
+Status StateStore::rewrite_locked(const std::vector<Record>& live) {
   std::vector<RecordToWrite> recs;
   recs.reserve(live.size());
   for (const auto& r : live) recs.push_back({static_cast<uint8_t>(type_of(r)), record_payload(r)});
-  // Records queued before the compaction were already applied to the state `live` describes: let the
-  // writer finish them first, so none lands in the old file after the rewrite.
-  (void)append_barrier();
-  std::lock_guard lock(write_mu_);
-  if (Status st = rewrite_record_log(path_, recs, fs_); !st.ok()) return st;
+  if (Status st = rewrite_record_log(path_, recs, fs_); !st.ok()) return st;  // the old log stays
   auto w = RecordLogWriter::open(path_, nullptr, fs_);
-  if (!w.ok()) return w.status();
+  if (!w.ok()) {
+    // The old writer's file was renamed over: appending to it would lose records. Refuse instead.
+    failed_ = w.status().prefixed("the compacted log cannot be reopened: ");
+    return failed_;
+  }
   writer_ = std::move(w.value());
   return Status::Ok();
 }
 
-Status StateStore::append_barrier() {
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  {
-    std::lock_guard lock(mu_);
-    queue_.push_back(Pending{0, {}, [&](const Status&) {
-                               std::lock_guard l(m);
-                               done = true;
-                               cv.notify_all();
-                             },
-                             /*signal_only=*/true});
-  }
-  wake_.notify_all();
-  std::unique_lock lock(m);
-  cv.wait(lock, [&] { return done; });
-  return Status::Ok();
+void StateStore::compact_async(std::vector<Record> live, std::function<void(const Status&)> done) {
+  Pending p;
+  p.compaction = std::make_shared<const std::vector<Record>>(std::move(live));
+  p.done = std::move(done);
+  enqueue(std::move(p));
 }
 
-uint64_t StateStore::bytes() const {
-  std::lock_guard lock(write_mu_);
-  return writer_->size();
+Status StateStore::compact(const std::vector<Record>& live) {
+  check_may_wait("StateStore::compact");
+  Pending p;
+  p.compaction = std::make_shared<const std::vector<Record>>(live);
+  return enqueue_and_wait(std::move(p));
 }
 
-uint64_t StateStore::syncs() const {
-  std::lock_guard lock(write_mu_);
-  return syncs_;
-}
+uint64_t StateStore::bytes() const { return bytes_.load(std::memory_order_relaxed); }
+
+uint64_t StateStore::syncs() const { return syncs_.load(std::memory_order_relaxed); }
 
 }  // namespace towers::daemon

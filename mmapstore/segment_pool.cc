@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "engine/base/no_wait_lock.h"
 #include "engine/model/modular.h"
 #include "mmapstore/segment_file.h"
 #include "mmapstore/segment_pool_entry.h"
@@ -362,6 +363,7 @@ Status SegmentPool::prefill_under_chain(SegmentId id, bool thawing, std::unique_
 }
 
 Result<SegmentId> SegmentPool::add(SegmentId parent, std::span<const int32_t> tokens, const SegmentOptions& options) {
+  check_may_wait("SegmentPool::add");
   SegmentOptions o = options;
   const bool stay_cold = o.cold.has_value();
   auto id = add_cold(parent, tokens, o);
@@ -371,6 +373,7 @@ Result<SegmentId> SegmentPool::add(SegmentId parent, std::span<const int32_t> to
 }
 
 Status SegmentPool::adopt(const AdoptSpec& spec) {
+  check_may_wait("SegmentPool::adopt");
   std::vector<int32_t> sequence;
   SegmentExpect expect;
   {
@@ -440,6 +443,7 @@ void SegmentPool::reserve_ids(SegmentId id) {
 }
 
 size_t SegmentPool::collect_garbage() {
+  check_may_wait("SegmentPool::collect_garbage");
   if (options_.store_dir.empty()) return 0;
   std::vector<std::filesystem::path> doomed;
   {
@@ -556,6 +560,7 @@ void SegmentPool::release(Lease& lease) {
 }
 
 Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_tokens, const SegmentOptions& options) {
+  check_may_wait("SegmentPool::seal");
   if (!lease.tower) return Status::InvalidArgument("seal: empty lease");
   if (tail_tokens.empty() || static_cast<int32_t>(tail_tokens.size()) != lease.tower->tail_length()) {
     return Status::InvalidArgument("seal: " + std::to_string(tail_tokens.size()) + " tokens given for a tail of " +
@@ -630,6 +635,7 @@ Result<SegmentPool::Entry*> SegmentPool::entry_for_kv_locked(SegmentId id, const
 }
 
 Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment, bool modular) {
+  check_may_wait("SegmentPool::install");
   std::lock_guard lock(mu_);
   auto found = entry_for_kv_locked(id, segment.get(), "install");
   if (!found.ok()) return found.status();
@@ -643,6 +649,7 @@ Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment
 }
 
 Status SegmentPool::replace(SegmentId id, std::shared_ptr<const Segment> segment) {
+  check_may_wait("SegmentPool::replace");
   std::lock_guard lock(mu_);
   auto found = entry_for_kv_locked(id, segment.get(), "replace");
   if (!found.ok()) return found.status();
@@ -664,6 +671,7 @@ Status SegmentPool::replace(SegmentId id, std::shared_ptr<const Segment> segment
 }
 
 Status SegmentPool::derive(SegmentId id) {
+  check_may_wait("SegmentPool::derive");
   std::unique_lock lock(mu_);
   return derive_locked(id, lock);
 }
@@ -702,6 +710,7 @@ Status SegmentPool::derive_locked(SegmentId id, std::unique_lock<Mutex>& lock) {
 }
 
 Status SegmentPool::remove(SegmentId id) {
+  check_may_wait("SegmentPool::remove");
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
@@ -714,6 +723,7 @@ Status SegmentPool::remove(SegmentId id) {
 }
 
 Status SegmentPool::retire(SegmentId id) {
+  check_may_wait("SegmentPool::retire");
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));

@@ -3,6 +3,7 @@
 // budget, and the cold tier (freeze to coded tokens, thaw by prefill). See segment_pool.h.
 #include <algorithm>
 
+#include "engine/base/no_wait_lock.h"
 #include "mmapstore/eviction.h"
 #include "mmapstore/segment_file.h"
 #include "mmapstore/segment_pool.h"
@@ -12,6 +13,7 @@
 namespace towers {
 
 Status SegmentPool::page_in(std::span<const SegmentId> ids) {
+  check_may_wait("SegmentPool::page_in");
   struct Job {
     SegmentExpect expect;
     std::vector<int32_t> tokens;
@@ -108,6 +110,7 @@ size_t SegmentPool::resident_locked() const {
 }
 
 size_t SegmentPool::enforce_budget() {
+  check_may_wait("SegmentPool::enforce_budget");
   std::lock_guard lock(mu_);
   if (options_.ram_budget_bytes == 0) return 0;
   size_t resident = resident_locked();
@@ -177,6 +180,7 @@ size_t SegmentPool::enforce_budget() {
 }
 
 size_t SegmentPool::enforce_disk_budget() {
+  check_may_wait("SegmentPool::enforce_disk_budget");
   std::lock_guard lock(mu_);
   if (options_.disk_budget_bytes == 0) return 0;
   size_t on_disk = 0;
@@ -220,6 +224,7 @@ std::vector<SegmentId> SegmentPool::idle(std::chrono::steady_clock::duration idl
 }
 
 Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {
+  check_may_wait("SegmentPool::freeze");
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
@@ -243,7 +248,10 @@ Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {
   return Status::Ok();
 }
 
-Status SegmentPool::thaw(SegmentId id) { return compute_chain(id, kNoSegment); }
+Status SegmentPool::thaw(SegmentId id) {
+  check_may_wait("SegmentPool::thaw");
+  return compute_chain(id, kNoSegment);
+}
 
 Status SegmentPool::compute_chain(SegmentId id, SegmentId fresh) {
   std::vector<SegmentId> ids;

@@ -2,11 +2,16 @@
 // turns, every byte flipped in turn; whatever replay makes of the damage, each session served is a
 // prefix of its true history (a damaged turn cuts its session there; later turns of it are not
 // replayed), and the line that reports the cut names the session.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
 
+#include "catalog_fixtures.h"
 #include "daemon/catalog.h"
 #include "daemon/state_store.h"
 #include "gated_fs.h"
@@ -16,6 +21,8 @@
 
 using namespace towers;
 using namespace towers::daemon;
+using towers::test::logged_turns;
+using towers::test::run_turn;
 
 namespace {
 
@@ -145,54 +152,6 @@ TEST_CASE("sealed session transcripts are Q8 by default, F16 when [pool] transcr
   }
 }
 
-namespace {
-// The session turns a state log holds: (session, turn number) -> the segment ids the record names.
-std::map<std::pair<std::string, uint64_t>, std::vector<uint64_t>> logged_turns(const std::filesystem::path& log) {
-  std::map<std::pair<std::string, uint64_t>, std::vector<uint64_t>> turns;
-  auto read = read_record_log(log, [&](const LogRecord& r) {
-    auto rec = parse_record(static_cast<RecordType>(r.type), r.payload);
-    if (!rec.ok()) return;
-    if (auto* t = std::get_if<record::SessionTurn>(&rec.value())) turns[{t->id, t->n}] = t->segments;
-  });
-  REQUIRE(read.ok());
-  return turns;
-}
-
-// One session turn as the scheduler runs it: prepare, build what is cold, lease, greedy tokens, finish.
-// `before_prepare` runs after begin_turn (it sees whether old turns are dropped).
-std::future<Status> run_turn(Catalog& catalog, SegmentPool& pool, Forward& fwd, const std::string& session,
-                             const std::string& user, int n_gen, Catalog::Turn* turn_out,
-                             const std::function<void(const Catalog::Turn&)>& before_prepare = {}) {
-  auto t = catalog.begin_turn(session, user, static_cast<size_t>(n_gen));
-  REQUIRE_MESSAGE(t.ok(), t.error());
-  if (before_prepare) before_prepare(*t);
-  auto prompt = catalog.prepare_turn(*t);
-  REQUIRE_MESSAGE(prompt.ok(), prompt.error());
-  for (SegmentId id : pool.plan(*prompt).path) {
-    if (pool.info(id)->tier != Tier::Hot) REQUIRE(pool.thaw(id).ok());
-  }
-  auto lease = pool.assemble(*prompt, n_gen);
-  REQUIRE(lease.ok());
-  GenOutcome out;
-  out.prompt = *prompt;
-  out.tail.assign(prompt->begin() + static_cast<std::ptrdiff_t>(lease->cached_tokens), prompt->end());
-  std::vector<float> logits;
-  REQUIRE(fwd.eval(*lease->tower, out.tail, Logits::Last, logits).ok());
-  for (int i = 0; i < n_gen; ++i) {
-    const auto tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    out.tokens.push_back(tok);
-    if (i + 1 == n_gen) break;
-    out.tail.push_back(tok);
-    REQUIRE(fwd.eval(*lease->tower, std::vector<int32_t>{tok}, Logits::Last, logits).ok());
-  }
-  out.finish_reason = "length";
-  auto done = std::make_shared<std::promise<Status>>();
-  catalog.finish_turn(*t, out, &lease.value(), "reply to " + user, [done](const Status& st) { done->set_value(st); });
-  pool.release(*lease);
-  if (turn_out) *turn_out = *t;
-  return done->get_future();
-}
-}  // namespace
 
 TEST_CASE("a turn that moved kept turns up is recorded only once their shifted segments' files are durable") {
   // Past the prompt limit a session drops its oldest turns and the kept ones are RoPE-shifted copies
@@ -275,4 +234,76 @@ TEST_CASE("a turn that moved kept turns up is recorded only once their shifted s
     REQUIRE(pool.info(id).has_value());
     CHECK(pool.info(id)->derived);
   }
+}
+
+namespace {
+// What this process writes to stderr (towerd's log) while it lives.
+class StderrCapture {
+ public:
+  explicit StderrCapture(std::filesystem::path file) : file_(std::move(file)) {
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    const int fd = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(fd >= 0);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  std::string finish() {
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    const auto bytes = read_file(file_);
+    return std::string(bytes.begin(), bytes.end());
+  }
+
+ private:
+  std::filesystem::path file_;
+  int saved_ = -1;
+};
+}  // namespace
+
+TEST_CASE("a session whose first transcript file is gone is repaired once: the next start logs nothing") {
+  // After a crash a session's file may be missing. The start logs it and recomputes the segment on
+  // the session's next message; it used to log the same warning at every start until then (12,749
+  // lines over a kill loop). Now the first start rewrites the log without the missing file's name.
+  test::CatalogModel m("repair-once");
+  std::filesystem::path first_file;
+  {
+    test::CatalogState st(m, Config{});
+    Catalog& catalog = *st.catalog;
+    REQUIRE(st.store->append(catalog.header()).ok());
+    REQUIRE(catalog.put_segment("p", Level::Platform, "", "You are a storyteller.").ok());
+    REQUIRE(catalog.put_segment("b", Level::Bot, "p", "Tell short stories.").ok());
+    REQUIRE(catalog.create_session("b", "s").ok());
+    for (int n = 1; n <= 3; ++n) REQUIRE(run_turn(catalog, st.pool, m.fwd, "s", "Part " + std::to_string(n), 8, nullptr).get().ok());
+    st.pool.flush_writes();
+    auto logged = logged_turns(st.store->path());
+    REQUIRE(logged.count({"s", 3}) == 1);
+    REQUIRE(logged[{"s", 3}].size() >= 2);
+    first_file = st.pool.file_path(logged[{"s", 3}].front());
+  }
+  REQUIRE(std::filesystem::remove(first_file));
+  // One start: restore (and, with `chat`, the session's next message). What it logged.
+  auto start = [&](const std::string& name, bool chat) {
+    StderrCapture capture(m.dir / (name + ".stderr"));
+    test::CatalogState st(m, Config{});
+    Catalog& catalog = *st.catalog;
+    for (const auto& r : st.records) REQUIRE(catalog.apply(r).ok());
+    auto restored = catalog.restore();
+    REQUIRE(restored.ok());
+    const size_t repaired = restored->sessions_repaired;
+    CHECK(catalog.session("s", false)->messages == 6);  // the conversation itself is whole
+    if (chat) REQUIRE(run_turn(catalog, st.pool, m.fwd, "s", "Part 4", 8, nullptr).get().ok());
+    return std::make_pair(repaired, capture.finish());
+  };
+  auto [repaired, log] = start("first", false);
+  CHECK(repaired == 1);
+  CHECK(log.find("transcript segment 1 cannot be used") != std::string::npos);
+  auto [repaired_again, log_again] = start("second", false);
+  CHECK(repaired_again == 0);
+  CHECK_MESSAGE(log_again.find("warning") == std::string::npos, log_again);
+  CHECK_MESSAGE(log_again.find("error") == std::string::npos, log_again);
+  auto [after_chat, log_chat] = start("third", true);  // the session still answers
+  CHECK(after_chat == 0);
+  CHECK_MESSAGE(log_chat.find("warning") == std::string::npos, log_chat);
 }

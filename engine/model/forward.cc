@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/base/no_wait_lock.h"
 #include "engine/gguf/quant.h"
 #include "simd/attention.h"
 #include "simd/ops.h"
@@ -24,6 +25,7 @@ Status Forward::eval(KvCache& cache, std::span<const int32_t> tokens, Logits whi
 }
 
 Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& logits) {
+  check_may_wait("Forward::eval_batch (the model)");
   tok_.clear(), seq_of_.clear(), pos_.clear();
   for (size_t s = 0; s < batch.size(); ++s) {
     const Sequence& q = batch[s];

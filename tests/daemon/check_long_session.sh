@@ -3,7 +3,8 @@
 # limits.max_prompt_tokens = 200 on stories260K) answers every message; its oldest turns are dropped
 # (usage says how many), never the bot's segments; the kept turns are served from RoPE-shifted
 # segments, not re-prefilled; a restart serves the same truncated history and the same next reply;
-# with overflow = "error" the same session is refused with 400 context_length_exceeded instead.
+# with overflow = "error" the same session is refused with 400 context_length_exceeded instead. The
+# session holds about one segment (and file) per kept turn, however long it ran (issue 25 item 4).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 towerd_setup "$1" "$2" "$3"
@@ -39,6 +40,15 @@ first="$(api http://localhost/v1/sessions/long/transcript | json 'd["messages"][
 case "$first" in "Tell me part 1 of"*) fail "the oldest turn is still there";; esac
 pool="$(api http://localhost/v1/pool)"
 echo "after 30 turns: $msgs messages kept, first: \"$first\"; $(echo "$pool" | json 'd["by_kind"].get("session")')"
+# The session holds only the segments its transcript uses: about one per kept turn, not a copy of the
+# kept transcript for every turn past the context (they used to stay until a restart), and no more
+# files than segments (+ the two hierarchy ones).
+kept_turns=$((msgs / 2))
+held="$(echo "$pool" | json 'd["by_kind"]["session"]["segments"]')"
+files="$(find "$state/segments" -name '*.tws' | wc -l)"
+echo "session segments: $held for $kept_turns kept turns; segment files: $files"
+[ "$held" -le $((kept_turns + 2)) ] || fail "after 30 turns the session holds $held segments for $kept_turns kept turns"
+[ "$files" -le $((held + 2)) ] || fail "$files segment files for $held session segments and 2 hierarchy ones"
 # The bot's segments are still the first of the tower: the next reply reuses them.
 cached="$(echo "$(say 31)" | json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')"
 [ "$cached" -gt 0 ] || fail "the next turn reused no segment"
