@@ -30,9 +30,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,6 +42,7 @@
 #include "engine/model/rope.h"
 #include "engine/model/segment.h"
 #include "engine/model/synth.h"
+#include "engine/text/passages.h"
 #include "engine/text/tokenizer.h"
 
 using namespace towers;
@@ -135,24 +134,8 @@ struct Hierarchy {
 // logits against an all-F32 tower of the same tokens.
 
 std::vector<std::vector<int32_t>> drift_passages(const Model& model, int count, int n, bool* real_text) {
-  std::vector<std::vector<int32_t>> out;
-  const auto corpus = shared_dir() / "corpora/tinystories_val_subset.txt";
-  *real_text = false;
-  if (std::filesystem::exists(corpus)) {
-    std::ifstream in(corpus);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string text = ss.str();
-    size_t at = 0;
-    while (static_cast<int>(out.size()) < count && at + 4000 < text.size()) {
-      auto ids = model.tokenizer().encode(std::string_view(text).substr(at, 4000), true, false);
-      at += 4000;
-      if (static_cast<int>(ids.size()) < n) continue;
-      ids.resize(n);
-      out.push_back(ids);
-    }
-    *real_text = static_cast<int>(out.size()) == count;
-  }
+  auto out = corpus_passages(model.tokenizer(), shared_dir() / "corpora/tinystories_val_subset.txt", count, n);
+  *real_text = static_cast<int>(out.size()) == count;
   if (static_cast<int>(out.size()) < count) {
     out.clear();
     for (int i = 0; i < count; ++i) out.push_back(synth_tokens(model.config(), n, 77 + i, model.tokenizer().bos()));

@@ -4,9 +4,11 @@
 //
 // Sessions never own shared KV. They lease a tower: the pool matches the longest cached prefix of the
 // session's tokens, pins the segments on that path (so they cannot leave memory while in use) and
-// hands out a Tower whose own tail holds only what was not cached. Exact mode only: a segment is found
-// under the same parent chain it was computed under, so a leased tower computes what monolithic
-// prefill of the same tokens computes (modular placement is an explicit, separate API: engine/model/modular.h).
+// hands out a Tower whose own tail holds only what was not cached. A segment is found under the
+// same parent chain it was computed under. Its KV is exact (a leased tower computes what monolithic
+// prefill of the same tokens computes) unless it was installed as a modular placement after an edit
+// above it (SegmentInfo::modular, engine/model/modular.h): then it is served as it is until replace()
+// swaps the exact KV in.
 //
 // The store (PoolOptions::store_dir set): every segment gets a file (mmapstore/segment_format.h),
 // written once by the writer thread after the segment is created; until the file is durable the

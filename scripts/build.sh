@@ -8,6 +8,7 @@
 #                                       clang, Debug (asserts and the debug-only checks on), ASan and
 #                                       UBSan on everything; by default the unit tests, towerd and the
 #                                       libFuzzer targets (scripts/test.sh --check, bench/fuzz.sh)
+# $TOWERS_CMAKE_ARGS: more configure options (scripts/build-arm64.sh: the cross toolchain).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 jobs="$(nproc 2>/dev/null || echo 2)"
@@ -19,7 +20,8 @@ if [ "${1:-}" = --check ]; then
   [ $# -gt 0 ] || set -- unit_tests towerd fuzz  # what scripts/test.sh --check runs
 else
   build="${TOWERS_BUILD_DIR:-$root/build}"
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  # shellcheck disable=SC2086  # TOWERS_CMAKE_ARGS is a list of options
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${TOWERS_CMAKE_ARGS:-} >/dev/null
 fi
 if [ $# -gt 0 ]; then
   cmake --build "$build" -j "$jobs" --target "$@"

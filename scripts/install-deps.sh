@@ -3,8 +3,10 @@
 # are installed (apt-get update runs only then).
 #   scripts/install-deps.sh             building and running towerd and towerctl (scripts/run.sh)
 #   scripts/install-deps.sh --package   and building the Debian package (scripts/package.sh)
+#   scripts/install-deps.sh --arm64     the ARM64 cross build and its tests under qemu-user
+#                                       (scripts/build-arm64.sh, scripts/test-arm64.sh)
 #   scripts/install-deps.sh --dev       and everything the tests, fuzzing and benchmarks need
-#                                       (scripts/test.sh); includes --package
+#                                       (scripts/test.sh); includes --package and --arm64
 # docs/dependencies.md says what each package is for.
 set -euo pipefail
 BUILD=(
@@ -26,12 +28,21 @@ DEV=(
   systemd                        # systemd-analyze: tests/packaging/check_unit_security.sh
   zstd                           # tests/cli/check_codec.sh compares the codec with zstd -19 (not linked)
 )
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+# The ARM64 leg (Debian multiarch): a cross compiler, qemu to run the tests, and the :arm64 builds of
+# the libraries we link; the header-only ones (Boost, CLI11, nlohmann-json, doctest) are the host's.
+# toml++'s CMake config lives in an architecture directory, so it needs its :arm64 package too.
+ARM64=(
+  g++-aarch64-linux-gnu qemu-user
+  libhwy-dev:arm64 liburing-dev:arm64 libpcre2-dev:arm64 libxxhash-dev:arm64 libtomlplusplus-dev:arm64
+  doctest-dev
+)
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
 PKGS=("${BUILD[@]}")
 case "${1:-}" in
   "") ;;
   --package) PKGS+=("${PACKAGE[@]}") ;;
-  --dev) PKGS+=("${PACKAGE[@]}" "${DEV[@]}") ;;
+  --arm64) PKGS+=("${ARM64[@]}") ;;
+  --dev) PKGS+=("${PACKAGE[@]}" "${DEV[@]}" "${ARM64[@]}") ;;
   -h|--help) usage; exit 0 ;;
   *) echo "install-deps: unknown option '$1'" >&2; usage >&2; exit 2 ;;
 esac
@@ -51,5 +62,9 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# The :arm64 packages need the architecture known to dpkg before apt-get update reads its lists.
+if [[ " ${missing[*]}" == *":arm64"* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $SUDO dpkg --add-architecture arm64
+fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

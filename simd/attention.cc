@@ -1,5 +1,7 @@
 #include "simd/attention.h"
 
+#include "simd/ops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -80,7 +82,7 @@ float SoftmaxBlock(const float* s, int n, float scale, float* m, float* l, float
 }
 
 void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
-              float scale, float* m, float* l, float* acc) {
+              float scale, float* m, float* l, float* acc, float softcap) {
   constexpr int kG = 4;  // queries per pass of the group kernels
   HWY_ALIGN float s[kG * kAttnBlock];
   const auto* kb = static_cast<const uint8_t*>(k);
@@ -95,7 +97,12 @@ void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v,
       kv_dot_group(q, qv + size_t(g0) * dim, G, kj, stride, nb, dim, s, kAttnBlock, n - j0 - nb);
       for (int g = 0; g < G; ++g) {
         float* sg = s + size_t(g) * kAttnBlock;
-        const float c = SoftmaxBlockImpl(sg, nb, scale, m + g0 + g, l + g0 + g, sg);
+        float block_scale = scale;
+        if (softcap > 0) {
+          softcap_f32(sg, static_cast<size_t>(nb), scale, softcap);
+          block_scale = 1.0f;
+        }
+        const float c = SoftmaxBlockImpl(sg, nb, block_scale, m + g0 + g, l + g0 + g, sg);
         float* a = acc + size_t(g0 + g) * dim;
         if (c != 1.0f) {
           for (int e = 0; e < dim; ++e) a[e] *= c;
@@ -124,9 +131,9 @@ float softmax_block(const float* s, int n, float scale, float* m, float* l, floa
 }
 
 void kv_attend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
-               float scale, float* m, float* l, float* acc) {
+               float scale, float* m, float* l, float* acc, float softcap) {
   if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
-  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, k, v, stride, n, dim, scale, m, l, acc);
+  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, k, v, stride, n, dim, scale, m, l, acc, softcap);
 }
 }  // namespace towers::simd
 #endif

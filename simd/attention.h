@@ -40,7 +40,8 @@ float softmax_block(const float* s, int n, float scale, float* m, float* l, floa
 // K vector j at k + j*stride and V vector j at v + j*stride, both in format q, continued from the
 // state m[g], l[g], acc[g*dim .. g*dim + dim) (start with -inf, 0, zeros; the attention output is
 // acc / l after the last span). Does nothing when !kv_quant_ok(q, dim) or n <= 0.
+// softcap > 0: every scaled score x becomes softcap * tanh(x / softcap) before the softmax (Gemma 2).
 void kv_attend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
-               float scale, float* m, float* l, float* acc);
+               float scale, float* m, float* l, float* acc, float softcap = 0);
 
 }  // namespace towers::simd

@@ -1,6 +1,7 @@
 // gemm_q (simd/quant_dot.h): ggml weight rows in their file layout times quantized activation rows,
-// one weight row at a time against up to 4 activation rows. Q4_0, Q4_1, Q5_0, Q8_0 against A32; Q4_K,
-// Q5_K and Q6_K against A256. Integer dot products per block, scaled and accumulated in f32.
+// one weight row at a time against up to 4 activation rows. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL
+// against A32; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS against A256 (Q2_K, Q3_K and IQ4_XS in
+// gemm_q_lowbit-inl.h). Integer dot products per block, scaled and accumulated in f32.
 #include "simd/quant_dot.h"
 
 // The quant_dot files also compile Highway's AVX3_DL target (quant_dot_target).
@@ -16,6 +17,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "simd/gemm_q_lowbit-inl.h"
 #include "simd/quant_dot-inl.h"
 #include "simd/quant_layout.h"
 
@@ -45,7 +47,7 @@ using namespace qd;  // NOLINT
 #define TOWERS_ACT_PTRS4 TOWERS_ACT_PTRS(0) TOWERS_ACT_PTRS(1) TOWERS_ACT_PTRS(2) TOWERS_ACT_PTRS(3)
 
 // ---------------------------------------------------------------------------------------------
-// Q4_0, Q4_1, Q5_0, Q8_0 (blocks of 32) against A32 activations.
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL (blocks of 32) against A32 activations.
 // Per block: int32 lanes of q_w * q_x, converted to f32, times (d_w * d_x), added to an f32 vector.
 // Even and odd blocks go to separate accumulators (two dependency chains), summed at the end.
 
@@ -69,23 +71,38 @@ HWY_INLINE void LegacyBlockDots(D16 d16, const BlockOf<kType>& blk,
       TOWERS_EACH_R(TOWERS_MAC)
 #undef TOWERS_MAC
     }
+  } else if constexpr (kType == kIQ4_NL) {
+    const auto k15 = hn::Set(du8, uint8_t{15});
+    for (size_t j = 0; j < 16; j += N) {
+      const auto bytes = hn::LoadU(du8, blk.qs + j);
+      const auto wl = Iq4Values(d16, hn::And(bytes, k15));  // elements j..
+      const auto wh = Iq4Values(d16, hn::ShiftRight<4>(bytes));  // elements 16+j..
+#define TOWERS_MAC(i)                                                                         \
+  s##i = hn::ReorderWidenMulAccumulate(d32, wl, hn::LoadU(d16, aq##i + j), s##i, u##i);      \
+  s##i = hn::ReorderWidenMulAccumulate(d32, wh, hn::LoadU(d16, aq##i + 16 + j), s##i, u##i);
+      TOWERS_EACH_R(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
   } else {
     const uint8_t* HWY_RESTRICT qs = blk.qs;
     uint32_t qh = 0;
-    if constexpr (kType == kQ5_0) std::memcpy(&qh, blk.qh, 4);
+    if constexpr (kType == kQ5_0 || kType == kQ5_1) std::memcpy(&qh, blk.qh, 4);
     const auto k15 = hn::Set(du16, uint16_t{15});
     for (size_t j = 0; j < 16; j += N) {
       const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qs + j));
       auto lo = hn::And(bytes, k15);       // elements j..
       auto hi = hn::ShiftRight<4>(bytes);  // elements 16+j..
-      if constexpr (kType == kQ5_0) {
+      if constexpr (kType == kQ5_0 || kType == kQ5_1) {  // q | bit*16, minus 16 for Q5_0
         const auto k16 = hn::Set(du16, uint16_t{16});
         const auto sel = hn::LoadU(du16, kBitSel);
         const auto hl = hn::Set(du16, static_cast<uint16_t>(qh >> j));
         const auto hh = hn::Set(du16, static_cast<uint16_t>(qh >> (16 + j)));
-        // (q | bit*16) - 16 == q - (bit ? 0 : 16)
-        lo = hn::Sub(lo, hn::IfThenZeroElse(hn::TestBit(hl, sel), k16));
-        hi = hn::Sub(hi, hn::IfThenZeroElse(hn::TestBit(hh, sel), k16));
+        lo = hn::Or(lo, hn::IfThenElseZero(hn::TestBit(hl, sel), k16));
+        hi = hn::Or(hi, hn::IfThenElseZero(hn::TestBit(hh, sel), k16));
+        if constexpr (kType == kQ5_0) {
+          lo = hn::Sub(lo, k16);
+          hi = hn::Sub(hi, k16);
+        }
       } else if constexpr (kType == kQ4_0) {
         const auto k8 = hn::Set(du16, uint16_t{8});
         lo = hn::Sub(lo, k8);
@@ -116,7 +133,8 @@ HWY_NOINLINE void RowLegacy(const BlockOf<kType>* HWY_RESTRICT w, const ActRow* 
 
   auto accA0 = hn::Zero(df), accA1 = accA0, accA2 = accA0, accA3 = accA0;
   auto accB0 = accA0, accB1 = accA0, accB2 = accA0, accB3 = accA0;
-  float mA0 = 0.f, mA1 = 0.f, mA2 = 0.f, mA3 = 0.f;  // Q4_1 min terms
+  constexpr bool kAffine = kType == kQ4_1 || kType == kQ5_1;  // x = d * q + m
+  float mA0 = 0.f, mA1 = 0.f, mA2 = 0.f, mA3 = 0.f;  // their m terms
   float mB0 = 0.f, mB1 = 0.f, mB2 = 0.f, mB3 = 0.f;
   (void)mA1, (void)mA2, (void)mA3, (void)mB1, (void)mB2, (void)mB3;
   hn::Vec<hn::Repartition<int32_t, decltype(d16)>> s0, s1, s2, s3;
@@ -129,16 +147,16 @@ HWY_NOINLINE void RowLegacy(const BlockOf<kType>* HWY_RESTRICT w, const ActRow* 
     LegacyBlockDots<kType, R>(d16, blk, aq0 + e, aq1 + e, aq2 + e, aq3 + e, s0, s1, s2, s3);    \
     const float dw = LoadF16(blk.d);                                                            \
     float mw = 0.f;                                                                             \
-    if constexpr (kType == kQ4_1) mw = LoadF16(blk.m);                                          \
+    if constexpr (kAffine) mw = LoadF16(blk.m);                                                 \
     (void)mw;                                                                                   \
     TOWERS_EACH_R(TOWERS_ACC_##AB)                                                              \
   }
 #define TOWERS_ACC_A(i)                                                                    \
   accA##i = hn::MulAdd(hn::Set(df, dw * ad##i[bb]), hn::ConvertTo(df, s##i), accA##i);     \
-  if constexpr (kType == kQ4_1) mA##i += mw * ds##i[bb];
+  if constexpr (kAffine) mA##i += mw * ds##i[bb];
 #define TOWERS_ACC_B(i)                                                                    \
   accB##i = hn::MulAdd(hn::Set(df, dw * ad##i[bb]), hn::ConvertTo(df, s##i), accB##i);     \
-  if constexpr (kType == kQ4_1) mB##i += mw * ds##i[bb];
+  if constexpr (kAffine) mB##i += mw * ds##i[bb];
 
   size_t b = 0;
   for (; b + 2 <= nb; b += 2) {
@@ -328,6 +346,10 @@ HWY_INLINE void RowDot(const uint8_t* w, const ActRow* A, size_t n, float* out) 
     RowK45<kType, R>(blocks, A, n / kQK_K, out);
   } else if constexpr (kType == kQ6_K) {
     RowQ6K<R>(blocks, A, n / kQK_K, out);
+  } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
+    RowQ23K<kType, R>(blocks, A, n / kQK_K, out);
+  } else if constexpr (kType == kIQ4_XS) {
+    RowIQ4XS<R>(blocks, A, n / kQK_K, out);
   } else {
     RowLegacy<kType, R>(blocks, A, n / kQK, out);
   }
@@ -378,6 +400,11 @@ void GemmQ(uint32_t type, const void* w, size_t row_stride, size_t rows, const v
     case kQ4_0: return GemmType<kQ4_0>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
     case kQ4_1: return GemmType<kQ4_1>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
     case kQ5_0: return GemmType<kQ5_0>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kQ5_1: return GemmType<kQ5_1>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kIQ4_NL: return GemmType<kIQ4_NL>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kQ2_K: return GemmType<kQ2_K>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kQ3_K: return GemmType<kQ3_K>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
+    case kIQ4_XS: return GemmType<kIQ4_XS>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
     case kQ8_0: return GemmType<kQ8_0>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
     case kQ4_K: return GemmType<kQ4_K>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);
     case kQ5_K: return GemmType<kQ5_K>(wb, row_stride, rows, ab, act_stride, T, n, y, ldy);

@@ -15,9 +15,12 @@
 namespace towers::simd {
 
 // Type ids as numbered in GGUF files (ggml's enum ggml_type).
+// Every id ggml defines, so that a file holding a type we do not read is refused by its name.
 enum class GgmlType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
+  I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30, TQ1_0 = 34, TQ2_0 = 35,
 };
 
 inline constexpr size_t kQK = 32;     // elements per block of the legacy formats (Q4_0 .. Q8_1)
@@ -93,7 +96,11 @@ static_assert(sizeof(BlockQ8_1) == 36);
 // ---------------------------------------------------------------------------------------------
 // K formats: super-blocks of 256.
 
-// 16 sub-blocks of 16; scales[j]: 4-bit scale (low) and min (high) of sub-block j; 2-bit quants.
+// Q2_K and Q3_K: 16 sub-blocks of 16. Each half h of 128 elements uses qs[32h .. 32h + 31]: element
+// 128h + 32j + 16k + l (j < 4, k < 2, l < 16) is bits 2j..2j+1 of qs[32h + 16k + l], and sub-block
+// 8h + 2j + k holds elements 16 (8h + 2j + k) .. + 15, i.e. sub-block s = element / 16.
+
+// x = (d * (scales[s] & 15)) * q - dmin * (scales[s] >> 4), q 2 bits.
 struct BlockQ2_K {
   uint8_t scales[kQK_K / 16];
   uint8_t qs[kQK_K / 4];
@@ -102,7 +109,9 @@ struct BlockQ2_K {
 };
 static_assert(sizeof(BlockQ2_K) == 84);
 
-// 16 sub-blocks of 16 with 6-bit scales; 2 low bits in qs, the third in hmask.
+// x = (d * (scale_s - 32)) * (q - 4), q 3 bits: the low 2 in qs (as Q2_K), the third of element e at
+// bit e / 32 of hmask[e % 32] (set: q >= 4). The 16 six-bit scales are packed in 12 bytes
+// (unpack_scales_q3k).
 struct BlockQ3_K {
   uint8_t hmask[kQK_K / 8];
   uint8_t qs[kQK_K / 4];
@@ -148,6 +157,29 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// ---------------------------------------------------------------------------------------------
+// Non-linear formats: 4-bit indices into kIq4nlValues (ggml's kvalues_iq4nl).
+alignas(16) inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// Blocks of 32: x = d * kIq4nlValues[i], i 4 bits (qs[j] low | high nibble, as Q4_0).
+struct BlockIQ4_NL {
+  Half d;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
+// Super-blocks of 256 = 8 sub-blocks of 32: x = (d * (ls_j - 32)) * kIq4nlValues[i]; ls_j 6 bits, the
+// low 4 in scales_l[j / 2] (low nibble for even j), the top 2 at bits 2j of the little-endian 16-bit
+// scales_h; sub-block j's indices in qs[16j .. 16j + 15] (low | high nibble, as IQ4_NL).
+struct BlockIQ4_XS {
+  Half d;
+  uint8_t scales_h[2];
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
 // ggml's activation format for K dot products (never stored in model files): f32 d, int8 quants, int16
 // sums of each 16, all little-endian bytes here.
 struct BlockQ8_K {
@@ -171,10 +203,14 @@ template <> struct BlockTypeOf<GgmlType::Q4_K> { using type = BlockQ4_K; };
 template <> struct BlockTypeOf<GgmlType::Q5_K> { using type = BlockQ5_K; };
 template <> struct BlockTypeOf<GgmlType::Q6_K> { using type = BlockQ6_K; };
 template <> struct BlockTypeOf<GgmlType::Q8_K> { using type = BlockQ8_K; };
+template <> struct BlockTypeOf<GgmlType::IQ4_NL> { using type = BlockIQ4_NL; };
+template <> struct BlockTypeOf<GgmlType::IQ4_XS> { using type = BlockIQ4_XS; };
 template <GgmlType t>
 using BlockOf = typename BlockTypeOf<t>::type;
 
-// Elements and bytes per block of a type (plain floats: 1 element); {0, 0} for ids not listed above.
+// Elements and bytes per block of a type (plain numbers: 1 element); {0, 0} for ids not listed above.
+// The formats we do not read (IQ1/IQ2/IQ3, TQ) are sized from ggml-common.h's static_asserts, so that
+// a file holding them parses and is then refused by name.
 struct BlockShape {
   uint32_t elems;
   uint32_t bytes;
@@ -196,6 +232,22 @@ constexpr BlockShape block_shape(GgmlType t) {
     case GgmlType::Q5_K: return {kQK_K, sizeof(BlockQ5_K)};
     case GgmlType::Q6_K: return {kQK_K, sizeof(BlockQ6_K)};
     case GgmlType::Q8_K: return {kQK_K, sizeof(BlockQ8_K)};
+    case GgmlType::IQ4_NL: return {kQK, sizeof(BlockIQ4_NL)};
+    case GgmlType::IQ4_XS: return {kQK_K, sizeof(BlockIQ4_XS)};
+    case GgmlType::IQ2_XXS: return {kQK_K, 66};
+    case GgmlType::IQ2_XS: return {kQK_K, 74};
+    case GgmlType::IQ2_S: return {kQK_K, 82};
+    case GgmlType::IQ3_XXS: return {kQK_K, 98};
+    case GgmlType::IQ3_S: return {kQK_K, 110};
+    case GgmlType::IQ1_S: return {kQK_K, 50};
+    case GgmlType::IQ1_M: return {kQK_K, 56};
+    case GgmlType::TQ1_0: return {kQK_K, 54};
+    case GgmlType::TQ2_0: return {kQK_K, 66};
+    case GgmlType::I8: return {1, 1};
+    case GgmlType::I16: return {1, 2};
+    case GgmlType::I32: return {1, 4};
+    case GgmlType::I64: return {1, 8};
+    case GgmlType::F64: return {1, 8};
   }
   return {0, 0};
 }
@@ -231,6 +283,35 @@ inline void pack_scale_min_k4(const uint8_t* scale, const uint8_t* min, uint8_t*
       q[j] = static_cast<uint8_t>(q[j] | ((min[j] >> 4) << 6));
     }
   }
+}
+
+// Q3_K: the 16 six-bit scales (0..63; the scale is the value - 32) packed in 12 bytes, as ggml's
+// dequantize_row_q3_K unpacks them: the low 4 bits of scale j in q[j % 8] (low nibble for j < 8, high
+// for j >= 8), its top 2 bits at bits 2 (j / 4) of q[8 + j % 4].
+inline void unpack_scales_q3k(const uint8_t* q, uint8_t* scale) {
+  uint32_t a[3], s[4];
+  std::memcpy(a, q, 12);
+  constexpr uint32_t k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
+  s[0] = (a[0] & k4) | ((a[2] & k2) << 4);
+  s[1] = (a[1] & k4) | (((a[2] >> 2) & k2) << 4);
+  s[2] = ((a[0] >> 4) & k4) | (((a[2] >> 4) & k2) << 4);
+  s[3] = ((a[1] >> 4) & k4) | (((a[2] >> 6) & k2) << 4);
+  std::memcpy(scale, s, 16);
+}
+
+// The inverse: packs 16 scales (each in [0, 63]) into 12 bytes.
+inline void pack_scales_q3k(const uint8_t* scale, uint8_t* q) {
+  std::memset(q, 0, 12);
+  for (int j = 0; j < 16; ++j) {
+    q[j % 8] = static_cast<uint8_t>(q[j % 8] | (scale[j] & 15) << (j < 8 ? 0 : 4));
+    q[8 + j % 4] = static_cast<uint8_t>(q[8 + j % 4] | (scale[j] >> 4) << (2 * (j / 4)));
+  }
+}
+
+// IQ4_XS: the 6-bit scale code ls_j (0..63; the scale is ls_j - 32) of sub-block j < 8.
+inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
+  const int h = b.scales_h[0] | b.scales_h[1] << 8;
+  return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((h >> (2 * j)) & 3) << 4;
 }
 
 }  // namespace towers::simd

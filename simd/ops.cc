@@ -63,6 +63,43 @@ void SwigluF32(const float* g, const float* u, float* out, size_t n) {
   }
 }
 
+// out = gelu_tanh(g) * u; the tail through the same vector code as SwigluF32's.
+void GegluF32(const float* g, const float* u, float* out, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
+  const auto k0 = hn::Set(d, 0.7978845608028654f), k1 = hn::Set(d, 0.044715f);  // sqrt(2/pi)
+  auto step = [&](const float* gp, const float* up, float* op) {
+    const auto gv = hn::LoadU(d, gp);
+    const auto inner = hn::Mul(k0, hn::MulAdd(hn::Mul(k1, gv), hn::Mul(gv, gv), gv));
+    const auto gelu = hn::Mul(hn::Mul(half, gv), hn::Add(one, hn::Tanh(d, inner)));
+    hn::StoreU(hn::Mul(gelu, hn::LoadU(d, up)), d, op);
+  };
+  size_t i = 0;
+  for (; i + N <= n; i += N) step(g + i, u + i, out + i);
+  if (i < n) {
+    HWY_ALIGN float gt[hn::MaxLanes(d)] = {}, ut[hn::MaxLanes(d)] = {}, ot[hn::MaxLanes(d)];
+    for (size_t j = i; j < n; ++j) gt[j - i] = g[j], ut[j - i] = u[j];
+    step(gt, ut, ot);
+    for (size_t j = i; j < n; ++j) out[j] = ot[j - i];
+  }
+}
+
+void SoftcapF32(float* x, size_t n, float scale, float cap) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto pre = hn::Set(d, scale / cap), vcap = hn::Set(d, cap);
+  auto step = [&](float* p) { hn::StoreU(hn::Mul(vcap, hn::Tanh(d, hn::Mul(hn::LoadU(d, p), pre))), d, p); };
+  size_t i = 0;
+  for (; i + N <= n; i += N) step(x + i);
+  if (i < n) {
+    HWY_ALIGN float t[hn::MaxLanes(d)] = {};
+    for (size_t j = i; j < n; ++j) t[j - i] = x[j];
+    step(t);
+    for (size_t j = i; j < n; ++j) x[j] = t[j - i];
+  }
+}
+
 // out = x * (1 / sqrt(mean(x^2) + eps)) * g: the sum of squares is DotF32's (fixed order).
 void RmsnormF32(const float* x, const float* g, float* out, size_t n, float eps) {
   const hn::ScalableTag<float> d;
@@ -122,6 +159,8 @@ HWY_EXPORT(DotF32);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(SwigluF32);
+HWY_EXPORT(GegluF32);
+HWY_EXPORT(SoftcapF32);
 HWY_EXPORT(RmsnormF32);
 HWY_EXPORT(RopeF32);
 
@@ -132,6 +171,10 @@ void axpy_f32(float alpha, const float* x, float* y, size_t n) {
 void swiglu_f32(const float* g, const float* u, float* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(SwigluF32)(g, u, out, n);
 }
+void geglu_f32(const float* g, const float* u, float* out, size_t n) {
+  HWY_DYNAMIC_DISPATCH(GegluF32)(g, u, out, n);
+}
+void softcap_f32(float* x, size_t n, float scale, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapF32)(x, n, scale, cap); }
 void rmsnorm_f32(const float* x, const float* g, float* out, size_t n, float eps) {
   HWY_DYNAMIC_DISPATCH(RmsnormF32)(x, g, out, n, eps);
 }

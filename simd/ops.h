@@ -13,6 +13,11 @@ void axpy_f32(float alpha, const float* x, float* y, size_t n);
 // out[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] (SwiGLU's gate; Highway's Exp). out may
 // alias g or u.
 void swiglu_f32(const float* g, const float* u, float* out, size_t n);
+// out[i] = gelu_tanh(g[i]) * u[i] = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u[i] (GeGLU's gate,
+// the tanh approximation Gemma uses; Highway's Tanh). out may alias g or u.
+void geglu_f32(const float* g, const float* u, float* out, size_t n);
+// x[i] = cap * tanh(x[i] * scale / cap): logit soft-capping (Gemma 2), after scaling by `scale`.
+void softcap_f32(float* x, size_t n, float scale, float cap);
 // out[i] = x[i] * (1 / sqrt(sum_j x[j]^2 / n + eps)) * g[i] (RMSNorm; the sum is dot_f32's).
 // out may alias x.
 void rmsnorm_f32(const float* x, const float* g, float* out, size_t n, float eps);

@@ -1,28 +1,30 @@
 // Quantized weights (ggml block formats) times quantized activations: integer dot products per block,
 // scaled and accumulated in f32. Dispatched at run time to the best Highway target of this CPU.
-// Implemented by quant_act.cc (quantize_act), gemm_q.cc, pack_rows.cc and gemm_packed.cc (with its
-// VNNI path in gemm_packed_vnni-inl.h); the ggml blocks are simd/ggml_blocks.h.
+// Implemented by quant_act.cc (quantize_act), gemm_q.cc (with gemm_q_lowbit-inl.h), pack_rows.cc
+// and gemm_packed.cc (with its VNNI path in gemm_packed_vnni-inl.h); the ggml blocks are
+// simd/ggml_blocks.h.
 //
-// Weight types (GGUF type ids): Q4_0=2, Q4_1=3, Q5_0=6, Q8_0=8, Q4_K=12, Q5_K=13, Q6_K=14, in ggml's
-// exact block layouts.
+// Weight types (GGUF type ids): Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8, Q2_K=10, Q3_K=11, Q4_K=12,
+// Q5_K=13, Q6_K=14, IQ4_NL=20, IQ4_XS=23, in ggml's exact block layouts.
 //
 // Activation rows are quantized by quantize_act into one of two layouts of our own (little-endian,
 // n elements, the pointer aligned to 4 bytes at least; 64 is best):
 //
-//   A32 (for Q4_0, Q4_1, Q5_0, Q8_0 weights), nb = n / 32 blocks of 32:
+//   A32 (for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL weights), nb = n / 32 blocks of 32:
 //     int16_t q[n]      q = nearest_even(x * (127 / amax)) in [-127, 127] (int8 values stored widened
 //                       to int16, so the kernels need not widen them for every weight row)
 //     float   d[nb]     amax / 127 of the block (0 when amax < 1e-30: the block is all zeros)
-//     float   ds[nb]    d * (sum of the block's q), used for Q4_1's min term
+//     float   ds[nb]    d * (sum of the block's q), used for Q4_1's and Q5_1's min term
 //     int32_t s[nb]     sum of the block's q (exact), used by the packed Q4_0 (-8) and Q8_0 (VNNI:
 //                       -128) offsets
 //     int8_t  q8[n]     the same q as int8 (the packed VNNI kernels' signed operand)
-//   A256 (for Q4_K, Q5_K, Q6_K weights), nb = n / 256 blocks of 256:
+//   A256 (for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS weights), nb = n / 256 blocks of 256:
 //     int16_t q[n]      as above, amax taken over 256 elements
 //     float   d[nb]
 //     int16_t bsums[nb * 8]    sum of q over each run of 32 elements (the Q4_K/Q5_K sub-blocks)
 //     int8_t  q8[n]     the same q as int8
-//     int16_t bs16[nb * 16]    sum of q over each run of 16 elements (the Q6_K scale groups; VNNI)
+//     int16_t bs16[nb * 16]    sum of q over each run of 16 elements (the Q6_K scale groups, VNNI;
+//                       Q2_K's min term)
 // (q8 starts at a multiple of 4 bytes from the row: 2n + 12 nb, resp. 2n + 20 nb.)
 //
 // Dequantized activation element i is d[i / block] * q[i]. All K types share A256 and all legacy
@@ -43,7 +45,7 @@ namespace towers::simd {
 size_t act_bytes(uint32_t weight_type, size_t n);
 // Quantizes n floats (finite; n a multiple of the weight block size) into act (act_bytes bytes).
 void quantize_act(uint32_t weight_type, const float* x, void* act, size_t n);
-// True for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K.
+// True for the weight types above (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K .. Q6_K, IQ4_XS).
 bool has_quant_dot(uint32_t weight_type);
 // Name of the Highway target these kernels dispatch to (their files also compile AVX3_DL, which
 // simd::target_name()'s kernels do not; e.g. "AVX3_DL" on AVX-512 VNNI CPUs).

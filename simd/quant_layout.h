@@ -11,15 +11,18 @@
 namespace towers::simd::qd {
 
 constexpr GgmlType kQ4_0 = GgmlType::Q4_0, kQ4_1 = GgmlType::Q4_1, kQ5_0 = GgmlType::Q5_0,
-                   kQ8_0 = GgmlType::Q8_0, kQ4_K = GgmlType::Q4_K, kQ5_K = GgmlType::Q5_K,
-                   kQ6_K = GgmlType::Q6_K;
+                   kQ5_1 = GgmlType::Q5_1, kQ8_0 = GgmlType::Q8_0, kIQ4_NL = GgmlType::IQ4_NL,
+                   kQ2_K = GgmlType::Q2_K, kQ3_K = GgmlType::Q3_K, kQ4_K = GgmlType::Q4_K,
+                   kQ5_K = GgmlType::Q5_K, kQ6_K = GgmlType::Q6_K, kIQ4_XS = GgmlType::IQ4_XS;
 
-// The weight types gemm_q reads (has_quant_dot).
-constexpr bool has_kernel(GgmlType t) {
-  return t == kQ4_0 || t == kQ4_1 || t == kQ5_0 || t == kQ8_0 || t == kQ4_K || t == kQ5_K || t == kQ6_K;
+// The super-block (256-element) types gemm_q reads: they read A256 activations.
+constexpr bool is_k(GgmlType t) {
+  return t == kQ2_K || t == kQ3_K || t == kQ4_K || t == kQ5_K || t == kQ6_K || t == kIQ4_XS;
 }
-// K types read A256 activations, the others A32.
-constexpr bool is_k(GgmlType t) { return t == kQ4_K || t == kQ5_K || t == kQ6_K; }
+// The weight types gemm_q reads (has_quant_dot): the K types above and these blocks of 32 (A32).
+constexpr bool has_kernel(GgmlType t) {
+  return is_k(t) || t == kQ4_0 || t == kQ4_1 || t == kQ5_0 || t == kQ5_1 || t == kQ8_0 || t == kIQ4_NL;
+}
 // Elements per activation block (32 or 256) and ggml bytes per weight block.
 constexpr size_t act_block(GgmlType t) { return is_k(t) ? kQK_K : kQK; }
 constexpr size_t block_bytes(GgmlType t) { return block_shape(t).bytes; }

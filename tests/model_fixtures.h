@@ -3,13 +3,12 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <vector>
 
 #include "engine/model/forward.h"
 #include "engine/model/synth.h"
+#include "engine/text/passages.h"
 #include "engine/text/tokenizer.h"
 #include "test_support.h"
 
@@ -44,21 +43,8 @@ inline std::unique_ptr<Model> synth_tiny(const std::string& file_tag, const std:
 // Passages of the TinyStories corpus, tokenized (BOS first), each at least n tokens, cut to n.
 inline std::vector<std::vector<int32_t>> passages(const Model& model, int count, int n) {
   auto p = shared_file("corpora/tinystories_val_subset.txt");
-  std::vector<std::vector<int32_t>> out;
-  if (p.empty()) return out;
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  size_t at = 0;
-  while (static_cast<int>(out.size()) < count && at + 4000 < text.size()) {
-    auto ids = model.tokenizer().encode(std::string_view(text).substr(at, 4000), true, false);
-    at += 4000;
-    if (static_cast<int>(ids.size()) < n) continue;
-    ids.resize(n);
-    out.push_back(ids);
-  }
-  return out;
+  if (p.empty()) return {};
+  return corpus_passages(model.tokenizer(), p, count, n);
 }
 
 inline std::vector<float> eval_all(Forward& fwd, KvCache& cache, std::span<const int32_t> ids) {

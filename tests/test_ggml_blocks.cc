@@ -52,6 +52,10 @@ TEST_CASE("ggml_blocks: field offsets are ggml's") {
   CHECK(offsetof(BlockQ6_K, scales) == 192);
   CHECK(offsetof(BlockQ6_K, d) == 208);
   CHECK(offsetof(BlockQ8_K, bsums) == 260);
+  CHECK(offsetof(BlockIQ4_NL, qs) == 2);
+  CHECK(offsetof(BlockIQ4_XS, scales_h) == 2);
+  CHECK(offsetof(BlockIQ4_XS, scales_l) == 4);
+  CHECK(offsetof(BlockIQ4_XS, qs) == 8);
   // Alignment 1: a block may start at any byte of a mapped file.
   CHECK(alignof(BlockQ4_0) == 1);
   CHECK(alignof(BlockQ6_K) == 1);
@@ -70,6 +74,23 @@ TEST_CASE("ggml_blocks: ggml_type_traits reports the structs' geometry") {
     CHECK(tr->block_bytes == shape.bytes);
   }
   CHECK(block_shape(GgmlType::Q4_K).bytes == 144);
+  // The types we refuse still have ggml's geometry (ggml-common.h), so their files parse.
+  CHECK(block_shape(GgmlType::IQ2_XXS).bytes == 66);
+  CHECK(block_shape(GgmlType::IQ3_S).bytes == 110);
+  CHECK(block_shape(GgmlType::IQ1_M).bytes == 56);
+  CHECK(block_shape(GgmlType::TQ1_0).bytes == 54);
+  CHECK(block_shape(GgmlType::IQ4_XS).bytes == 136);
+  for (GgmlType t : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,
+                     GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::TQ1_0, GgmlType::TQ2_0}) {
+    CAPTURE(ggml_type_name(t));
+    CHECK_FALSE(traits(t).supported);
+    CHECK(supported_ggml_types().find(ggml_type_name(t)) == std::string_view::npos);
+  }
+  for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
+    CAPTURE(ggml_type_name(t));
+    CHECK(traits(t).supported);
+    CHECK(supported_ggml_types().find(ggml_type_name(t)) != std::string_view::npos);
+  }
   CHECK(block_shape(GgmlType::Q6_K).elems == 256);
   CHECK(row_bytes(GgmlType::Q8_0, 64) == 68);
 }
@@ -112,4 +133,43 @@ TEST_CASE("ggml_blocks: unpack_scale_min_k4 is ggml's get_scale_min_k4, pack_sca
       REQUIRE(mn2[j] == lm[j]);
     }
   }
+}
+
+TEST_CASE("ggml_blocks: unpack_scales_q3k is dequantize_row_q3_K's unpacking, pack_scales_q3k inverts it") {
+  std::mt19937 rng(6);
+  std::uniform_int_distribution<int> byte(0, 255), six(0, 63);
+  for (int trial = 0; trial < 20000; ++trial) {
+    uint8_t q[12];
+    for (auto& b : q) b = static_cast<uint8_t>(byte(rng));
+    // ggml's kmask dance on four 32-bit words, written out per scale: scale j has its low 4 bits in
+    // q[j % 8] (low nibble for j < 8) and its top 2 at bits 2 (j / 4) of q[8 + j % 4].
+    uint8_t sc[16];
+    unpack_scales_q3k(q, sc);
+    for (int j = 0; j < 16; ++j) {
+      const int low = j < 8 ? q[j] & 15 : q[j - 8] >> 4;
+      const int top = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
+      REQUIRE(sc[j] == (low | top << 4));
+    }
+    uint8_t ls[16], packed[12], back[16];
+    for (auto& l : ls) l = static_cast<uint8_t>(six(rng));
+    pack_scales_q3k(ls, packed);
+    unpack_scales_q3k(packed, back);
+    for (int j = 0; j < 16; ++j) REQUIRE(back[j] == ls[j]);
+  }
+}
+
+TEST_CASE("ggml_blocks: iq4xs_scale reads ggml's scales_l and scales_h") {
+  BlockIQ4_XS b{};
+  // ls_j = 10 + 7j: low 4 bits in nibble j % 2 of scales_l[j / 2], top 2 at bits 2j of scales_h.
+  uint16_t h = 0;
+  for (int j = 0; j < 8; ++j) {
+    const int ls = 10 + 7 * j;
+    b.scales_l[j / 2] = static_cast<uint8_t>(b.scales_l[j / 2] | (ls & 15) << (4 * (j % 2)));
+    h = static_cast<uint16_t>(h | (ls >> 4) << (2 * j));
+  }
+  b.scales_h[0] = static_cast<uint8_t>(h);
+  b.scales_h[1] = static_cast<uint8_t>(h >> 8);
+  for (int j = 0; j < 8; ++j) CHECK(iq4xs_scale(b, j) == 10 + 7 * j);
+  CHECK(kIq4nlValues[0] == -127);
+  CHECK(kIq4nlValues[15] == 113);
 }

@@ -94,10 +94,13 @@ TEST_CASE("an unsupported architecture names the supported ones") {
 TEST_CASE("an unsupported tensor type names the supported ones") {
   Spec s;
   s.n_embd = 256, s.n_ff = 256;
-  s.matrix_type = GgmlType::Q2_K;
-  std::string e = load_error(s);
-  CHECK(e.find("Q2_K, which is not supported") != std::string::npos);
-  CHECK(e.find("Q4_K") != std::string::npos);
+  for (GgmlType t : {GgmlType::IQ2_XXS, GgmlType::IQ3_S, GgmlType::IQ1_M, GgmlType::TQ1_0}) {
+    s.matrix_type = t;
+    std::string e = load_error(s);
+    CAPTURE(e);
+    CHECK(e.find(std::string(ggml_type_name(t)) + ", which is not supported") != std::string::npos);
+    CHECK(e.find("Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS") != std::string::npos);
+  }
 }
 
 TEST_CASE("missing tensors, wrong shapes and inconsistent heads are named") {

@@ -393,8 +393,9 @@ TEST_CASE("Q6_K block: (d * scale) * (6-bit q - 32), 16 int8 scales") {
 }
 
 TEST_CASE("unaligned source and destination give the same results") {
-  const GgmlType types[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
-                            GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+  const GgmlType types[] = {GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,   GgmlType::Q4_1,
+                            GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,
+                            GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
   Rng rng{7};
   std::vector<float> x(512);
   for (auto& v : x) v = static_cast<float>(rng.gauss());
@@ -412,8 +413,9 @@ TEST_CASE("unaligned source and destination give the same results") {
 }
 
 TEST_CASE("quantize_row writes exactly row_bytes, all of them") {
-  const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
+                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
   Rng rng{11};
   std::vector<float> x(768);
   for (auto& v : x) v = static_cast<float>(rng.gauss());
@@ -433,9 +435,9 @@ TEST_CASE("quantize_row writes exactly row_bytes, all of them") {
 }
 
 TEST_CASE("unsupported types dequantize to NaN") {
-  std::vector<uint8_t> b(row_bytes(GgmlType::Q2_K, 256), 0);
+  std::vector<uint8_t> b(row_bytes(GgmlType::IQ2_XXS, 256), 0);
   std::vector<float> y(256, 0.0f);
-  dequantize_row(GgmlType::Q2_K, b.data(), y.data(), 256);
+  dequantize_row(GgmlType::IQ2_XXS, b.data(), y.data(), 256);
   for (float v : y) CHECK(std::isnan(v));
 }
 
@@ -463,8 +465,8 @@ struct Bound {
 }  // namespace
 
 TEST_CASE("quantize -> dequantize error bounds") {
-  // Relative RMS error measured with these inputs (the quantizers are ggml-identical), and bounds
-  // about 1.25x above:
+  // Relative RMS error measured with these inputs (the quantizers are ggml-identical, except Q2_K,
+  // Q3_K, IQ4_NL and IQ4_XS: our reference quantizers, quant.cc), and bounds about 1.25x above:
   //   type  gaussian  uniform  varied
   //   F16   0.00021   0.00021  0.00020
   //   BF16  0.0017    0.0017   0.0016
@@ -475,12 +477,20 @@ TEST_CASE("quantize -> dequantize error bounds") {
   //   Q4_K  0.072     0.054    0.069
   //   Q4_1  0.079     0.060    0.074
   //   Q4_0  0.086     0.065    0.084
+  //   Q5_1  0.038     0.029    0.036
+  //   Q2_K  0.284     0.226    0.274
+  //   Q3_K  0.153     0.123    0.150
+  //   IQ4_NL 0.076    0.065    0.074
+  //   IQ4_XS 0.077    0.065    0.076
   const Bound bounds[] = {
       {GgmlType::F16, 0.0003, 0.0003, 0.0003},   {GgmlType::BF16, 0.0022, 0.0022, 0.0022},
       {GgmlType::Q8_0, 0.007, 0.005, 0.007},     {GgmlType::Q6_K, 0.022, 0.017, 0.022},
       {GgmlType::Q5_K, 0.045, 0.035, 0.045},     {GgmlType::Q5_0, 0.052, 0.04, 0.052},
       {GgmlType::Q4_K, 0.09, 0.07, 0.09},        {GgmlType::Q4_1, 0.095, 0.075, 0.095},
       {GgmlType::Q4_0, 0.105, 0.08, 0.105},
+      {GgmlType::Q5_1, 0.048, 0.037, 0.045},     {GgmlType::Q2_K, 0.36, 0.29, 0.35},
+      {GgmlType::Q3_K, 0.19, 0.155, 0.19},       {GgmlType::IQ4_NL, 0.095, 0.081, 0.093},
+      {GgmlType::IQ4_XS, 0.096, 0.082, 0.096},
   };
   const size_t n = 256 * 64;
   Rng rng{12345};
@@ -507,8 +517,9 @@ TEST_CASE("quantize -> dequantize error bounds") {
 }
 
 TEST_CASE("quantize of zeros dequantizes to zeros") {
-  const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
+                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
   std::vector<float> zeros(512, 0.0f);
   for (GgmlType t : types) {
     CAPTURE(ggml_type_name(t));
@@ -523,7 +534,8 @@ TEST_CASE("a constant row survives the asymmetric and k-quant formats") {
   // Exercises the max == min paths: q4_1 with d = 0, k-quants with a zero sub-block scale.
   std::vector<float> x(256, 0.75f);
   for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
-                     GgmlType::Q4_0, GgmlType::Q5_0}) {
+                     GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
+                     GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     CAPTURE(ggml_type_name(t));
     CHECK(rel_rms_error(t, x) < 0.01);
   }

@@ -24,12 +24,16 @@ using namespace towers;
 
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
-                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                           GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                           GgmlType::Q6_K, GgmlType::IQ4_XS};
 
 uint32_t id(GgmlType t) { return static_cast<uint32_t>(t); }
 size_t block_elems(GgmlType t) { return traits(t).block_elems; }
-bool affine(GgmlType t) { return t == GgmlType::Q4_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K; }
+bool affine(GgmlType t) {
+  return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q2_K || t == GgmlType::Q4_K ||
+         t == GgmlType::Q5_K;
+}
 size_t act_block(GgmlType t) { return block_elems(t) == 256 ? 256 : 32; }
 
 // Sizes per type: one block, an odd number of blocks, many blocks (crossing internal chunking).
@@ -195,8 +199,9 @@ TEST_CASE("quant_dot: API basics") {
   }
   CHECK_FALSE(simd::has_quant_dot(0));
   CHECK_FALSE(simd::has_quant_dot(1));
-  CHECK_FALSE(simd::has_quant_dot(id(GgmlType::Q5_1)));
-  CHECK_FALSE(simd::has_quant_dot(id(GgmlType::Q2_K)));
+  CHECK_FALSE(simd::has_quant_dot(id(GgmlType::Q8_1)));
+  CHECK_FALSE(simd::has_quant_dot(id(GgmlType::IQ2_XXS)));
+  CHECK_FALSE(simd::has_quant_dot(id(GgmlType::TQ2_0)));
   MESSAGE("Highway target: " << std::string(simd::target_name())
                                << ", quant_dot: " << std::string(simd::quant_dot_target()));
 }

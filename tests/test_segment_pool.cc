@@ -17,26 +17,9 @@ using namespace towers;
 
 namespace {
 
-
-std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
-  std::uniform_int_distribution<int32_t> d(3, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& t : v) t = d(rng);
-  return v;
-}
-
-std::vector<int32_t> concat(std::initializer_list<std::span<const int32_t>> parts) {
-  std::vector<int32_t> out;
-  for (auto p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
-  return m;
-}
+using test::concat;
+using test::random_tokens;
+using test::max_abs_diff;
 
 SegmentOptions with_id(SegmentId id) {
   SegmentOptions o;

@@ -13,18 +13,8 @@ using namespace towers;
 
 namespace {
 
-std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
-  std::uniform_int_distribution<int32_t> d(3, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& t : v) t = d(rng);
-  return v;
-}
-
-std::vector<int32_t> concat(std::initializer_list<std::span<const int32_t>> parts) {
-  std::vector<int32_t> out;
-  for (auto p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
+using test::concat;
+using test::random_tokens;
 
 struct Store {
   std::unique_ptr<Model> model = test::synth_tiny("store", "f16");

@@ -1,7 +1,10 @@
 // Helpers shared by the tests: where ../shared is, and skipping when it is absent.
 #pragma once
 #include <cstdlib>
+#include <cstdint>
 #include <filesystem>
+#include <initializer_list>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +34,20 @@ inline std::filesystem::path shared_file(const std::string& rel) {
 template <class T>
 std::vector<std::remove_const_t<T>> to_vec(std::span<T> s) {
   return {s.begin(), s.end()};
+}
+
+// n tokens drawn uniformly from [3, vocab) (above the usual special ids).
+inline std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
+  std::uniform_int_distribution<int32_t> d(3, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& t : v) t = d(rng);
+  return v;
+}
+
+inline std::vector<int32_t> concat(std::initializer_list<std::span<const int32_t>> parts) {
+  std::vector<int32_t> out;
+  for (auto p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
 }
 
 inline std::filesystem::path temp_dir() {

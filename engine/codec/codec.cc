@@ -243,10 +243,31 @@ void frequencies(std::span<const float> logits, std::vector<uint32_t>& freq) {
 
 }  // namespace codec
 
-uint16_t codec_target_tag() {
-  const char* name = simd::target_name();
-  return static_cast<uint16_t>(
-      codec::crc32(std::span(reinterpret_cast<const uint8_t*>(name), std::strlen(name))) & 0xFFFF);
+namespace {
+uint16_t target_tag_of(std::string_view name) {
+  return static_cast<uint16_t>(codec::crc32(std::span(reinterpret_cast<const uint8_t*>(name.data()), name.size())) &
+                               0xFFFF);
+}
+}  // namespace
+
+uint16_t codec_target_tag() { return target_tag_of(simd::target_name()); }
+
+std::string codec_target_name(uint16_t tag) {
+  // Highway's target names (hwy::TargetName), listed here because Highway names only the targets of
+  // the architecture it was compiled for, and a container may come from another.
+  struct Known {
+    const char* name;
+    const char* family;
+  };
+  static constexpr Known kKnown[] = {
+      {"SSSE3", "x86-64"}, {"SSE4", "x86-64"},   {"AVX2", "x86-64"},    {"AVX3", "x86-64"},
+      {"AVX3_DL", "x86-64"}, {"NEON", "ARM64"}, {"SVE", "ARM64"},     {"SVE2", "ARM64"},
+      {"SVE_256", "ARM64"}, {"SVE2_128", "ARM64"}, {"PPC8", "POWER"}, {"WASM", "WebAssembly"},
+      {"WASM_EMU256", "WebAssembly"}, {"RVV", "RISC-V"}, {"EMU128", "portable"}, {"SCALAR", "portable"}};
+  for (const Known& k : kKnown) {
+    if (target_tag_of(k.name) == tag) return std::string(k.name) + " (" + k.family + ")";
+  }
+  return "an unknown target";
 }
 
 // --------------------------------------------------------------------------------- container
@@ -717,8 +738,9 @@ Result<std::vector<int32_t>> Codec::decode_record(Forward& fwd, const CodecStore
   const auto t0 = Clock::now();
   if (Status st = check_store(store, fwd.kernels()); !st) return st;
   if (store.target_tag != codec_target_tag() && !o.any_target) {
-    return Status::Error("codec: coded on a CPU with another SIMD target (tag " + std::to_string(store.target_tag) +
-                         "; this machine runs " + simd::target_name() + ", tag " + std::to_string(codec_target_tag()) +
+    return Status::Error("codec: coded on a CPU with another SIMD target (" + codec_target_name(store.target_tag) +
+                         ", tag " + std::to_string(store.target_tag) + "; this machine runs " +
+                         codec_target_name(codec_target_tag()) + ", tag " + std::to_string(codec_target_tag()) +
                          "), whose logits differ: refusing to decode (the tokens check alone is 15 bits)");
   }
   auto rec = read_codec_record(record, n_tokens);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/model/forward.h"
@@ -95,6 +96,9 @@ std::vector<uint8_t> write_codec_store_header(const CodecStoreHeader& h);
 Result<CodecStoreHeader> read_codec_store_header(std::span<const uint8_t> bytes);
 // The tag recorded for this machine's SIMD target.
 uint16_t codec_target_tag();
+// What a tag names, for messages: "AVX3 (x86-64)", "NEON (ARM64)", ... for Highway's targets, whatever
+// CPU reads the tag; "an unknown target" otherwise.
+std::string codec_target_name(uint16_t tag);
 
 // What a store keeps about a coded segment in its index rather than in the record. A store that
 // identifies the parent chain otherwise (immutable parents by id) needs only `tokens` of it.

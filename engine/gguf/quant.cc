@@ -6,8 +6,11 @@
 // each element is the correctly rounded value of its formula, with at most one rounding (the final
 // "+ m" / "- dmin*min"). Faster kernels may therefore reassociate the products or use FMA and still
 // match bit for bit.
-// Quantization follows ggml's *_ref quantizers (quantize_row_q4_0_ref, ..., quantize_row_q6_K_ref)
-// step by step, so in practice it also writes the same bytes as ggml.
+// Quantization of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K follows ggml's *_ref quantizers
+// step by step, so in practice it also writes the same bytes as ggml. Q2_K, Q3_K, IQ4_NL and IQ4_XS
+// have simpler reference quantizers of our own (a per-sub-block scale search, then the super-block
+// scales, then the levels again with the stored scales): valid blocks in ggml's layout, close to but
+// not the bytes llama-quantize writes (its searches are longer, and it can use an importance matrix).
 //
 // Blocks are the structs of simd/ggml_blocks.h (alignment 1, little-endian fields), so a row may
 // start at any address.
@@ -26,10 +29,15 @@ namespace towers {
 
 namespace {
 
+using simd::BlockIQ4_NL;
+using simd::BlockIQ4_XS;
+using simd::BlockQ2_K;
+using simd::BlockQ3_K;
 using simd::BlockQ4_0;
 using simd::BlockQ4_1;
 using simd::BlockQ4_K;
 using simd::BlockQ5_0;
+using simd::BlockQ5_1;
 using simd::BlockQ5_K;
 using simd::BlockQ6_K;
 using simd::BlockQ8_0;
@@ -81,6 +89,66 @@ void dequant_q5_0(const BlockQ5_0& b, float* y) {
     const int x1 = ((b.qs[j] >> 4) | h1) - 16;
     y[j] = static_cast<float>(x0) * d;
     y[j + QK / 2] = static_cast<float>(x1) * d;
+  }
+}
+
+void dequant_q5_1(const BlockQ5_1& b, float* y) {
+  const float d = b.d.to_f32();
+  const float m = b.m.to_f32();
+  const uint32_t qh = load_u32(b.qh);
+  for (int j = 0; j < QK / 2; ++j) {
+    const int x0 = (b.qs[j] & 0x0F) | static_cast<int>((qh >> j) & 1u) << 4;
+    const int x1 = (b.qs[j] >> 4) | static_cast<int>((qh >> (j + QK / 2)) & 1u) << 4;
+    y[j] = static_cast<float>(x0) * d + m;
+    y[j + QK / 2] = static_cast<float>(x1) * d + m;
+  }
+}
+
+void dequant_iq4_nl(const BlockIQ4_NL& b, float* y) {
+  const float d = b.d.to_f32();
+  for (int j = 0; j < QK / 2; ++j) {
+    y[j] = d * static_cast<float>(simd::kIq4nlValues[b.qs[j] & 0xF]);
+    y[j + QK / 2] = d * static_cast<float>(simd::kIq4nlValues[b.qs[j] >> 4]);
+  }
+}
+
+void dequant_iq4_xs(const BlockIQ4_XS& b, float* y) {
+  const float d = b.d.to_f32();
+  for (int ib = 0; ib < 8; ++ib) {
+    const float dl = d * static_cast<float>(simd::iq4xs_scale(b, ib) - 32);
+    const uint8_t* qs = b.qs + 16 * ib;
+    for (int j = 0; j < 16; ++j) {
+      y[32 * ib + j] = dl * static_cast<float>(simd::kIq4nlValues[qs[j] & 0xF]);
+      y[32 * ib + j + 16] = dl * static_cast<float>(simd::kIq4nlValues[qs[j] >> 4]);
+    }
+  }
+}
+
+// Q2_K and Q3_K: the 2-bit field of element e (layout in simd/ggml_blocks.h).
+inline int low2_k(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+void dequant_q2_K(const BlockQ2_K& b, float* y) {
+  const float d = b.d.to_f32();
+  const float dmin = b.dmin.to_f32();
+  for (int s = 0; s < 16; ++s) {
+    const float dl = d * static_cast<float>(b.scales[s] & 0xF), ml = dmin * static_cast<float>(b.scales[s] >> 4);
+    for (int l = 0; l < 16; ++l) y[16 * s + l] = dl * static_cast<float>(low2_k(b.qs, 16 * s + l)) - ml;
+  }
+}
+
+void dequant_q3_K(const BlockQ3_K& b, float* y) {
+  const float d = b.d.to_f32();
+  uint8_t sc[16];
+  simd::unpack_scales_q3k(b.scales, sc);
+  for (int s = 0; s < 16; ++s) {
+    const float dl = d * static_cast<float>(sc[s] - 32);
+    for (int l = 0; l < 16; ++l) {
+      const int e = 16 * s + l;
+      const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
+      y[e] = dl * static_cast<float>(low2_k(b.qs, e) - (high ? 0 : 4));
+    }
   }
 }
 
@@ -297,21 +365,30 @@ void quant_q4_0(const float* x, BlockQ4_0& b) {
   }
 }
 
-void quant_q4_1(const float* x, BlockQ4_1& b) {
+// Q4_1 and Q5_1: d = (max - min) / nmax, m = min, q = trunc((x - min) / d + 0.5) clamped; Q5_1's
+// fifth bits as Q5_0's.
+template <class Block>
+void quant_affine(const float* x, Block& b) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_1>;
+  constexpr int nmax = kQ5 ? 31 : 15;
   float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
   for (int j = 0; j < QK; ++j) {
     min = std::min(min, x[j]);
     max = std::max(max, x[j]);
   }
-  const float d = (max - min) / 15;
+  const float d = (max - min) / nmax;
   const float id = d ? 1.0f / d : 0.0f;
   b.d.set(d);
   b.m.set(min);
+  uint32_t qh = 0;
   for (int j = 0; j < QK / 2; ++j) {
-    const int q0 = std::min(15, static_cast<int>((x[j] - min) * id + 0.5f));
-    const int q1 = std::min(15, static_cast<int>((x[j + QK / 2] - min) * id + 0.5f));
-    b.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    const int q0 = std::min(nmax, static_cast<int>((x[j] - min) * id + 0.5f));
+    const int q1 = std::min(nmax, static_cast<int>((x[j + QK / 2] - min) * id + 0.5f));
+    b.qs[j] = static_cast<uint8_t>((q0 & 0xF) | ((q1 & 0xF) << 4));
+    qh |= static_cast<uint32_t>(q0 >> 4) << j;
+    qh |= static_cast<uint32_t>(q1 >> 4) << (j + QK / 2);
   }
+  if constexpr (kQ5) store_u32(b.qh, qh);
 }
 
 void quant_q5_0(const float* x, BlockQ5_0& b) {
@@ -460,6 +537,164 @@ void quant_q6_K(const float* x, BlockQ6_K& b) {
   }
 }
 
+// Q2_K and Q3_K: writes the 256 levels L (2 bits) into qs (layout in simd/ggml_blocks.h).
+void pack_low2_k(const uint8_t* L, uint8_t* qs) {
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t* Lh = L + 128 * h + l;
+      qs[32 * h + l] = static_cast<uint8_t>(Lh[0] | Lh[32] << 2 | Lh[64] << 4 | Lh[96] << 6);
+    }
+  }
+}
+
+// Q2_K: per sub-block of 16 an asymmetric 2-bit fit (make_qkx2_quants, weights |x|), 4-bit scales
+// and mins relative to d and dmin, then the levels again with the stored scales.
+void quant_q2_K(const float* x, BlockQ2_K& b) {
+  uint8_t L[QK_K], Laux[16];
+  float scales[16], mins[16], weights[16];
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < 16; ++j) {
+    for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+    scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15);
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
+  }
+  const float inv_scale = max_scale > 0 ? 15.f / max_scale : 0.f;
+  const float inv_min = max_min > 0 ? 15.f / max_min : 0.f;
+  for (int j = 0; j < 16; ++j) {
+    const int ls = std::clamp(nearest_int(inv_scale * scales[j]), 0, 15);
+    const int lm = std::clamp(nearest_int(inv_min * mins[j]), 0, 15);
+    b.scales[j] = static_cast<uint8_t>(ls | lm << 4);
+  }
+  b.d.set(max_scale / 15.f);
+  b.dmin.set(max_min / 15.f);
+  const float d_all = b.d.to_f32(), dmin_all = b.dmin.to_f32();
+  for (int j = 0; j < 16; ++j) {
+    const float d = d_all * static_cast<float>(b.scales[j] & 0xF);
+    if (!d) continue;
+    const float dm = dmin_all * static_cast<float>(b.scales[j] >> 4);
+    for (int l = 0; l < 16; ++l) {
+      L[16 * j + l] = static_cast<uint8_t>(std::clamp(nearest_int((x[16 * j + l] + dm) / d), 0, 3));
+    }
+  }
+  pack_low2_k(L, b.qs);
+}
+
+// Q3_K: per sub-block of 16 a symmetric 3-bit fit (make_qx_quants), 6-bit signed scales relative to
+// d, then the levels again with the stored scales.
+void quant_q3_K(const float* x, BlockQ3_K& b) {
+  int8_t Ls[QK_K];
+  float scales[16];
+  float max_scale = 0, amax = 0;
+  for (int j = 0; j < 16; ++j) {
+    scales[j] = make_qx_quants(16, 4, x + 16 * j, Ls + 16 * j);
+    if (std::fabs(scales[j]) > amax) {
+      amax = std::fabs(scales[j]);
+      max_scale = scales[j];
+    }
+  }
+  std::memset(&b, 0, sizeof(b));
+  uint8_t sc[16];
+  const float iscale = amax < kGroupMaxEps ? 0.f : -32.f / max_scale;
+  for (int j = 0; j < 16; ++j) sc[j] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * scales[j]), -32, 31) + 32);
+  simd::pack_scales_q3k(sc, b.scales);
+  b.d.set(iscale ? 1 / iscale : 0.f);
+  const float d_all = b.d.to_f32();
+  uint8_t L[QK_K];
+  for (int j = 0; j < 16; ++j) {
+    const float d = d_all * static_cast<float>(sc[j] - 32);
+    for (int l = 0; l < 16; ++l) {
+      const int e = 16 * j + l;
+      L[e] = static_cast<uint8_t>(d ? std::clamp(nearest_int(x[e] / d), -4, 3) + 4 : 4);
+    }
+  }
+  for (int e = 0; e < QK_K; ++e) {
+    if (L[e] > 3) {
+      b.hmask[e % 32] = static_cast<uint8_t>(b.hmask[e % 32] | 1u << (e / 32));
+      L[e] = static_cast<uint8_t>(L[e] - 4);
+    }
+  }
+  pack_low2_k(L, b.qs);
+}
+
+// Index of the IQ4 value nearest to v (ties to the lower index).
+uint8_t iq4_index(float v) {
+  const int8_t* k = simd::kIq4nlValues;
+  int lo = 0;
+  while (lo < 15 && std::fabs(static_cast<float>(k[lo + 1]) - v) < std::fabs(static_cast<float>(k[lo]) - v)) ++lo;
+  return static_cast<uint8_t>(lo);
+}
+
+// The scale of 32 values as x ~ scale * kIq4nlValues[L]: tries 15 inverse scales around the one that
+// maps the value of largest magnitude onto -127 and keeps the weighted (x^2) least-squares best.
+float iq4_fit(const float* x, uint8_t* L) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  if (amax < kGroupMaxEps) {
+    std::memset(L, 0, 32);
+    return 0.f;
+  }
+  float best = -1, scale = 0;
+  uint8_t Lt[32];
+  for (int itry = -7; itry <= 7; ++itry) {
+    const float id = (static_cast<float>(itry) + simd::kIq4nlValues[0]) / max;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < 32; ++j) {
+      Lt[j] = iq4_index(id * x[j]);
+      const float q = simd::kIq4nlValues[Lt[j]], w = x[j] * x[j];
+      sumqx += w * q * x[j];
+      sumq2 += w * q * q;
+    }
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+      scale = sumqx / sumq2;
+      best = scale * sumqx;
+      std::memcpy(L, Lt, 32);
+    }
+  }
+  return scale;
+}
+
+// IQ4 indices of 32 values for the stored scale d (low | high nibble pairs, as Q4_0).
+void iq4_pack(const float* x, float d, uint8_t* qs) {
+  const float id = d ? 1.0f / d : 0.0f;
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(iq4_index(id * x[j]) | iq4_index(id * x[j + 16]) << 4);
+}
+
+void quant_iq4_nl(const float* x, BlockIQ4_NL& b) {
+  uint8_t L[32];
+  b.d.set(iq4_fit(x, L));
+  iq4_pack(x, b.d.to_f32(), b.qs);
+}
+
+void quant_iq4_xs(const float* x, BlockIQ4_XS& b) {
+  uint8_t L[32];
+  float scales[8], max_scale = 0, amax = 0;
+  for (int j = 0; j < 8; ++j) {
+    scales[j] = iq4_fit(x + 32 * j, L);
+    if (std::fabs(scales[j]) > amax) {
+      amax = std::fabs(scales[j]);
+      max_scale = scales[j];
+    }
+  }
+  std::memset(&b, 0, sizeof(b));
+  b.d.set(amax < kGroupMaxEps ? 0.f : -max_scale / 32);
+  const float d = b.d.to_f32(), id = d ? 1.0f / d : 0.0f;
+  uint16_t h = 0;
+  for (int j = 0; j < 8; ++j) {
+    const int l = std::clamp(nearest_int(id * scales[j]), -32, 31);
+    b.scales_l[j / 2] = static_cast<uint8_t>(b.scales_l[j / 2] | ((l + 32) & 15) << (4 * (j % 2)));
+    h = static_cast<uint16_t>(h | ((l + 32) >> 4) << (2 * j));
+    iq4_pack(x + 32 * j, d * static_cast<float>(l), b.qs + 16 * j);
+  }
+  b.scales_h[0] = static_cast<uint8_t>(h);
+  b.scales_h[1] = static_cast<uint8_t>(h >> 8);
+}
+
 // Applies a per-block function over a row of Block structs (n elements, kElems per block).
 template <class Block, size_t kElems>
 void for_blocks_dequant(const void* src, float* dst, size_t n, void (*fn)(const Block&, float*)) {
@@ -490,7 +725,12 @@ void dequantize_row(GgmlType type, const void* src, float* dst, size_t n) {
     case GgmlType::Q4_0: return for_blocks_dequant<BlockQ4_0, kQK>(src, dst, n, dequant_q4_0);
     case GgmlType::Q4_1: return for_blocks_dequant<BlockQ4_1, kQK>(src, dst, n, dequant_q4_1);
     case GgmlType::Q5_0: return for_blocks_dequant<BlockQ5_0, kQK>(src, dst, n, dequant_q5_0);
+    case GgmlType::Q5_1: return for_blocks_dequant<BlockQ5_1, kQK>(src, dst, n, dequant_q5_1);
     case GgmlType::Q8_0: return for_blocks_dequant<BlockQ8_0, kQK>(src, dst, n, dequant_q8_0);
+    case GgmlType::IQ4_NL: return for_blocks_dequant<BlockIQ4_NL, kQK>(src, dst, n, dequant_iq4_nl);
+    case GgmlType::Q2_K: return for_blocks_dequant<BlockQ2_K, kQK_K>(src, dst, n, dequant_q2_K);
+    case GgmlType::Q3_K: return for_blocks_dequant<BlockQ3_K, kQK_K>(src, dst, n, dequant_q3_K);
+    case GgmlType::IQ4_XS: return for_blocks_dequant<BlockIQ4_XS, kQK_K>(src, dst, n, dequant_iq4_xs);
     case GgmlType::Q4_K: return for_blocks_dequant<BlockQ4_K, kQK_K>(src, dst, n, dequant_k45<BlockQ4_K>);
     case GgmlType::Q5_K: return for_blocks_dequant<BlockQ5_K, kQK_K>(src, dst, n, dequant_k45<BlockQ5_K>);
     case GgmlType::Q6_K: return for_blocks_dequant<BlockQ6_K, kQK_K>(src, dst, n, dequant_q6_K);
@@ -514,9 +754,14 @@ void quantize_row(GgmlType type, const float* src, void* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) halves[i].set_bits(f32_to_bf16(src[i]));
       return;
     case GgmlType::Q4_0: return for_blocks_quant<BlockQ4_0, kQK>(src, dst, n, quant_q4_0);
-    case GgmlType::Q4_1: return for_blocks_quant<BlockQ4_1, kQK>(src, dst, n, quant_q4_1);
+    case GgmlType::Q4_1: return for_blocks_quant<BlockQ4_1, kQK>(src, dst, n, quant_affine<BlockQ4_1>);
     case GgmlType::Q5_0: return for_blocks_quant<BlockQ5_0, kQK>(src, dst, n, quant_q5_0);
+    case GgmlType::Q5_1: return for_blocks_quant<BlockQ5_1, kQK>(src, dst, n, quant_affine<BlockQ5_1>);
     case GgmlType::Q8_0: return for_blocks_quant<BlockQ8_0, kQK>(src, dst, n, quant_q8_0);
+    case GgmlType::IQ4_NL: return for_blocks_quant<BlockIQ4_NL, kQK>(src, dst, n, quant_iq4_nl);
+    case GgmlType::Q2_K: return for_blocks_quant<BlockQ2_K, kQK_K>(src, dst, n, quant_q2_K);
+    case GgmlType::Q3_K: return for_blocks_quant<BlockQ3_K, kQK_K>(src, dst, n, quant_q3_K);
+    case GgmlType::IQ4_XS: return for_blocks_quant<BlockIQ4_XS, kQK_K>(src, dst, n, quant_iq4_xs);
     case GgmlType::Q4_K: return for_blocks_quant<BlockQ4_K, kQK_K>(src, dst, n, quant_q4_K);
     case GgmlType::Q5_K: return for_blocks_quant<BlockQ5_K, kQK_K>(src, dst, n, quant_q5_K);
     case GgmlType::Q6_K: return for_blocks_quant<BlockQ6_K, kQK_K>(src, dst, n, quant_q6_K);

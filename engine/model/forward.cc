@@ -59,7 +59,7 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerWeights& L = model_.layers[l];
 
-    // Attention block: x += Wo · attention(rope(Wq·norm(x)), cache + rope(Wk·norm(x)), Wv·norm(x))
+    // Attention block: x += post_norm(Wo · attention(rope(Wq·norm(x)), cache + rope(Wk·norm(x)), Wv·norm(x)))
     rmsnorm(x_.data(), L.attn_norm, xb_.data(), T);
     const MatOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
     matmuls(qkv, xb_.data(), T);
@@ -68,8 +68,12 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
       add_bias(L.bk, k_.data(), T);
       add_bias(L.bv, v_.data(), T);
     }
-    rope(q_.data(), T, cfg_.n_head);
-    rope(k_.data(), T, cfg_.n_head_kv);
+    if (cfg_.qk_norm) {  // every head of q and k normalised on its own, before RoPE
+      rmsnorm(q_.data(), L.q_norm, q_.data(), T * cfg_.n_head);
+      rmsnorm(k_.data(), L.k_norm, k_.data(), T * cfg_.n_head_kv);
+    }
+    rope(q_.data(), T, cfg_.n_head, l);
+    rope(k_.data(), T, cfg_.n_head_kv, l);
     for (int t = 0; t < T; ++t) {
       KvCache& cache = *batch[seq_of_[t]].cache;
       const int32_t i = pos_[t] - cache.next_pos();
@@ -84,17 +88,22 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
       attention(batch, l, T);
     }
     matmul(L.wo, att_.data(), T, xb_.data());
-    for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
+    add_residual(L.post_attn_norm, T);
 
-    // Feed-forward block (SwiGLU): x += W_down · (silu(W_gate·norm(x)) * W_up·norm(x))
+    // Feed-forward block: x += post_norm(W_down · (act(W_gate·norm(x)) * W_up·norm(x))), act = silu or gelu
     rmsnorm(x_.data(), L.ffn_norm, xb_.data(), T);
     const MatOut gate_up[] = {{&L.w_gate, hb_.data()}, {&L.w_up, hb2_.data()}};
     matmuls(gate_up, xb_.data(), T);
     pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
-      simd::swiglu_f32(&hb_[t0 * ff], &hb2_[t0 * ff], &hb_[t0 * ff], (t1 - t0) * ff);
+      const size_t at = t0 * ff, n = (t1 - t0) * ff;
+      if (cfg_.ffn_gate == FfnGate::GeluTanh) {
+        simd::geglu_f32(&hb_[at], &hb2_[at], &hb_[at], n);
+      } else {
+        simd::swiglu_f32(&hb_[at], &hb2_[at], &hb_[at], n);
+      }
     });
     matmul(L.w_down, hb_.data(), T, xb_.data());
-    for (size_t i = 0; i < size_t(T) * d; ++i) x_[i] += xb_[i];
+    add_residual(L.post_ffn_norm, T);
   }
   for (const Sequence& q : batch) q.cache->commit(static_cast<int32_t>(q.tokens.size()));
 
@@ -110,20 +119,36 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
   }
   logits.resize(size_t(rows) * cfg_.n_vocab);
   matmul(model_.output, xb_.data(), rows, logits.data());
+  if (cfg_.final_softcap > 0) {
+    pool_.parallel_for(static_cast<size_t>(rows), [&](size_t r0, size_t r1, int) {
+      simd::softcap_f32(&logits[r0 * cfg_.n_vocab], (r1 - r0) * cfg_.n_vocab, 1.0f, cfg_.final_softcap);
+    });
+  }
   return Status::Ok();
 }
 
 void Forward::embed() {
   const int d = cfg_.n_embd;
   for (size_t t = 0; t < tok_.size(); ++t) {
-    dequantize_row(model_.tok_embd.type, model_.tok_embd.row(tok_[t]), &x_[t * d], d);
+    float* x = &x_[t * d];
+    dequantize_row(model_.tok_embd.type, model_.tok_embd.row(tok_[t]), x, d);
+    if (cfg_.embd_scale != 1.0f) {
+      for (int i = 0; i < d; ++i) x[i] *= cfg_.embd_scale;
+    }
   }
 }
 
-void Forward::rmsnorm(const float* x, const Weight& w, float* out, int T) {
-  const int d = cfg_.n_embd;
+// Each of `rows` vectors of w.cols floats (a token's n_embd, or one head) normalised with weights w.
+void Forward::rmsnorm(const float* x, const Weight& w, float* out, int rows) {
+  const int64_t n = w.cols;
   const float* g = reinterpret_cast<const float*>(w.data);
-  for (int t = 0; t < T; ++t) simd::rmsnorm_f32(x + size_t(t) * d, g, out + size_t(t) * d, d, cfg_.norm_eps);
+  for (int r = 0; r < rows; ++r) simd::rmsnorm_f32(x + size_t(r) * n, g, out + size_t(r) * n, n, cfg_.norm_eps);
+}
+
+// x += y (xb_), or x += post_norm(y) when the family normalises a block's output (gemma).
+void Forward::add_residual(const Weight& post_norm, int T) {
+  if (post_norm) rmsnorm(xb_.data(), post_norm, xb_.data(), T);
+  for (size_t i = 0; i < size_t(T) * cfg_.n_embd; ++i) x_[i] += xb_[i];
 }
 
 // y[t][r] = W[r] · x[t]. Each row of W is read once and used for all T tokens.
@@ -142,7 +167,12 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
            simd::act_bytes(t, cols) == simd::act_bytes(type0, cols);
   }
   if (!fast) {
-    for (const MatOut& m : mats) matmul_f32(*m.w, x, T, m.y);
+    // Matrices of two activation layouts in one call (an IQ4_NL attn_q beside a Q5_K attn_v) take a
+    // call each; a type without kernels (F16, F32, BF16) the f32 path.
+    for (const MatOut& m : mats) {
+      if (mats.size() > 1 && kernels_ == Kernels::Fast) matmuls(std::span<const MatOut>(&m, 1), x, T);
+      else matmul_f32(*m.w, x, T, m.y);
+    }
     return;
   }
   // Activation rows are quantized independently of each other, so batching does not change them;
@@ -206,10 +236,10 @@ void Forward::add_bias(const Weight& b, float* y, int T) {
   }
 }
 
-// Rotates every head of token t by its position pos[t].
-void Forward::rope(float* vecs, int T, int n_heads) {
+// Rotates every head of token t by its position pos[t], with the layer's frequencies.
+void Forward::rope(float* vecs, int T, int n_heads, int layer) {
   for (int t = 0; t < T; ++t) {
-    rope_.rotate(vecs + size_t(t) * n_heads * cfg_.head_dim, n_heads, static_cast<float>(pos_[t]));
+    rope_.rotate(vecs + size_t(t) * n_heads * cfg_.head_dim, n_heads, static_cast<float>(pos_[t]), layer);
   }
 }
 
@@ -220,11 +250,15 @@ void Forward::rope(float* vecs, int T, int n_heads) {
 // head read each block of it once. Units are handed out in a zigzag order over the tokens (first,
 // last, second, second to last, ...) so that with a causal mask every contiguous chunk of units, i.e.
 // every thread, gets about the same number of cached rows; the split never changes a result.
+// A windowed layer (sliding_window) sees only the rows acting at positions qpos - window + 1 .. qpos:
+// the window is a mask on acting positions, so it holds across the spans of a tower as it does in
+// one dense cache (docs/towers.md, "Sliding windows").
 void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
   const int hd = cfg_.head_dim;
   const int n_kv = cfg_.n_head_kv;
   const int group = cfg_.n_head / n_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = cfg_.attn_scale;
+  const int32_t window = cfg_.is_swa(layer) ? cfg_.sliding_window : 0;
   spans_.resize(batch.size());
   for (size_t s = 0; s < batch.size(); ++s) {
     batch[s].cache->spans(layer, static_cast<int32_t>(batch[s].tokens.size()), spans_[s]);
@@ -247,14 +281,15 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
       std::fill(l, l + group, 0.0f);
       std::fill(acc, acc + size_t(group) * hd, 0.0f);
       for (const KvSpan& s : spans_[seq_of_[t]]) {
-        const int32_t visible = std::min<int32_t>(s.n, qpos - s.pos0 + 1);
-        if (visible <= 0) continue;
+        const int32_t end = std::min<int32_t>(s.n, qpos - s.pos0 + 1);  // causal
+        const int32_t first = window > 0 ? std::max<int32_t>(0, qpos - window + 1 - s.pos0) : 0;
+        if (end <= first) continue;
         const float* qv = q;
         if (s.rope_delta != 0 || s.k_scale) {
           std::copy(q, q + size_t(group) * hd, qs);
           // q·R(p_k)k depends on p_q - p_k only: using rows computed rope_delta positions earlier
           // than they act is the same as rotating the query back by rope_delta.
-          if (s.rope_delta != 0) rope_.rotate(qs, group, -static_cast<float>(s.rope_delta));
+          if (s.rope_delta != 0) rope_.rotate(qs, group, -static_cast<float>(s.rope_delta), layer);
           if (s.k_scale) {
             const float* cs = s.k_scale + size_t(kvh) * hd;
             for (int g = 0; g < group; ++g) {
@@ -263,8 +298,9 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
           }
           qv = qs;
         }
-        simd::kv_attend(s.format, qv, group, s.k + size_t(kvh) * s.head_bytes, s.v + size_t(kvh) * s.head_bytes,
-                        s.row_bytes, visible, hd, scale, m, l, acc);
+        const size_t row0 = size_t(first) * s.row_bytes + size_t(kvh) * s.head_bytes;
+        simd::kv_attend(s.format, qv, group, s.k + row0, s.v + row0, s.row_bytes, end - first, hd, scale, m, l, acc,
+                        cfg_.attn_softcap);
       }
       for (int g = 0; g < group; ++g) {
         float* out = &att_[(size_t(t) * cfg_.n_head + size_t(kvh) * group + g) * hd];

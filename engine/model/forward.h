@@ -48,7 +48,8 @@ class Forward {
 
  private:
   void embed();
-  void rmsnorm(const float* x, const Weight& w, float* out, int T);
+  void rmsnorm(const float* x, const Weight& w, float* out, int rows);
+  void add_residual(const Weight& post_norm, int T);
   void matmul(const Weight& w, const float* x, int T, float* y);
   // Several matrices reading the same input x (Q/K/V, gate/up): one activation quantization and one
   // parallel loop over all of their rows. Results are those of separate matmul calls.
@@ -59,7 +60,7 @@ class Forward {
   void matmuls(std::span<const MatOut> mats, const float* x, int T);
   void matmul_f32(const Weight& w, const float* x, int T, float* y);  // dequantize + f32 dot
   void add_bias(const Weight& b, float* y, int T);
-  void rope(float* vecs, int T, int n_heads);
+  void rope(float* vecs, int T, int n_heads, int layer);
   void attention(std::span<const Sequence> batch, int layer, int T);
 
   const Model& model_;

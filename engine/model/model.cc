@@ -14,7 +14,35 @@
 
 namespace towers {
 
-std::string_view supported_architectures() { return "llama, qwen2"; }
+namespace {
+
+// Everything an architecture changes in the forward pass, in one row. Metadata read below
+// (softcaps, window, attention scale) overrides these defaults where the file has it.
+struct ArchTraits {
+  const char* name;
+  Arch arch;
+  RopeStyle rope_style;
+  bool qkv_bias, qk_norm, post_norms;
+  bool gemma_embedding;   // embeddings scaled by sqrt(n_embd), GeGLU feed-forward
+  int swa_period;         // 0: no window; P: layer l is windowed unless l % P == P - 1 (llama.cpp's swa pattern)
+  float rope_base_swa;    // windowed layers' RoPE base (gemma3: 10000, HF's rope_local_base_freq); 0: shared
+  float attn_softcap, final_softcap;  // defaults when the file has no *_logit_softcapping keys
+  // Layer count of the one size whose score scale is 1/sqrt(n_embd/n_head) instead of 1/sqrt(head_dim)
+  // (the 27B models: HF's query_pre_attn_scalar; llama.cpp recognises them the same way).
+  int n_layer_embd_scaled_queries;
+};
+
+constexpr ArchTraits kArchitectures[] = {
+    {"llama", Arch::Llama, RopeStyle::Normal, false, false, false, false, 0, 0, 0, 0, 0},
+    {"qwen2", Arch::Qwen2, RopeStyle::Neox, true, false, false, false, 0, 0, 0, 0, 0},
+    {"qwen3", Arch::Qwen3, RopeStyle::Neox, false, true, false, false, 0, 0, 0, 0, 0},
+    {"gemma2", Arch::Gemma2, RopeStyle::Neox, false, false, true, true, 2, 0, 50.0f, 30.0f, 46},
+    {"gemma3", Arch::Gemma3, RopeStyle::Neox, false, true, true, true, 6, 10000.0f, 0, 0, 62},
+};
+
+}  // namespace
+
+std::string_view supported_architectures() { return "llama, qwen2, qwen3, gemma2, gemma3"; }
 
 Model::~Model() = default;
 
@@ -64,6 +92,30 @@ Status bind_weight(const GgufFile& f, const std::string& name, int64_t cols, int
   return Status::Ok();
 }
 
+// The softcaps, sliding window and attention scale: metadata where the file has it, else the family's.
+Status read_family_traits(const GgufFile& f, const ArchTraits& t, ModelConfig& c) {
+  const std::string& a = c.arch_name;
+  if (t.gemma_embedding) c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.attn_softcap = t.attn_softcap;
+  c.final_softcap = t.final_softcap;
+  if (auto v = f.get_float(a + ".attn_logit_softcapping")) c.attn_softcap = static_cast<float>(*v);
+  if (auto v = f.get_float(a + ".final_logit_softcapping")) c.final_softcap = static_cast<float>(*v);
+  if (!(c.attn_softcap >= 0) || !(c.final_softcap >= 0)) return Status::Error("logit soft-capping must not be negative");
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.n_layer == t.n_layer_embd_scaled_queries) c.attn_scale = 1.0f / std::sqrt(float(c.n_embd / c.n_head));
+  if (auto v = f.get_float(a + ".attention.scale")) c.attn_scale = static_cast<float>(*v);
+  if (!(c.attn_scale > 0)) return Status::Error("attention.scale must be positive");
+  if (t.swa_period > 0) {
+    if (auto s = read_int(f, a, "attention.sliding_window", &c.sliding_window, true, 1 << 24); !s) return s;
+    int period = t.swa_period;
+    if (auto s = read_int(f, a, "attention.sliding_window_pattern", &period, false, 4096); !s) return s;
+    c.swa_layer.resize(c.n_layer);
+    for (int l = 0; l < c.n_layer; ++l) c.swa_layer[l] = l % period < period - 1;
+    c.rope_base_swa = t.rope_base_swa;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) {
@@ -75,17 +127,20 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
   auto arch = f.get_string("general.architecture");
   if (!arch) return Status::Error("missing metadata key general.architecture");
   c.arch_name = std::string(*arch);
-  if (c.arch_name == "llama") {
-    c.arch = Arch::Llama;
-    c.rope_style = RopeStyle::Normal;
-  } else if (c.arch_name == "qwen2") {
-    c.arch = Arch::Qwen2;
-    c.rope_style = RopeStyle::Neox;
-    c.qkv_bias = true;
-  } else {
+  const ArchTraits* traits = nullptr;
+  for (const ArchTraits& t : kArchitectures) {
+    if (c.arch_name == t.name) traits = &t;
+  }
+  if (!traits) {
     return Status::Error("unsupported architecture '" + c.arch_name +
                          "' (supported: " + std::string(supported_architectures()) + ")");
   }
+  c.arch = traits->arch;
+  c.rope_style = traits->rope_style;
+  c.qkv_bias = traits->qkv_bias;
+  c.qk_norm = traits->qk_norm;
+  c.post_norms = traits->post_norms;
+  if (traits->gemma_embedding) c.ffn_gate = FfnGate::GeluTanh;
   if (auto n = f.get_string("general.name")) c.name = std::string(*n);
   const std::string& a = c.arch_name;
 
@@ -97,16 +152,19 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
   if (auto s = read_int(f, a, "attention.head_count_kv", &c.n_head_kv, false, 4096); !s) return s;
   c.n_ctx_train = 2048;
   if (auto s = read_int(f, a, "context_length", &c.n_ctx_train, false, 1 << 24); !s) return s;
-  if (c.n_embd % c.n_head != 0) {
-    return Status::Error("embedding_length " + std::to_string(c.n_embd) +
-                         " is not divisible by head_count " + std::to_string(c.n_head));
-  }
   if (c.n_head % c.n_head_kv != 0) {
     return Status::Error("head_count " + std::to_string(c.n_head) +
                          " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
   }
-  c.head_dim = c.n_embd / c.n_head;
+  // The head size is n_embd / n_head unless the file says otherwise (gemma: 256 on a 2304-wide model).
   if (auto s = read_int(f, a, "attention.key_length", &c.head_dim, false, 4096); !s) return s;
+  if (c.head_dim == 0) {
+    if (c.n_embd % c.n_head != 0) {
+      return Status::Error("embedding_length " + std::to_string(c.n_embd) +
+                           " is not divisible by head_count " + std::to_string(c.n_head));
+    }
+    c.head_dim = c.n_embd / c.n_head;
+  }
   if (c.head_dim > 512) {
     return Status::Error("head size " + std::to_string(c.head_dim) + " is larger than the supported 512");
   }
@@ -122,6 +180,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
   if (auto v = f.get_float(a + ".rope.freq_base")) c.rope_base = static_cast<float>(*v);
   if (auto v = f.get_float(a + ".attention.layer_norm_rms_epsilon")) c.norm_eps = static_cast<float>(*v);
   if (!(c.rope_base > 0) || !(c.norm_eps > 0)) return Status::Error("rope.freq_base and rms epsilon must be positive");
+  if (auto s = read_family_traits(f, *traits, c); !s) return s;
   if (auto type = f.get_string(a + ".rope.scaling.type")) {
     if (*type == "linear") {
       auto factor = f.get_float(a + ".rope.scaling.factor");
@@ -173,7 +232,16 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
       if (!(s = bind_weight(f, p + "attn_k.bias", kv, 1, &L.bk))) return s;
       if (!(s = bind_weight(f, p + "attn_v.bias", kv, 1, &L.bv))) return s;
     }
-    for (const Weight* v : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv}) {
+    if (c.qk_norm) {
+      if (!(s = bind_weight(f, p + "attn_q_norm.weight", c.head_dim, 1, &L.q_norm))) return s;
+      if (!(s = bind_weight(f, p + "attn_k_norm.weight", c.head_dim, 1, &L.k_norm))) return s;
+    }
+    if (c.post_norms) {
+      if (!(s = bind_weight(f, p + "post_attention_norm.weight", d, 1, &L.post_attn_norm))) return s;
+      if (!(s = bind_weight(f, p + "post_ffw_norm.weight", d, 1, &L.post_ffn_norm))) return s;
+    }
+    for (const Weight* v : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.post_attn_norm,
+                            &L.post_ffn_norm}) {
       if (*v && v->type != GgmlType::F32) {
         return Status::Error("layer " + std::to_string(l) + ": norm weights and biases must be F32");
       }

@@ -1,5 +1,7 @@
 // A loaded model: hyper-parameters read from GGUF metadata and weight views into the mapped file.
-// Supported architectures: llama (Llama 1/2/3.x, Mistral, TinyLlama, SmolLM) and qwen2.
+// Supported architectures: llama (Llama 1/2/3.x, Mistral, TinyLlama, SmolLM), qwen2, qwen3, gemma2 and
+// gemma3 (text). What differs between them is a handful of fields of ModelConfig, set from one table
+// in model.cc; the forward pass (forward.cc) is one loop that reads those fields.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,10 +15,12 @@ namespace towers {
 
 class Tokenizer;
 
-enum class Arch { Llama, Qwen2 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma2, Gemma3 };
 // Normal: rotate adjacent pairs (x[2i], x[2i+1]) — llama.cpp's LLAMA_ROPE_TYPE_NORM, used by `llama`
-// (its converter permutes Q/K for it). Neox: rotate (x[i], x[i+n_rot/2]) — used by `qwen2`.
+// (its converter permutes Q/K for it). Neox: rotate (x[i], x[i+n_rot/2]) — used by qwen2/3, gemma2/3.
 enum class RopeStyle { Normal, Neox };
+// The feed-forward gate: SwiGLU (silu(gate) * up; llama, qwen) or GeGLU (gelu_tanh(gate) * up; gemma).
+enum class FfnGate { Silu, GeluTanh };
 
 struct ModelConfig {
   Arch arch = Arch::Llama;
@@ -39,6 +43,22 @@ struct ModelConfig {
   bool tied_embeddings = false;
   bool qkv_bias = false;
 
+  // Family traits (the architecture table in model.cc; defaults are llama's).
+  float embd_scale = 1.0f;        // embeddings are multiplied by this (gemma: sqrt(n_embd))
+  FfnGate ffn_gate = FfnGate::Silu;
+  bool qk_norm = false;           // RMSNorm of every q and k head before RoPE (qwen3, gemma3)
+  bool post_norms = false;        // RMSNorm of the attention and FFN outputs before each residual add (gemma)
+  float attn_scale = 0;           // score scale; set to 1/sqrt(head_dim) at load unless the family says otherwise
+  float attn_softcap = 0;         // scores become cap * tanh(score / cap) (gemma2); 0: none
+  float final_softcap = 0;        // the same on the output logits (gemma2); 0: none
+  // Sliding-window attention: a layer with swa_layer[l] attends only to positions p with
+  // q_pos - p < sliding_window (gemma2: even layers; gemma3: all but every sixth). Empty: none.
+  int sliding_window = 0;
+  std::vector<uint8_t> swa_layer;
+  // Windowed layers' own RoPE base, without scaling (gemma3's local layers); 0: the same as the others.
+  float rope_base_swa = 0;
+
+  bool is_swa(int layer) const { return !swa_layer.empty() && swa_layer[layer]; }
   int kv_dim() const { return n_head_kv * head_dim; }
   int q_dim() const { return n_head * head_dim; }
 };
@@ -59,7 +79,9 @@ struct Weight {
 
 struct LayerWeights {
   Weight attn_norm, wq, wk, wv, wo;
-  Weight bq, bk, bv;  // qwen2 only (rows == 1)
+  Weight bq, bk, bv;                // qwen2 only (rows == 1)
+  Weight q_norm, k_norm;            // qk_norm only: head_dim weights shared by every head
+  Weight post_attn_norm, post_ffn_norm;  // post_norms only
   Weight ffn_norm, w_gate, w_up, w_down;
 };
 

@@ -191,7 +191,7 @@ std::shared_ptr<const Segment> Segment::join(std::span<const Rows> pieces, int32
       const float delta = static_cast<float>(pos + out - (src.computed_pos_ + p.from));
       for (int32_t r = p.from; r < p.to; ++r, ++out) {
         std::vector<float> kr = src.key_row(l, r);
-        if (delta != 0) rope.rotate(kr.data(), n_head_kv, delta);
+        if (delta != 0) rope.rotate(kr.data(), n_head_kv, delta, l);
         std::copy(kr.begin(), kr.end(), &k[(size_t(l) * n + out) * kvd]);
         const uint8_t* vb = src.v_.data() + (size_t(l) * src.length() + r) * src.row_bytes_;
         for (int h = 0; h < n_head_kv; ++h) {

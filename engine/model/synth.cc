@@ -19,6 +19,22 @@ const std::vector<SynthShape>& synth_shapes() {
       {"tiny", "llama", 256, 4, 8, 4, 768, 1024, 2048, 10000.0f, false, 0.0f, "generated"},
       // Small enough for unit tests of the qwen2 path (biases, neox RoPE, tied embeddings).
       {"tiny-qwen2", "qwen2", 128, 2, 4, 2, 256, 1024, 2048, 1000000.0f, true, 0.0f, "generated"},
+      // Real shapes of the newer families (bench: towerctl model synth).
+      {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, true, 0.0f, "qwen2", 128},
+      {"qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, 40960, 1000000.0f, false, 0.0f, "qwen2", 128},
+      {"gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, 10000.0f, true, 0.0f, "generated", 256, 4096,
+       50.0f, 30.0f},
+      {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, 262144, 32768, 1000000.0f, true, 0.0f, "generated", 256, 512},
+      {"gemma3-4b", "gemma3", 2560, 34, 8, 4, 10240, 262144, 131072, 1000000.0f, true, 0.0f, "generated", 256, 1024,
+       0.0f, 0.0f, 8.0f},
+      // The architecture reference tests' models (tests/reference/arch/): head size != n_embd / n_head, a
+      // window shorter than the test's prompt, caps the tiny model's scores and logits actually reach.
+      {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 128, 512, 2048, 1000000.0f, false, 0.0f, "generated", 32, 0, 0, 0, 0,
+       0.2f, 0.5f},
+      {"tiny-gemma2", "gemma2", 64, 4, 4, 2, 128, 512, 2048, 10000.0f, true, 0.0f, "generated", 32, 5, 2.0f, 3.0f, 0,
+       0.2f, 0.5f},
+      {"tiny-gemma3", "gemma3", 64, 6, 4, 2, 128, 512, 2048, 1000000.0f, true, 0.0f, "generated", 32, 5, 0, 0, 8.0f,
+       0.2f, 0.5f},
   };
   return shapes;
 }
@@ -28,33 +44,78 @@ std::string synth_shape_names() {
   for (const auto& sh : synth_shapes()) s += (s.empty() ? "" : ", ") + sh.name;
   return s;
 }
-std::string synth_type_names() { return "f16, q8_0, q4_0, q4_k_m, q5_k_m"; }
+namespace {
+
+// A file type of llama.cpp's (its name in lower case, its llama_ftype id for general.file_type) and the
+// tensor type of most of its matrices.
+struct SynthFileType {
+  std::string_view name;
+  uint32_t ftype;
+  GgmlType base;
+};
+constexpr SynthFileType kFileTypes[] = {
+    {"f16", 1, GgmlType::F16},       {"q8_0", 7, GgmlType::Q8_0},     {"q4_0", 2, GgmlType::Q4_0},
+    {"q5_1", 9, GgmlType::Q5_1},     {"q2_k", 10, GgmlType::Q2_K},    {"q3_k_m", 12, GgmlType::Q3_K},
+    {"q4_k_m", 15, GgmlType::Q4_K},  {"q5_k_m", 17, GgmlType::Q5_K},  {"iq4_nl", 25, GgmlType::IQ4_NL},
+    {"iq4_xs", 30, GgmlType::IQ4_XS},
+};
+
+const SynthFileType* find_file_type(const std::string& name) {
+  for (const auto& f : kFileTypes) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string synth_type_names() {
+  std::string s;
+  for (const auto& f : kFileTypes) s += (s.empty() ? "" : ", ") + std::string(f.name);
+  return s;
+}
 
 namespace {
 
 // llama.cpp's layer choice for the extra bits of *_K_M files.
 bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-// Tensor type for a weight under a file type, following llama.cpp's llama_tensor_get_type.
-GgmlType pick_type_for_blocks(const std::string& ftype, const std::string& role, int layer, int n_layer,
-                              bool is_output) {
-  if (ftype == "f16") return GgmlType::F16;
-  if (ftype == "q8_0") return GgmlType::Q8_0;
+// Tensor type for a weight under a file type, following llama.cpp's llama_tensor_get_type (without
+// an importance matrix; n_gqa = query heads per KV head).
+GgmlType pick_type_for_blocks(const SynthFileType& f, const std::string& role, int layer, int n_layer,
+                              int n_gqa, bool is_output) {
+  const GgmlType base = f.base;
+  if (base == GgmlType::F16 || base == GgmlType::Q8_0) return base;
   if (is_output) return GgmlType::Q6_K;
-  if (ftype == "q4_0") return GgmlType::Q4_0;
-  const GgmlType base = ftype == "q4_k_m" ? GgmlType::Q4_K : GgmlType::Q5_K;
-  if ((role == "attn_v" || role == "ffn_down") && use_more_bits(layer, n_layer)) return GgmlType::Q6_K;
-  return base;
+  const bool v = role == "attn_v", down = role == "ffn_down", out = role == "attn_output";
+  switch (base) {
+    case GgmlType::Q2_K:
+      if (v) return n_gqa >= 4 ? GgmlType::Q4_K : GgmlType::Q3_K;
+      return down || out ? GgmlType::Q3_K : base;
+    case GgmlType::Q3_K:  // Q3_K_M
+      if (v) return layer < 2 ? GgmlType::Q5_K : GgmlType::Q4_K;
+      if (down) return layer < n_layer / 16 ? GgmlType::Q5_K : GgmlType::Q4_K;
+      return out ? GgmlType::Q4_K : base;
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:  // Q4_K_M, Q5_K_M
+      return (v || down) && use_more_bits(layer, n_layer) ? GgmlType::Q6_K : base;
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
+      return (v && n_gqa >= 4) || (down && layer < n_layer / 8) ? GgmlType::Q5_K : base;
+    default: return base;
+  }
 }
 
-// Rows that are not whole 256-element super-blocks cannot hold K-quants; llama.cpp then falls back to
-// a 32-element type of similar size (Q5_1 becomes Q5_0 here: we do not read Q5_1).
-GgmlType pick_type(const std::string& ftype, const std::string& role, int layer, int n_layer,
+// Rows that are not whole 256-element super-blocks cannot hold the super-block types; llama.cpp then
+// falls back to a 32-element type of similar size.
+GgmlType pick_type(const SynthFileType& f, const std::string& role, int layer, const SynthShape& s,
                    bool is_output, int64_t cols) {
-  GgmlType t = pick_type_for_blocks(ftype, role, layer, n_layer, is_output);
+  GgmlType t = pick_type_for_blocks(f, role, layer, s.n_layer, s.n_head / s.n_head_kv, is_output);
   if (cols % 256 == 0) return t;
   switch (t) {
-    case GgmlType::Q4_K: case GgmlType::Q5_K: return GgmlType::Q5_0;
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::IQ4_XS: return GgmlType::IQ4_NL;
+    case GgmlType::Q4_K: return GgmlType::Q5_0;
+    case GgmlType::Q5_K: return GgmlType::Q5_1;
     case GgmlType::Q6_K: return GgmlType::Q8_0;
     default: return t;
   }
@@ -91,6 +152,11 @@ const char* kLlama3Template =
     "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
     "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
+// google/gemma-2-2b-it's template, short: chat_template.h recognises it by its turn markers.
+const char* kGemmaTemplate =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim "
+    "+ '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}";
 const char* kChatMLTemplate =
     "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
@@ -104,35 +170,47 @@ Status synthesize_model(const SynthOptions& o) {
     if (s.name == o.shape) shape = &s;
   }
   if (!shape) return Status::Error("unknown shape '" + o.shape + "' (known: " + synth_shape_names() + ")");
-  const std::string types = synth_type_names();
-  if (o.type.empty() || types.find(o.type) == std::string::npos || o.type.find(',') != std::string::npos) {
-    return Status::Error("unknown type '" + o.type + "' (known: " + types + ")");
-  }
+  const SynthFileType* ftype = find_file_type(o.type);
+  if (!ftype) return Status::Error("unknown type '" + o.type + "' (known: " + synth_type_names() + ")");
   if (o.out.empty()) return Status::Error("no output path");
   auto log = [&](const std::string& s) {
     if (o.log) o.log(s);
   };
   const SynthShape& s = *shape;
   const std::string& a = s.arch;
-  const bool is_qwen = s.arch == "qwen2";
+  const bool is_qwen = s.arch.starts_with("qwen");
+  const bool is_gemma = s.arch.starts_with("gemma");
+  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3";
+  const int hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
 
   GgufWriter w;
   w.set_string("general.architecture", a);
   w.set_string("general.name", "towers-synth " + s.name + " " + o.type);
-  w.set_u32("general.file_type", o.type == "f16" ? 1 : o.type == "q8_0" ? 7 : o.type == "q4_0" ? 2
-                                   : o.type == "q4_k_m" ? 15 : 17);
+  w.set_u32("general.file_type", ftype->ftype);
   w.set_u32(a + ".context_length", s.n_ctx);
   w.set_u32(a + ".embedding_length", s.n_embd);
   w.set_u32(a + ".block_count", s.n_layer);
   w.set_u32(a + ".feed_forward_length", s.n_ff);
   w.set_u32(a + ".attention.head_count", s.n_head);
   w.set_u32(a + ".attention.head_count_kv", s.n_head_kv);
-  w.set_u32(a + ".rope.dimension_count", s.n_embd / s.n_head);
-  w.set_f32(a + ".rope.freq_base", s.rope_base);
-  w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_u32(a + ".rope.dimension_count", hd);
+  // Gemma 2's converter writes no RoPE base (readers use 10000); the others do.
+  if (s.arch != "gemma2") w.set_f32(a + ".rope.freq_base", s.rope_base);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", is_gemma ? 1e-6f : 1e-5f);
+  if (s.head_dim > 0) {
+    w.set_u32(a + ".attention.key_length", hd);
+    w.set_u32(a + ".attention.value_length", hd);
+  }
+  if (s.sliding_window > 0) w.set_u32(a + ".attention.sliding_window", s.sliding_window);
+  if (s.attn_softcap > 0) w.set_f32(a + ".attn_logit_softcapping", s.attn_softcap);
+  if (s.final_softcap > 0) w.set_f32(a + ".final_logit_softcapping", s.final_softcap);
+  if (s.rope_linear_scale > 0) {
+    w.set_string(a + ".rope.scaling.type", "linear");
+    w.set_f32(a + ".rope.scaling.factor", s.rope_linear_scale);
+  }
 
   // Tokenizer.
-  const std::string tmpl = is_qwen ? kChatMLTemplate : kLlama3Template;
+  const std::string tmpl = is_qwen ? kChatMLTemplate : is_gemma ? kGemmaTemplate : kLlama3Template;
   std::string tok_path = o.tokenizer_path;
   if (tok_path.empty() && s.tokenizer != "generated" && !o.shared_dir.empty()) {
     auto p = std::filesystem::path(o.shared_dir) / "tokenizers" /
@@ -163,13 +241,13 @@ Status synthesize_model(const SynthOptions& o) {
         std::to_string(s.n_vocab) + ")");
   }
 
-  // Weights: uniform in [-a, a] with standard deviation 0.02, like a freshly initialised model.
+  // Weights: uniform in [-a, a] with standard deviation weight_std (0.02: like a freshly initialised model).
   ThreadPool pool(o.threads);
-  const int hd = s.n_embd / s.n_head;
+  const double half_width = std::sqrt(3.0) * s.weight_std;
   int tensor_index = 0;
   auto add_matrix = [&](const std::string& name, GgmlType type, int64_t cols, int64_t rows) {
     const uint64_t salt = o.seed * 0x100000001B3ull + static_cast<uint64_t>(tensor_index++);
-    w.add_tensor(name, type, {uint64_t(cols), uint64_t(rows)}, [&pool, type, cols, rows, salt](uint8_t* dst, size_t) {
+    w.add_tensor(name, type, {uint64_t(cols), uint64_t(rows)}, [&pool, type, cols, rows, salt, half_width](uint8_t* dst, size_t) {
       const size_t stride = row_bytes(type, cols);
       pool.parallel_for(rows, [&](size_t r0, size_t r1, int) {
         std::vector<float> row(cols);
@@ -177,7 +255,7 @@ Status synthesize_model(const SynthOptions& o) {
           uint64_t state = salt ^ (r * 0xD1B54A32D192ED03ull);
           for (int64_t c = 0; c < cols; ++c) {
             const double u = (splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
-            row[c] = static_cast<float>((2 * u - 1) * 0.034641);  // sqrt(3) * 0.02
+            row[c] = static_cast<float>((2 * u - 1) * half_width);
           }
           quantize_row(type, row.data(), dst + r * stride, cols);
         }
@@ -194,11 +272,12 @@ Status synthesize_model(const SynthOptions& o) {
     w.add_tensor_bytes(name, GgmlType::F32, {uint64_t(n)}, std::move(bytes));
   };
 
-  add_matrix("token_embd.weight", pick_type(o.type, "token_embd", 0, s.n_layer, s.tied_embeddings, s.n_embd),
+  add_matrix("token_embd.weight", pick_type(*ftype, "token_embd", 0, s, s.tied_embeddings, s.n_embd),
              s.n_embd, n_vocab);
-  add_vector("output_norm.weight", s.n_embd, 1.0f, 0.0f);
+  const float jit = s.norm_jitter;
+  add_vector("output_norm.weight", s.n_embd, 1.0f, jit);
   if (!s.tied_embeddings) {
-    add_matrix("output.weight", pick_type(o.type, "output", 0, s.n_layer, true, s.n_embd), s.n_embd, n_vocab);
+    add_matrix("output.weight", pick_type(*ftype, "output", 0, s, true, s.n_embd), s.n_embd, n_vocab);
   }
   if (s.llama3_rope_factor > 0) {
     auto f = llama3_rope_factors(s);
@@ -208,21 +287,27 @@ Status synthesize_model(const SynthOptions& o) {
   }
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    auto t = [&](const char* role, int64_t cols) { return pick_type(o.type, role, l, s.n_layer, false, cols); };
-    add_vector(p + "attn_norm.weight", s.n_embd, 1.0f, 0.0f);
+    auto t = [&](const char* role, int64_t cols) { return pick_type(*ftype, role, l, s, false, cols); };
+    add_vector(p + "attn_norm.weight", s.n_embd, 1.0f, jit);
     add_matrix(p + "attn_q.weight", t("attn_q", s.n_embd), s.n_embd, s.n_head * hd);
     add_matrix(p + "attn_k.weight", t("attn_k", s.n_embd), s.n_embd, s.n_head_kv * hd);
     add_matrix(p + "attn_v.weight", t("attn_v", s.n_embd), s.n_embd, s.n_head_kv * hd);
-    if (is_qwen) {
+    if (s.arch == "qwen2") {
       add_vector(p + "attn_q.bias", s.n_head * hd, 0.0f, 0.02f);
       add_vector(p + "attn_k.bias", s.n_head_kv * hd, 0.0f, 0.02f);
       add_vector(p + "attn_v.bias", s.n_head_kv * hd, 0.0f, 0.02f);
     }
+    if (qk_norm) {
+      add_vector(p + "attn_q_norm.weight", hd, 1.0f, jit);
+      add_vector(p + "attn_k_norm.weight", hd, 1.0f, jit);
+    }
     add_matrix(p + "attn_output.weight", t("attn_output", s.n_head * hd), s.n_head * hd, s.n_embd);
-    add_vector(p + "ffn_norm.weight", s.n_embd, 1.0f, 0.0f);
+    if (is_gemma) add_vector(p + "post_attention_norm.weight", s.n_embd, 1.0f, jit);
+    add_vector(p + "ffn_norm.weight", s.n_embd, 1.0f, jit);
     add_matrix(p + "ffn_gate.weight", t("ffn_gate", s.n_embd), s.n_embd, s.n_ff);
     add_matrix(p + "ffn_up.weight", t("ffn_up", s.n_embd), s.n_embd, s.n_ff);
     add_matrix(p + "ffn_down.weight", t("ffn_down", s.n_ff), s.n_ff, s.n_embd);
+    if (is_gemma) add_vector(p + "post_ffw_norm.weight", s.n_embd, 1.0f, jit);
   }
   log("writing " + o.out + " (" + s.name + ", " + o.type + ", " + std::to_string(tensor_index) + " tensors)");
   return w.write(o.out);

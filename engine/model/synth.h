@@ -13,17 +13,27 @@ namespace towers {
 
 struct SynthShape {
   std::string name;  // e.g. "llama3.2-1b"
-  std::string arch;  // "llama" or "qwen2"
+  std::string arch;  // general.architecture: llama, qwen2, qwen3, gemma2, gemma3
   int n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
   float rope_base;
   bool tied_embeddings;
   float llama3_rope_factor;  // 0: no llama3 rope scaling
   std::string tokenizer;     // "llama3", "qwen2" or "generated"
+  // The newer families' hyper-parameters, written under the keys their converters use (0: absent).
+  int head_dim = 0;              // attention.key_length/value_length; 0: n_embd / n_head
+  int sliding_window = 0;        // attention.sliding_window (gemma2, gemma3)
+  float attn_softcap = 0;        // attn_logit_softcapping (gemma2)
+  float final_softcap = 0;       // final_logit_softcapping (gemma2)
+  float rope_linear_scale = 0;   // rope.scaling.type linear with this factor (gemma3 4B and up)
+  // Weights are uniform with this standard deviation; norm weights are 1 +- norm_jitter / 2. The tiny
+  // reference shapes use large weights and jittered norms so that every trait moves the logits.
+  float weight_std = 0.02f;
+  float norm_jitter = 0;
 };
 
 const std::vector<SynthShape>& synth_shapes();
 std::string synth_shape_names();  // "llama3.2-1b, llama3.1-8b, ..."
-std::string synth_type_names();   // "f16, q8_0, q4_0, q4_k_m, q5_k_m"
+std::string synth_type_names();   // "f16, q8_0, q4_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, iq4_nl, iq4_xs"
 
 struct SynthOptions {
   std::string shape = "tiny";

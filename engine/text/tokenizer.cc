@@ -638,6 +638,29 @@ std::vector<Tokenizer::Impl::Fragment> Tokenizer::Impl::partition(std::string_vi
 
 namespace {
 
+// The merge loop SPM and BPE share: the symbols form a linked list, candidate bigrams a heap. The best
+// bigram whose sides have not changed since it was queued merges its right symbol into its left (the
+// right one keeps n = 0), and the merged symbol's new neighbour pairs are offered. `stale` says
+// whether a bigram no longer matches its symbols; `merged` updates what else the left symbol carries.
+template <class Symbol, class Queue, class Offer, class Stale, class Merged>
+void merge_bigrams(std::vector<Symbol>& sym, Queue& queue, Offer offer, Stale stale, Merged merged) {
+  for (int i = 1; i < static_cast<int>(sym.size()); ++i) offer(i - 1, i);
+  while (!queue.empty()) {
+    const auto bg = queue.top();
+    queue.pop();
+    Symbol& l = sym[size_t(bg.left)];
+    Symbol& r = sym[size_t(bg.right)];
+    if (l.n == 0 || r.n == 0 || stale(l, r, bg)) continue;
+    l.n += r.n;
+    merged(l, bg);
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[size_t(r.next)].prev = bg.left;
+    offer(l.prev, bg.left);
+    offer(bg.left, l.next);
+  }
+}
+
 struct SpmSymbol {
   int prev, next;
   size_t off, n;
@@ -707,21 +730,10 @@ void Tokenizer::Impl::encode_spm_chunk(std::string_view s, std::vector<int32_t>&
     if (id < 0) return;
     queue.push({left, right, score.empty() ? 0.0f : score[size_t(id)], t.size()});
   };
-  for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
-
-  while (!queue.empty()) {
-    const SpmBigram bg = queue.top();
-    queue.pop();
-    SpmSymbol& l = sym[size_t(bg.left)];
-    SpmSymbol& r = sym[size_t(bg.right)];
-    if (l.n == 0 || r.n == 0 || l.n + r.n != bg.size) continue;  // stale
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[size_t(r.next)].prev = bg.left;
-    try_add(l.prev, bg.left);
-    try_add(bg.left, l.next);
-  }
+  merge_bigrams(
+      sym, queue, try_add,
+      [](const SpmSymbol& l, const SpmSymbol& r, const SpmBigram& bg) { return l.n + r.n != bg.size; },
+      [](SpmSymbol&, const SpmBigram&) {});
 
   // Every merged symbol is a vocab piece (bigrams are only queued for pieces), so a symbol that is
   // not a piece is a single character: emit its bytes (llama.cpp's resegment reduces to this).
@@ -800,23 +812,13 @@ void Tokenizer::Impl::bpe_word(std::string_view w, std::vector<int32_t>& out) co
     if (it == merges.end()) return;
     queue.push({left, right, it->second.rank, a, b, it->second.result});
   };
-  for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
-
-  while (!queue.empty()) {
-    const BpeBigram bg = queue.top();
-    queue.pop();
-    BpeSymbol& l = sym[size_t(bg.left)];
-    BpeSymbol& r = sym[size_t(bg.right)];
-    // Stale when either side has been merged since (ids identify texts).
-    if (l.n == 0 || r.n == 0 || l.id != bg.left_id || r.id != bg.right_id || l.next != bg.right) continue;
-    l.n += r.n;
-    l.id = bg.result;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[size_t(r.next)].prev = bg.left;
-    try_add(l.prev, bg.left);
-    try_add(bg.left, l.next);
-  }
+  // Stale when either side has been merged since (ids identify texts).
+  merge_bigrams(
+      sym, queue, try_add,
+      [](const BpeSymbol& l, const BpeSymbol& r, const BpeBigram& bg) {
+        return l.id != bg.left_id || r.id != bg.right_id || l.next != bg.right;
+      },
+      [](BpeSymbol& l, const BpeBigram& bg) { l.id = bg.result; });
 
   for (int i = 0; i != -1; i = sym[size_t(i)].next) {
     const BpeSymbol& y = sym[size_t(i)];

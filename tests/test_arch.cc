@@ -1,0 +1,197 @@
+// The newer architectures (qwen3, gemma2, gemma3) against an independent reference: a plain numpy
+// forward pass written from the published Hugging Face definitions (tests/reference/arch/: its script,
+// its logits files and how they were made). Each tiny synthetic model is written here exactly as the
+// reference read it (its file checksum is in the reference file). Also: a sliding window across the
+// segments of a tower, and per-layer RoPE bases in the RoPE shift.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "engine/model/forward.h"
+#include "engine/model/segment.h"
+#include "engine/model/synth.h"
+#include "model_fixtures.h"
+#include "test_support.h"
+
+using namespace towers;
+
+namespace {
+
+const std::filesystem::path kReferenceDir = TOWERS_ARCH_REFERENCE_DIR;
+
+struct Reference {
+  uint64_t gguf_fnv = 0;
+  std::vector<int32_t> prompt;
+  int n_vocab = 0;
+  std::vector<float> logits;  // [prompt][n_vocab]
+  std::vector<int32_t> greedy;
+  std::vector<float> decode_logits;  // [greedy][n_vocab]: at the position of greedy[i]
+};
+
+// The TWAR format of ref_forward.py.
+Reference read_reference(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), p.string() << " is missing");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string b = ss.str();
+  size_t at = 0;
+  auto take = [&](void* out, size_t n) {
+    REQUIRE_MESSAGE(at + n <= b.size(), p.string() << " is truncated");
+    std::memcpy(out, b.data() + at, n);
+    at += n;
+  };
+  char magic[4];
+  uint32_t version = 0, n_prompt = 0, n_vocab = 0, n_greedy = 0;
+  Reference r;
+  take(magic, 4);
+  REQUIRE(std::string(magic, 4) == "TWAR");
+  take(&version, 4);
+  REQUIRE(version == 1);
+  take(&r.gguf_fnv, 8);
+  take(&n_prompt, 4);
+  take(&n_vocab, 4);
+  r.n_vocab = static_cast<int>(n_vocab);
+  r.prompt.resize(n_prompt);
+  take(r.prompt.data(), n_prompt * 4);
+  r.logits.resize(size_t(n_prompt) * n_vocab);
+  take(r.logits.data(), r.logits.size() * 4);
+  take(&n_greedy, 4);
+  r.greedy.resize(n_greedy);
+  take(r.greedy.data(), n_greedy * 4);
+  r.decode_logits.resize(size_t(n_greedy) * n_vocab);
+  take(r.decode_logits.data(), r.decode_logits.size() * 4);
+  REQUIRE(at == b.size());
+  return r;
+}
+
+uint64_t fnv1a64(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  uint64_t h = 0xCBF29CE484222325ull;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<uint8_t>(buf[i])) * 0x100000001B3ull;
+  }
+  return h;
+}
+
+std::filesystem::path synth_file(const std::string& shape, const std::string& type) {
+  SynthOptions o;
+  o.shape = shape;
+  o.type = type;
+  o.out = (test::temp_dir() / ("arch-" + shape + "-" + type + ".gguf")).string();
+  auto st = synthesize_model(o);
+  REQUIRE_MESSAGE(st.ok(), st.message());
+  return o.out;
+}
+
+std::unique_ptr<Model> load(const std::filesystem::path& p) {
+  auto m = Model::load(p.string());
+  REQUIRE_MESSAGE(m.ok(), m.error());
+  return std::move(m.value());
+}
+
+int32_t argmax(const float* v, int n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
+
+}  // namespace
+
+TEST_CASE("architectures: logits and 64 greedy tokens equal the numpy reference from the HF definitions") {
+  ThreadPool pool(2);
+  for (const char* shape : {"tiny-qwen3", "tiny-gemma2", "tiny-gemma3"}) {
+    const std::string shape_name = shape;
+    CAPTURE(shape_name);
+    const auto path = synth_file(shape, "f16");
+    const Reference ref = read_reference(kReferenceDir / (std::string(shape) + ".ref"));
+    REQUIRE_MESSAGE(fnv1a64(path) == ref.gguf_fnv,
+                    "the synthetic model is not the file the reference was made from: regenerate it "
+                    "(tests/reference/arch/README.md)");
+    auto model = load(path);
+    REQUIRE(model->config().n_vocab == ref.n_vocab);
+    REQUIRE(model->config().arch_name == std::string(shape).substr(5));
+    const int V = ref.n_vocab;
+    double ref_max = 0;
+    for (float x : ref.logits) ref_max = std::max(ref_max, double(std::abs(x)));
+    for (Kernels kernels : {Kernels::Reference, Kernels::Fast}) {
+      CAPTURE(static_cast<int>(kernels));
+      Forward fwd(*model, pool, kernels);
+      DenseKvCache cache(model->config(), static_cast<int32_t>(ref.prompt.size() + ref.greedy.size()));
+      std::vector<float> logits = test::eval_all(fwd, cache, ref.prompt);
+      const double diff = test::max_abs_diff(logits, ref.logits);
+      MESSAGE(std::string(shape) << ": prompt max|dlogit| " << diff << " of max|logit| " << ref_max);
+      CHECK(diff <= 1e-3 * ref_max);
+      // Greedy decoding one token at a time (the window and the cache as decode sees them): the same
+      // tokens, and at every step the same logits within the same bound.
+      std::vector<int32_t> got;
+      std::vector<float> decode_logits;
+      int32_t next = argmax(&logits[logits.size() - V], V);
+      for (size_t i = 0; i < ref.greedy.size(); ++i) {
+        got.push_back(next);
+        REQUIRE(fwd.eval(cache, std::span<const int32_t>(&next, 1), Logits::Last, logits).ok());
+        decode_logits.insert(decode_logits.end(), logits.begin(), logits.end());
+        next = argmax(logits.data(), V);
+      }
+      CHECK(got == ref.greedy);
+      if (got == ref.greedy) {
+        const double decode_diff = test::max_abs_diff(decode_logits, ref.decode_logits);
+        MESSAGE(std::string(shape) << ": decode max|dlogit| " << decode_diff);
+        CHECK(decode_diff <= 1e-3 * ref_max);
+      }
+    }
+  }
+}
+
+TEST_CASE("architectures: a sliding window across a tower's segments equals monolithic prefill") {
+  // tiny-gemma2's window is 5: segments of 3, 4 and 6 tokens put every window across a boundary.
+  ThreadPool pool(2);
+  for (const char* shape : {"tiny-gemma2", "tiny-gemma3"}) {
+    const std::string shape_name = shape;
+    CAPTURE(shape_name);
+    auto model = load(synth_file(shape, "f16"));
+    REQUIRE(model->config().sliding_window == 5);
+    Forward fwd(*model, pool, Kernels::Reference);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 24; ++i) ids.push_back((11 + 29 * i) % model->config().n_vocab);
+    DenseKvCache dense(model->config(), 24);
+    const std::vector<float> mono = test::eval_all(fwd, dense, ids);
+
+    Tower tower(model->config(), {}, 24);
+    const int cuts[] = {3, 7, 13};
+    int from = 0;
+    std::vector<float> logits;
+    for (int i = 0; i < 3; ++i) {
+      std::span<const int32_t> part(ids.data() + from, cuts[i] - from);
+      REQUIRE(fwd.eval(tower, part, Logits::Last, logits).ok());
+      REQUIRE(tower.seal_tail({part.begin(), part.end()}, KvQuant::F32, 10 + i) != nullptr);
+      from = cuts[i];
+    }
+    std::span<const int32_t> rest(ids.data() + from, ids.size() - from);
+    std::vector<float> towered = test::eval_all(fwd, tower, rest);
+    std::vector<float> mono_rest(mono.end() - towered.size(), mono.end());
+    CHECK(test::max_abs_diff(towered, mono_rest) <= 1e-5);
+  }
+}
+
+TEST_CASE("architectures: gemma3's local layers rotate with base 10000, its global ones with the file's base and scale") {
+  auto model = load(synth_file("tiny-gemma3", "f16"));
+  const ModelConfig& c = model->config();
+  REQUIRE(c.is_swa(0));
+  REQUIRE(!c.is_swa(5));
+  const Rope rope(c);
+  const float pos = 37.0f;
+  for (int layer : {0, 5}) {
+    CAPTURE(layer);
+    const double base = layer == 0 ? 10000.0 : 1000000.0, scale = layer == 0 ? 1.0 : 8.0;
+    std::vector<float> v(c.head_dim);
+    for (int i = 0; i < c.head_dim; ++i) v[i] = 0.1f * static_cast<float>(i + 1);
+    std::vector<float> want(v);
+    const int half = c.head_dim / 2;
+    for (int i = 0; i < half; ++i) {  // neox pairs (i, i + half)
+      const double angle = pos / scale * std::pow(base, -2.0 * i / c.head_dim);
+      want[i] = static_cast<float>(v[i] * std::cos(angle) - v[i + half] * std::sin(angle));
+      want[i + half] = static_cast<float>(v[i] * std::sin(angle) + v[i + half] * std::cos(angle));
+    }
+    rope.rotate(v.data(), 1, pos, layer);
+    CHECK(test::max_abs_diff(v, want) <= 1e-5);
+  }
+}
