@@ -62,10 +62,7 @@ fuzz::Seeds seeds() {
 }
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  fuzz::write_seeds_if_asked(*argc, *argv, seeds);
-  return 0;
-}
+TOWERS_FUZZ_SEEDS(seeds)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> in(data, size);

@@ -49,7 +49,7 @@ inline std::pair<std::string_view, std::string_view> split_at(std::string_view i
   return {in.substr(0, at), in.substr(at + 1)};
 }
 
-// For a target whose seeds are made by code (valid checksums): LLVMFuzzerInitialize calls this, and
+// For a target whose seeds are made by code (valid checksums): TOWERS_FUZZ_SEEDS below, and
 // `TARGET --write-seeds=DIR` writes seeds() into DIR as seed-0, seed-1, ... and exits (libFuzzer
 // ignores flags that start with "--").
 using Seeds = std::vector<std::vector<uint8_t>>;
@@ -66,6 +66,13 @@ inline void write_seeds_if_asked(int argc, char** argv, Seeds (*seeds)()) {
     std::exit(0);
   }
 }
+
+// Defines LLVMFuzzerInitialize for a target whose seeds() writes its seed corpus.
+#define TOWERS_FUZZ_SEEDS(seeds)                                  \
+  extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) { \
+    towers::fuzz::write_seeds_if_asked(*argc, *argv, seeds);     \
+    return 0;                                                     \
+  }
 
 inline std::vector<uint8_t> bytes_of(std::string_view s) { return {s.begin(), s.end()}; }
 

@@ -36,10 +36,7 @@ fuzz::Seeds seeds() {
 }
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  fuzz::write_seeds_if_asked(*argc, *argv, seeds);
-  return 0;
-}
+TOWERS_FUZZ_SEEDS(seeds)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr const char* kTarget = "records_fuzz";

@@ -35,16 +35,21 @@ uint64_t header_checksum(const fmt::Header& h) {
   return xxh3_64({reinterpret_cast<const uint8_t*>(&h), offsetof(fmt::Header, header_xxh3)});
 }
 
-// Magic, version, fingerprint, shape and checksums right; the rest of the header as fuzzed.
-void make_plausible(std::vector<uint8_t>& file, const ModelConfig& c) {
-  fmt::Header h;
-  std::memcpy(&h, file.data(), sizeof h);
+// What every file of this model's store shares: magic, version, fingerprint, shape.
+void set_identity(fmt::Header& h, const ModelConfig& c) {
   std::memcpy(h.magic, fmt::kMagic, sizeof h.magic);
   h.version = fmt::kVersion;
   h.model_fingerprint = kFingerprint;
   h.n_layer = static_cast<uint32_t>(c.n_layer);
   h.n_head_kv = static_cast<uint32_t>(c.n_head_kv);
   h.head_dim = static_cast<uint32_t>(c.head_dim);
+}
+
+// Magic, version, fingerprint, shape and checksums right; the rest of the header as fuzzed.
+void make_plausible(std::vector<uint8_t>& file, const ModelConfig& c) {
+  fmt::Header h;
+  std::memcpy(&h, file.data(), sizeof h);
+  set_identity(h, c);
   if (h.tokens_offset <= file.size() && h.n_tokens <= (file.size() - h.tokens_offset) / 4) {
     h.tokens_xxh3 = xxh3_64({file.data() + h.tokens_offset, 4 * h.n_tokens});
   }
@@ -61,12 +66,7 @@ std::vector<uint8_t> laid_out(std::span<const uint8_t> in, const ModelConfig& c)
     return v;
   };
   fmt::Header h{};
-  std::memcpy(h.magic, fmt::kMagic, sizeof h.magic);
-  h.version = fmt::kVersion;
-  h.model_fingerprint = kFingerprint;
-  h.n_layer = static_cast<uint32_t>(c.n_layer);
-  h.n_head_kv = static_cast<uint32_t>(c.n_head_kv);
-  h.head_dim = static_cast<uint32_t>(c.head_dim);
+  set_identity(h, c);
   const uint64_t choice = take(1);
   h.format = static_cast<uint8_t>(take(1) % 6);  // one past the last format too
   h.flags = static_cast<uint8_t>(take(1));
