@@ -1,12 +1,48 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: install what building, the tests, fuzzing,
-# benchmarks and packaging need (install-deps.sh --dev), build everything, run every test.
+# benchmarks and packaging need (install-deps.sh --dev), then two legs:
+#   release  build everything (RelWithDebInfo, gcc) into build/ and run every test;
+#   check    the checking build (clang, Debug so assert() and the debug-only checks are compiled in:
+#            Mutex::assert_held, the segment pool's invariant after every change) with ASan and UBSan
+#            halting on the first finding, in build-check/, without benchmarks: it runs the unit tests
+#            and the kill -9 checks (daemon/kill9, daemon/long_session_kill9), then every libFuzzer
+#            target for TOWERS_FUZZ_SECONDS (default 60) each, two at a time (tests/fuzz/run.sh).
+#   scripts/test.sh              both legs (what .ci/run runs)
+#   scripts/test.sh --release    only the release leg
+#   scripts/test.sh --check      only the checking leg
+# The check leg took TODO on this machine (2 cores; `time scripts/test.sh --check`, a fresh
+# build-check/ and an empty ccache): build TODO, tests TODO, fuzzing TODO.
 # Tests that need ../shared (models, reference outputs, tokenizer vectors) skip with a message when it
-# is absent; point TOWERS_SHARED at it when it lives elsewhere.
+# is absent; point TOWERS_SHARED at it when it lives elsewhere. TOWERS_BUILD_DIR and
+# TOWERS_CHECK_BUILD_DIR move the build directories.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+legs=(release check)
+case "${1:-}" in
+  "") ;;
+  --release) legs=(release) ;;
+  --check) legs=(check) ;;
+  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "test.sh: unknown option '$1' (--release, --check)" >&2; exit 2 ;;
+esac
+jobs="$(nproc 2>/dev/null || echo 2)"
 "$root/scripts/install-deps.sh" --dev
-"$root/scripts/build.sh"
-build="${TOWERS_BUILD_DIR:-$root/build}"
-cd "$build"
-ctest --output-on-failure -j "$(nproc 2>/dev/null || echo 2)"
+
+release_leg() {
+  "$root/scripts/build.sh"
+  (cd "${TOWERS_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j "$jobs")
+}
+
+check_leg() {
+  local build="${TOWERS_CHECK_BUILD_DIR:-$root/build-check}"
+  "$root/scripts/build.sh" --check
+  # Leaks are findings too; UBSan's reports stop the process (it is also built not to recover).
+  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
+    ctest --test-dir "$build" --output-on-failure -j "$jobs" -R '^(test_[a-z_]+/|daemon/(kill9|long_session_kill9)$)'
+  "$root/tests/fuzz/run.sh" "$build" "${TOWERS_FUZZ_SECONDS:-60}"
+}
+
+for leg in "${legs[@]}"; do
+  echo "=== test.sh: the $leg leg"
+  "${leg}_leg"
+done

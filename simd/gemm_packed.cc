@@ -25,9 +25,7 @@
 #include "simd/quant_layout.h"
 
 HWY_BEFORE_NAMESPACE();
-#if HWY_TARGET == HWY_AVX3_DL
-#pragma GCC target("avx512vnni")  // see gemm_packed_vnni-inl.h
-#endif
+#include "simd/vnni_target-inl.h"
 namespace towers::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;

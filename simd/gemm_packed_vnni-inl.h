@@ -7,8 +7,7 @@
 // sum is the same integer as PackedSums computes with Highway's int16 madd on the other targets, so
 // the results are the same bits (test "packed: bit-identical across x86 targets").
 //
-// Highway 1.0.3's AVX3_DL target string names "avxvnni" (VEX) rather than "avx512vnni"; its run-time
-// check for AVX3_DL does require AVX512_VNNI (CPUID.7.0:ECX[11]), so enabling it here is safe.
+// simd/vnni_target-inl.h enables VNNI on that target (Highway's target string lacks it).
 #if defined(TOWERS_SIMD_GEMM_PACKED_VNNI_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef TOWERS_SIMD_GEMM_PACKED_VNNI_INL_H_
 #undef TOWERS_SIMD_GEMM_PACKED_VNNI_INL_H_
@@ -25,9 +24,7 @@
 #include "simd/quant_layout.h"
 
 HWY_BEFORE_NAMESPACE();
-#if HWY_TARGET == HWY_AVX3_DL
-#pragma GCC target("avx512vnni")
-#endif
+#include "simd/vnni_target-inl.h"
 namespace towers::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;

@@ -11,6 +11,7 @@
 #include "engine/text/tokenizer.h"
 #include "engine/text/vocab_import.h"
 #include "test_support.h"
+#include "token_pieces.h"
 
 using namespace towers;
 
@@ -164,19 +165,7 @@ std::string stream(const Tokenizer& tok, const std::vector<int32_t>& ids, int* h
   return s + tail;
 }
 
-// Concatenated raw pieces with the SPM dummy-prefix space removed (no UTF-8 repair).
-std::string raw_pieces(const Tokenizer& tok, const std::vector<int32_t>& ids) {
-  std::string s;
-  bool start = true;
-  for (int32_t id : ids) {
-    std::string p = tok.token_to_piece(id);
-    if (p.empty()) continue;
-    if (start && tok.is_spm() && p[0] == ' ') p.erase(0, 1);
-    start = false;
-    s += p;
-  }
-  return s;
-}
+using test::raw_pieces;
 
 const std::string kAllVocabs[] = {"llama-spm", "llama-bpe", "qwen2", "deepseek-r1-qwen"};
 

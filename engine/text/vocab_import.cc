@@ -6,9 +6,7 @@
 #include <set>
 
 namespace towers {
-namespace {
 
-// GPT-2's byte → printable code point map, UTF-8 encoded.
 std::vector<std::string> byte_level_alphabet() {
   std::vector<std::string> out(256);
   auto utf8 = [](uint32_t cp) {
@@ -28,8 +26,6 @@ std::vector<std::string> byte_level_alphabet() {
   }
   return out;
 }
-
-}  // namespace
 
 Result<int> add_hf_bpe_tokenizer(GgufWriter& w, const std::string& path, const HfVocabOptions& opt) {
   std::ifstream in(path);

@@ -21,6 +21,10 @@ Result<int> add_hf_bpe_tokenizer(GgufWriter& w, const std::string& tokenizer_jso
 Result<int> copy_gguf_tokenizer(GgufWriter& w, const GgufFile& src);
 // A self-contained byte-level BPE vocabulary of exactly n_vocab >= 300 tokens: 256 byte tokens,
 // <|begin_of_text|>, <|end_of_text|>, <|eot_id|>, and merges of frequent English letter pairs.
+// GPT-2's byte-level alphabet: each byte's printable code point, UTF-8 encoded (byte-level BPE
+// vocabularies spell their tokens in it).
+std::vector<std::string> byte_level_alphabet();
+
 void add_generated_bpe_tokenizer(GgufWriter& w, int n_vocab, const std::string& chat_template);
 
 }  // namespace towers
