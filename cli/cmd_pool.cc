@@ -95,6 +95,13 @@ void print_pool(const json& p, const json& segments) {
               static_cast<unsigned long long>(u64(p, "prefill_tokens")),
               static_cast<unsigned long long>(u64(p, "evictions")), static_cast<unsigned long long>(u64(p, "page_ins")),
               static_cast<unsigned long long>(u64(p, "page_outs")));
+  if (p.contains("prefill_tokens_by_cause") && p["prefill_tokens_by_cause"].is_object()) {
+    std::string causes;
+    for (const auto& [cause, n] : p["prefill_tokens_by_cause"].items()) {
+      causes += (causes.empty() ? "" : ", ") + cause + " " + std::to_string(n.is_number_unsigned() ? n.get<uint64_t>() : 0);
+    }
+    std::printf("prefill   %s\n", causes.c_str());
+  }
   const json& ss = p["sessions"];
   std::printf("sessions  %llu: %llu warm, %llu cold\n", static_cast<unsigned long long>(u64(ss, "total")),
               static_cast<unsigned long long>(u64(ss, "warm")), static_cast<unsigned long long>(u64(ss, "cold")));

@@ -113,6 +113,14 @@ json pool_json(Service& svc) {
   }
   auto m = svc.metrics.snapshot();
   const size_t sessions = svc.catalog.session_count(), warm = svc.catalog.warm_sessions();
+  // Every token the model prefilled, and why (Scheduler::prefilled).
+  json prefill_by_cause = json::object();
+  uint64_t prefilled = 0;
+  const auto by_cause = svc.scheduler.prefilled();
+  for (int c = 0; c < kPrefillCauses; ++c) {
+    prefill_by_cause[std::string(to_string(static_cast<PrefillCause>(c)))] = by_cause[static_cast<size_t>(c)];
+    prefilled += by_cause[static_cast<size_t>(c)];
+  }
   PoolOptions po = svc.pool.options();
   json batches = json::object();
   for (const auto& [n, c] : m.batch_sizes) batches[std::to_string(n)] = c;
@@ -137,7 +145,8 @@ json pool_json(Service& svc) {
       {"hits", st.lease_hits},
       {"misses", st.leases - st.lease_hits},
       {"cached_tokens", st.cached_tokens},
-      {"prefill_tokens", st.prefill_tokens},
+      {"prefill_tokens", prefilled},
+      {"prefill_tokens_by_cause", prefill_by_cause},
       {"evictions", st.evictions},
       {"page_ins", st.page_ins},
       {"page_outs", st.page_outs},

@@ -131,6 +131,10 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) 
     answer->text(choice, t, std::move(logprobs));
   };
   job->on_finish = [answer](GenOutcome& o, Lease* lease) { answer->finished(o, lease); };
+  job->client_gone = [weak = out.weak_from_this()] {
+    auto o = weak.lock();
+    return !o || o->client_gone();
+  };
   out.on_close([weak = std::weak_ptr<GenJob>(job)] {
     if (auto j = weak.lock()) {
       j->cancelled = true;

@@ -1,5 +1,7 @@
 #include "daemon/http_connection.h"
 
+#include <poll.h>
+
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/status.hpp>
 #include <nlohmann/json.hpp>
@@ -67,7 +69,7 @@ std::string error_response(const ApiStatus& e) {
 // ---- Connection: strand side ----
 
 Connection::Connection(Socket socket, std::shared_ptr<Edge> edge, bool tcp, int uid, int gid)
-    : socket_(std::move(socket)), timer_(socket_.get_executor()), edge_(std::move(edge)), tcp_(tcp), uid_(uid), gid_(gid) {
+    : socket_(std::move(socket)), fd_(socket_.native_handle()), timer_(socket_.get_executor()), edge_(std::move(edge)), tcp_(tcp), uid_(uid), gid_(gid) {
   phase_since_ = Clock::now().time_since_epoch().count();
 }
 
@@ -487,7 +489,9 @@ void Connection::abandoned(uint64_t seq) {
 
 bool Connection::gone(uint64_t) const {
   std::lock_guard lock(out_mu_);
-  return closed_;
+  if (closed_) return true;
+  pollfd p{fd_, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 // ---- Exchange ----

@@ -78,6 +78,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool queue(uint64_t seq, Part part, std::string bytes, int status = 0);
   void watch_close(uint64_t seq, std::function<void()> fn);
   void abandoned(uint64_t seq);  // the handler dropped its responder
+  // Closed, or the peer hung up even if the I/O thread has not read its end yet (a look at the
+  // socket: the scheduler asks before every step, so a disconnect is seen within one step however
+  // busy the I/O threads are).
   bool gone(uint64_t seq) const;
 
  private:
@@ -101,6 +104,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void new_parser(size_t header_limit);
 
   Socket socket_;
+  const int fd_;  // socket_'s, for gone(): valid until close() (which sets closed_ first)
   asio::steady_timer timer_;
   std::shared_ptr<Edge> edge_;
   const bool tcp_;

@@ -57,6 +57,8 @@ class HttpResponder : public std::enable_shared_from_this<HttpResponder> {
   // of streamed bytes piled up (it is then dropped).
   virtual bool write_chunk(std::string_view data) = 0;
   virtual void end_stream() = 0;
+  // The connection closed, or its peer hung up (seen on the socket itself, before the I/O thread
+  // reads the end): cheap and non-blocking, the scheduler asks before every step.
   virtual bool client_gone() const = 0;
   virtual bool responded() const = 0;  // send or start_stream was called
   // fn runs once, on an I/O thread, if the connection closes before the response is complete

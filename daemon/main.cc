@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
   Catalog& catalog = *state.catalog;
   StateStore& store = *state.store;
   Metrics metrics;
-  Scheduler scheduler(m, forward, pool, metrics,
+  ForwardStep model_step(forward);
+  Scheduler scheduler(m, model_step, pool, metrics,
                       {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length, cfg.decode_slowdown, cfg.modular.background_exact});
   if (catalog.model_changed()) {
     log_warn("the state was written with another model; transcripts will be re-tokenized from their text");

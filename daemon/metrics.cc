@@ -78,6 +78,13 @@ void Metrics::batch_step(size_t sequences, size_t tokens) {
   s_.max_batch_seen = std::max(s_.max_batch_seen, sequences);
 }
 
+void Metrics::steps_after_cancel(uint64_t steps) {
+  std::lock_guard lock(mu_);
+  s_.cancelled_sequences++;
+  s_.steps_after_cancel += steps;
+  s_.max_steps_after_cancel = std::max(s_.max_steps_after_cancel, steps);
+}
+
 void Metrics::rejected(const std::string& why) {
   std::lock_guard lock(mu_);
   s_.rejections[why]++;

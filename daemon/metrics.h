@@ -44,6 +44,8 @@ class Metrics {
   // The scheduler, for every token of a sequence after its first: seconds since its previous token.
   void token_interval(double seconds);
   void batch_step(size_t sequences, size_t tokens);
+  // The scheduler, when a sequence ends cancelled: the model steps it ran after its cancel was set.
+  void steps_after_cancel(uint64_t steps);
   void rejected(const std::string& why);  // queue full, shutting down, ...
 
   using RequestKey = std::tuple<std::string, std::string, int>;  // route, method, status
@@ -59,6 +61,7 @@ class Metrics {
     uint64_t steps = 0, step_tokens = 0;
     std::map<size_t, uint64_t> batch_sizes;            // sequences per step -> steps
     size_t max_batch_seen = 0;
+    uint64_t cancelled_sequences = 0, steps_after_cancel = 0, max_steps_after_cancel = 0;
     std::map<std::string, uint64_t> rejections;
   };
   Snapshot snapshot() const;

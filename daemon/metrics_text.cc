@@ -103,7 +103,14 @@ void pool_metrics(Exposition& e, Service& svc) {
   e.counter("towerd_pool_leases_total", "Towers assembled.", st.leases);
   e.counter("towerd_pool_lease_hits_total", "Towers that reused at least one segment.", st.lease_hits);
   e.counter("towerd_pool_cached_tokens_total", "Prompt tokens served from segments.", st.cached_tokens);
-  e.counter("towerd_pool_prefill_tokens_total", "Prompt tokens prefilled.", st.prefill_tokens);
+  e.counter("towerd_pool_prefill_tokens_total", "Prompt tokens left to prefill by the towers assembled.", st.prefill_tokens);
+  e.family("towerd_prefill_tokens_total", "counter",
+           "Tokens the model prefilled, by cause (prompt, build, thaw, modular_repair, exact_rebuild).");
+  const auto prefilled = svc.scheduler.prefilled();
+  for (int c = 0; c < kPrefillCauses; ++c) {
+    e.sample("towerd_prefill_tokens_total", {{"cause", std::string(to_string(static_cast<PrefillCause>(c)))}},
+             prefilled[static_cast<size_t>(c)]);
+  }
   e.counter("towerd_pool_evictions_total", "Segments evicted.", st.evictions);
   e.counter("towerd_pool_page_ins_total", "Segments paged in from the warm tier.", st.page_ins);
   e.counter("towerd_pool_page_outs_total", "Segments paged out to the warm tier.", st.page_outs);
@@ -130,6 +137,12 @@ void generation_metrics(Exposition& e, Service& svc, const Metrics::Snapshot& m)
   e.histogram("towerd_inter_token_latency_seconds", {}, m.inter_token);
   e.counter("towerd_steps_total", "Batched model steps.", m.steps);
   e.counter("towerd_step_tokens_total", "Tokens evaluated in model steps (prefill and decode).", m.step_tokens);
+  e.counter("towerd_cancelled_sequences_total", "Sequences that ended cancelled (client gone, shutdown).",
+            m.cancelled_sequences);
+  e.counter("towerd_steps_after_cancel_total",
+            "Model steps cancelled sequences ran after their cancel was set (a disconnect noticed).", m.steps_after_cancel);
+  e.gauge("towerd_steps_after_cancel_max", "The most model steps one cancelled sequence ran after its cancel.",
+          static_cast<double>(m.max_steps_after_cancel));
   e.family("towerd_rejected_total", "counter", "Generation requests refused before running.");
   for (const auto& [reason, n] : m.rejections) e.sample("towerd_rejected_total", {{"reason", reason}}, n);
 }

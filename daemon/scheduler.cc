@@ -14,12 +14,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 // Prompt tokens a step may carry beside decodes whatever the pacer says (daemon/prefill_pacer.h).
 constexpr int kPromptFloor = 64;
-// Background work (builds nobody waits for, exact rebuilds) only fills steps that carry nothing else
-// but decodes, and while requests come and go (one arrived within kBusyWindow) it takes at most
-// kBackgroundChunk tokens per step: a request that arrives meanwhile waits for one short step, not
-// for a full prefill chunk of someone else's work. On a quiet daemon it gets the whole budget.
-constexpr int kBackgroundChunk = 32;
-constexpr auto kBusyWindow = std::chrono::seconds(2);
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
@@ -34,6 +28,7 @@ struct Scheduler::Seq {
   std::unique_ptr<Decoder> decoder;  // set once the prompt is in
   int32_t next = -1;                 // sampled, to be evaluated in the next step
   Clock::time_point started, last_token;
+  uint64_t admitted_step = 0;        // the scheduler's step count when it was admitted
   bool done = false;
   int choice = 0;
   std::shared_ptr<Choices> choices;  // n > 1, once the prompt is in: what the job's choices share
@@ -58,14 +53,32 @@ struct Scheduler::Build {
   std::vector<std::shared_ptr<const Segment>> reuse;  // modular: the old rows that follow the prefilled ones
   std::shared_ptr<const Segment> exact;  // a rebuild done, waiting for its file's previous write
   bool joining = false;        // modular: its rows are being joined off the model thread
+  PrefillCause cause = PrefillCause::Build;  // of its prefill
   size_t pos = 0;
   bool done = false;
   int rank() const { return kind == Kind::Exact ? 2 : wanted ? 0 : 1; }
 };
 
-Scheduler::Scheduler(const Model& model, Forward& forward, SegmentPool& pool, Metrics& metrics, Options options)
+std::string_view to_string(PrefillCause c) {
+  switch (c) {
+    case PrefillCause::Prompt: return "prompt";
+    case PrefillCause::Build: return "build";
+    case PrefillCause::Thaw: return "thaw";
+    case PrefillCause::ModularRepair: return "modular_repair";
+    case PrefillCause::ExactRebuild: return "exact_rebuild";
+  }
+  return "unknown";
+}
+
+std::array<uint64_t, kPrefillCauses> Scheduler::prefilled() const {
+  std::array<uint64_t, kPrefillCauses> out{};
+  for (size_t i = 0; i < out.size(); ++i) out[i] = prefilled_[i].load();
+  return out;
+}
+
+Scheduler::Scheduler(const Model& model, ModelStep& step, SegmentPool& pool, Metrics& metrics, Options options)
     : model_(model),
-      forward_(forward),
+      model_step_(step),
       pool_(pool),
       metrics_(metrics),
       opt_(options),
@@ -119,6 +132,7 @@ Status Scheduler::submit(std::shared_ptr<GenJob> job) {
                                        std::to_string(opt_.queue_length) + "); retry shortly");
     }
     job->enqueued = Clock::now();
+    job->cancelled.count_steps_of(&steps_);
     queue_.push_back(std::move(job));
   }
   cv_.notify_all();
@@ -167,7 +181,6 @@ void Scheduler::build(SegmentId id, std::function<void(const Status&)> done, boo
 }
 
 void Scheduler::request_build(SegmentId id, bool wanted, std::function<void(const Status&)> done) {
-  if (wanted) last_request_ = Clock::now();
   for (auto& b : builds_) {
     if (b->id == id && b->kind == Build::Kind::Compute && !b->done) {
       b->wanted |= wanted;
@@ -225,51 +238,7 @@ void Scheduler::set_progress(const Build& b, std::optional<double> progress) {
 }
 
 void Scheduler::loop() {
-  for (;;) {
-    std::deque<std::function<void()>> tasks;
-    std::vector<std::shared_ptr<GenJob>> admitted;
-    bool grace_over = false;
-    {
-      std::unique_lock lock(mu_);
-      auto runnable = [&] {
-        for (const auto& s : seqs_) {
-          if (s->assembled || s->job->cancelled) return true;
-        }
-        for (const auto& b : builds_) {
-          if (b->lease.tower) return true;
-        }
-        return false;
-      };
-      const size_t max_batch = static_cast<size_t>(opt_.max_batch);
-      size_t used = slots_in_use();
-      cv_.wait_for(lock, std::chrono::milliseconds(200), [&] {
-        return exit_ || !tasks_.empty() || runnable() || build_ended_ || (!queue_.empty() && used < max_batch);
-      });
-      build_ended_ = false;
-      heartbeat_ns_ = Clock::now().time_since_epoch().count();
-      tasks.swap(tasks_);
-      // A job of n choices takes n places (one larger than max_batch is admitted alone).
-      while (!queue_.empty()) {
-        const size_t want = static_cast<size_t>(std::max(1, queue_.front()->n));
-        if (used + want > max_batch && used > 0) break;
-        used += want;
-        admitted.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      grace_over = stopping_ && Clock::now() >= grace_end_;
-      if (exit_ && seqs_.empty() && tasks.empty() && admitted.empty()) break;
-    }
-    for (auto& t : tasks) t();
-    for (auto& j : admitted) admit(std::move(j));
-    if (grace_over) {
-      for (auto& s : seqs_) s->job->cancelled = true;
-    }
-    resolve();
-    step();
-    pool_.enforce_budget();  // continuously: between steps, not only when idle
-    pool_.enforce_disk_budget();
-    active_count_ = seqs_.size();
-    building_count_ = builds_.size();
+  while (round(true)) {
   }
   // Exiting: builds fail, and tasks posted after the last round run now so nobody waits on them.
   for (auto& b : builds_) finish_build(*b, Status::Unavailable("the daemon is shutting down"));
@@ -282,15 +251,71 @@ void Scheduler::loop() {
   for (auto& t : tasks) t();
 }
 
+bool Scheduler::run_one_round() { return round(false); }
+
+bool Scheduler::round(bool wait) {
+  std::deque<std::function<void()>> tasks;
+  std::vector<std::shared_ptr<GenJob>> admitted;
+  bool grace_over = false;
+  {
+    std::unique_lock lock(mu_);
+    auto runnable = [&] {
+      for (const auto& s : seqs_) {
+        if (s->assembled || s->job->cancelled) return true;
+      }
+      for (const auto& b : builds_) {
+        if (b->lease.tower) return true;
+      }
+      return false;
+    };
+    const size_t max_batch = static_cast<size_t>(opt_.max_batch);
+    size_t used = slots_in_use();
+    if (wait) {
+      cv_.wait_for(lock, std::chrono::milliseconds(200), [&] {
+        return exit_ || !tasks_.empty() || runnable() || build_ended_ || (!queue_.empty() && used < max_batch);
+      });
+    }
+    build_ended_ = false;
+    heartbeat_ns_ = Clock::now().time_since_epoch().count();
+    tasks.swap(tasks_);
+    // A job of n choices takes n places (one larger than max_batch is admitted alone).
+    while (!queue_.empty()) {
+      const size_t want = static_cast<size_t>(std::max(1, queue_.front()->n));
+      if (used + want > max_batch && used > 0) break;
+      used += want;
+      admitted.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    grace_over = stopping_ && Clock::now() >= grace_end_;
+    if (exit_ && seqs_.empty() && tasks.empty() && admitted.empty()) return false;
+  }
+  for (auto& t : tasks) t();
+  for (auto& j : admitted) admit(std::move(j));
+  if (grace_over) {
+    for (auto& s : seqs_) s->job->cancelled = true;
+  }
+  resolve();
+  step();
+  pool_.enforce_budget();  // continuously: between steps, not only when idle
+  pool_.enforce_disk_budget();
+  active_count_ = seqs_.size();
+  building_count_ = builds_.size();
+  return true;
+}
+
 void Scheduler::admit(std::shared_ptr<GenJob> job) {
-  last_request_ = Clock::now();
   if (job->cancelled) return fail(job, Status::Cancelled("cancelled before it started"));
   auto prompt = job->prepare ? job->prepare() : Result<std::vector<int32_t>>(Status::Error("the job has no prompt"));
   if (!prompt.ok()) return fail(job, prompt.status());
   if (prompt->empty()) return fail(job, Status::InvalidArgument("the prompt is empty"));
+  if (const int n_ctx = model_.config().n_ctx_train; n_ctx > 0 && prompt->size() >= static_cast<size_t>(n_ctx)) {
+    return fail(job, Status::ResourceExhausted("the prompt is " + std::to_string(prompt->size()) +
+                                               " tokens; the model's context is " + std::to_string(n_ctx)));
+  }
   auto s = std::make_unique<Seq>();
   s->job = std::move(job);
   s->out.prompt = std::move(prompt.value());
+  s->admitted_step = steps_.load();
   seqs_.push_back(std::move(s));
 }
 
@@ -323,17 +348,9 @@ bool Scheduler::ready(const PathPlan& path, bool wanted) {
 void Scheduler::resolve() {
   for (auto& sp : seqs_) {
     Seq& s = *sp;
-    if (s.assembled || s.done) continue;
-    if (s.job->cancelled) {
-      finish(s, "cancelled");
-      continue;
-    }
-    if (Clock::now() >= s.job->deadline) {
-      finish(s, "timeout");
-      continue;
-    }
+    if (s.assembled || s.done || stopped(s, Clock::now())) continue;
     if (!ready(pool_.plan(s.out.prompt), true)) continue;
-    auto lease = pool_.assemble(s.out.prompt, std::max(1, s.job->max_tokens));
+    auto lease = pool_.assemble(s.out.prompt, room(s));
     if (!lease.ok()) {
       s.out.error = lease.status();
       finish(s, "error");
@@ -426,6 +443,15 @@ bool Scheduler::start_prefill(Build& b, const SegmentInfo& info, int32_t count) 
   b.format = info.format;
   b.lease = std::move(lease.value());
   b.pos = 0;
+  b.cause = b.kind == Build::Kind::Exact ? PrefillCause::ExactRebuild
+            : !b.reuse.empty()           ? PrefillCause::ModularRepair
+            : !pool_.coded(b.id).empty() ? PrefillCause::Thaw
+                                         : PrefillCause::Build;
+  if (count > 0) {
+    log_info("segment " + std::to_string(b.id) + (info.label.empty() ? "" : " (" + info.label + ")") + ": prefilling " +
+             std::to_string(count) + " of its " + std::to_string(info.length) + " tokens (" +
+             std::string(to_string(b.cause)) + (b.wanted ? ", awaited" : ", background") + ")");
+  }
   return true;
 }
 
@@ -511,15 +537,35 @@ void Scheduler::finish_build(Build& b, const Status& st) {
   b.waiters.clear();
 }
 
+int32_t Scheduler::room(const Seq& s) const {
+  const int32_t want = std::max(1, s.job->max_tokens);
+  const int n_ctx = model_.config().n_ctx_train;
+  if (n_ctx <= 0) return want;
+  return std::min(want, n_ctx - static_cast<int32_t>(s.out.prompt.size()));  // admit() left at least 1
+}
+
 size_t Scheduler::slots_in_use() const {
   size_t n = 0;
   for (const auto& s : seqs_) n += s->choices || s->done ? 1 : static_cast<size_t>(std::max(1, s->job->n));
   return n;
 }
 
+bool Scheduler::stopped(Seq& s, Clock::time_point now) {
+  if (!s.job->cancelled && s.job->client_gone && s.job->client_gone()) {
+    s.job->cancelled = true;
+    log_debug("client went away (seen before a step); its generation is cancelled");
+  }
+  if (s.job->cancelled) finish(s, "cancelled");
+  else if (now >= s.job->deadline) finish(s, "timeout");
+  return s.done;
+}
+
 void Scheduler::finish(Seq& s, std::string reason) {
   if (s.done) return;
   s.done = true;
+  if (reason == "cancelled") {
+    metrics_.steps_after_cancel(steps_.load() - std::max(s.job->cancelled.set_at_step(), s.admitted_step));
+  }
   s.out.finish_reason = std::move(reason);
   const std::string& r = s.out.finish_reason;
   if (s.decoder) {
@@ -598,7 +644,7 @@ void Scheduler::fork_choices(Seq& s, std::span<const float> logits) {
   s.out.tail.clear();
   s.out.sealed_prompt = sealed.value();
   for (int i = 1; i < n; ++i) {
-    auto lease = pool_.lease_chain(sealed.value(), std::max(1, s.job->max_tokens));
+    auto lease = pool_.lease_chain(sealed.value(), room(s));
     if (!lease.ok()) {
       s.out.error = lease.status();
       s.job->cancelled = true;  // the choices already started stop too
@@ -612,6 +658,7 @@ void Scheduler::fork_choices(Seq& s, std::span<const float> logits) {
     c->assembled = true;
     c->pos = s.out.prompt.size();
     c->started = s.started;
+    c->admitted_step = s.admitted_step;
     c->choice = i;
     c->choices = shared;
     SamplerConfig sampling = s.job->sampling;
@@ -643,6 +690,9 @@ void Scheduler::step() {
     return s.assembled && !s.done && !s.decoder && !s.job->cancelled && s.out.prompt.size() - s.pos <= kPromptFloor;
   };
   auto decodes = [](const Seq& s) { return s.assembled && !s.done && s.decoder; };
+  for (auto& sp : seqs_) {
+    if (sp->assembled && !sp->done) stopped(*sp, now);
+  }
   const bool first_token_step = !decodes_waited_ && std::any_of(seqs_.begin(), seqs_.end(), [&](auto& s) { return short_prompt(*s); }) &&
                                 std::any_of(seqs_.begin(), seqs_.end(), [&](auto& s) { return decodes(*s); });
   decodes_waited_ = first_token_step;
@@ -650,16 +700,7 @@ void Scheduler::step() {
   for (auto& sp : seqs_) {
     Seq& s = *sp;
     if (first_token_step) break;
-    if (!s.assembled || s.done) continue;
-    if (s.job->cancelled) {
-      finish(s, "cancelled");
-      continue;
-    }
-    if (now >= s.job->deadline) {
-      finish(s, "timeout");
-      continue;
-    }
-    if (!s.decoder) continue;
+    if (!s.assembled || s.done || !s.decoder) continue;
     batch.push_back({s.lease.tower.get(), std::span<const int32_t>(&s.next, 1), Logits::Last});
     slots.push_back({&s, nullptr, 0});
   }
@@ -682,16 +723,17 @@ void Scheduler::step() {
     slots.push_back({&s, nullptr, n});
   }
   // Builds: what the prompts left of the pacer's budget; those someone waits for first, then
-  // background work (kBackgroundChunk): builds nobody waits for, exact rebuilds of modular segments.
+  // background work: builds nobody waits for, exact rebuilds of modular segments. It takes as many
+  // tokens as the pacer expects to cost Options::background_step_seconds, so a request that arrives
+  // meanwhile, even on a quiet daemon, waits for one short step, not a full chunk of someone else's.
   int budget = first_token_step ? 0 : paced - prompt_tokens;
   for (int rank = 0; rank <= 2; ++rank) {
     if (rank == 1) {
       // A join someone waits for runs on the joiner thread: background work leaves it the CPU.
       const bool join_wanted = std::any_of(builds_.begin(), builds_.end(), [](auto& b) { return b->wanted && b->joining; });
-      const bool busy = now - last_request_ < kBusyWindow;
-      budget = prompt_tokens > 0 || batch.size() > decoding || join_wanted ? 0
-               : busy                                                      ? std::min(budget, kBackgroundChunk)
-                                                                           : budget;
+      budget = prompt_tokens > 0 || batch.size() > decoding || join_wanted
+                   ? 0
+                   : std::min(budget, pacer_.background_budget(opt_.background_step_seconds));
     }
     for (auto& bp : builds_) {
       Build& b = *bp;
@@ -710,9 +752,9 @@ void Scheduler::step() {
   std::vector<float> logits;
   size_t tokens = 0;
   for (auto& b : batch) tokens += b.tokens.size();
-  const auto step_start = Clock::now();
-  Status st = forward_.eval_batch(batch, logits);
-  pacer_.observe(since(step_start), decoding, tokens - decoding);
+  Status st = model_step_.eval_batch(batch, logits);
+  ++steps_;
+  pacer_.observe(model_step_.last_step_seconds(), decoding, tokens - decoding);
   metrics_.batch_step(batch.size(), tokens);
   if (!st.ok()) {
     log_error("model step failed: " + st.message());
@@ -725,6 +767,7 @@ void Scheduler::step() {
       if (slots[i].build) {
         Build& b = *slots[i].build;
         b.pos += slots[i].chunk;
+        prefilled_[static_cast<size_t>(b.cause)] += slots[i].chunk;
         set_progress(b, static_cast<double>(b.pos) / static_cast<double>(b.tokens.size() + 1));
         if (b.pos >= b.tokens.size()) complete_build(b);
         continue;
@@ -732,6 +775,7 @@ void Scheduler::step() {
       Seq& s = *slots[i].seq;
       std::span<const float> row(logits.data() + i * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
       if (slots[i].chunk > 0) {
+        prefilled_[static_cast<size_t>(PrefillCause::Prompt)] += slots[i].chunk;
         s.out.tail.insert(s.out.tail.end(), s.out.prompt.begin() + static_cast<std::ptrdiff_t>(s.pos),
                           s.out.prompt.begin() + static_cast<std::ptrdiff_t>(s.pos + slots[i].chunk));
         s.pos += slots[i].chunk;

@@ -9,14 +9,20 @@
 //   rebuilds     modular segments recomputed exactly in the background, last in line, each only
 //                once its parent chain is exact.
 // Background work (builds nobody waits for, rebuilds) only fills steps that carry nothing but
-// decodes, in short chunks while requests keep arriving (scheduler.cc, kBackgroundChunk).
-// Every step evaluates, in one Forward::eval_batch, the next token of every decoding sequence first,
+// decodes, and never holds the model longer than one short step (Options::background_step_seconds,
+// by the pacer's measured cost per token): a request that arrives meanwhile waits for that step alone.
+// Every step evaluates, in one ModelStep::eval_batch (daemon/model_step.h), the next token of every decoding sequence first,
 // then chunks of prompt and build tokens, oldest first (generations' prompts before builds): up to
 // prefill_chunk when nothing decodes, else as many as keep the step within decode_slowdown times the
 // decodes alone (daemon/prefill_pacer.h), so a long prefill slows the streams by a bounded factor
 // instead of stopping them; prompts, which someone waits on, get at least 64 tokens per step. A sequence's logits do not depend on what it is batched with or how its
 // prompt is cut into chunks, so a request's tokens (at temperature 0, or with a seed) do not depend on
 // the load.
+//
+// A generation whose client left stops at the next step: the API cancels it when the connection
+// closes, and the scheduler asks every job's client_gone before each step as well (so a disconnect is
+// seen within one step, however busy the I/O threads are); it counts the steps a generation ran after
+// its cancel (Metrics::steps_after_cancel).
 //
 // Before a generation's tower is assembled, every segment on its prompt's path must be in memory:
 // warm ones are paged in by the pager thread (map, populate, verify: file I/O off this thread) and
@@ -25,6 +31,7 @@
 // same stop/EOS/UTF-8 rules as generate()) and hands its lease to the job's on_finish hook (which
 // may seal it into a segment) before releasing it.
 #pragma once
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,7 +49,7 @@
 #include "daemon/metrics.h"
 #include "daemon/prefill_pacer.h"
 #include "daemon/worker_thread.h"
-#include "engine/model/forward.h"
+#include "daemon/model_step.h"
 #include "engine/constrained/grammar_matcher.h"
 #include "engine/generate/sampler.h"
 #include "mmapstore/segment_pool.h"
@@ -71,6 +78,29 @@ struct GenOutcome {
   SegmentId sealed_prompt = kNoSegment;
 };
 
+// GenJob::cancelled: set from any thread (`job->cancelled = true`: the client left, a write failed,
+// shutdown). It keeps the step count of the scheduler the job was submitted to at that moment, so
+// that the steps the generation ran after its cancel can be counted (not the time: a check of it
+// must not depend on the machine's speed).
+class CancelFlag {
+ public:
+  CancelFlag& operator=(bool on) {
+    if (!on || on_.load()) return *this;
+    const std::atomic<uint64_t>* steps = steps_.load();
+    at_step_ = steps ? steps->load() : 0;  // before on_: whoever sees it set sees the step
+    on_ = true;
+    return *this;
+  }
+  operator bool() const { return on_.load(); }
+  uint64_t set_at_step() const { return at_step_.load(); }
+  void count_steps_of(const std::atomic<uint64_t>* steps) { steps_ = steps; }
+
+ private:
+  std::atomic<const std::atomic<uint64_t>*> steps_{nullptr};
+  std::atomic<uint64_t> at_step_{0};
+  std::atomic<bool> on_{false};
+};
+
 struct GenJob {
   // On the scheduler thread, at admission: the prompt tokens (must not run the model or wait: segments
   // it needs go in the pool cold, and the scheduler builds them). An error fails the job.
@@ -87,7 +117,10 @@ struct GenJob {
   int max_tokens = 256;
   std::vector<std::string> stop;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  std::atomic<bool> cancelled{false};
+  CancelFlag cancelled;
+  // On the scheduler thread, before every step until the job ends (may be empty): true when its
+  // client is gone (then it is cancelled). Must not block: a look at the socket, no I/O.
+  std::function<bool()> client_gone;
   // On the scheduler thread, once prepare succeeded and its tower is assembled: the model is about to run.
   std::function<void()> on_admitted;
   // On the scheduler thread: a choice's text as it becomes final, with the logprobs of the tokens it
@@ -99,6 +132,17 @@ struct GenJob {
   std::chrono::steady_clock::time_point enqueued;
 };
 
+// Why the model prefilled tokens: every prefilled token has one cause (GET /v1/pool, /metrics).
+enum class PrefillCause {
+  Prompt,         // a generation's prompt past its cached segments (a lease's tail)
+  Build,          // a segment computed from its tokens: a new definition, a file lost or dropped
+  Thaw,           // a cold-tier segment brought back (its tokens were coded)
+  ModularRepair,  // the first tokens of a segment placed modularly after an edit above it
+  ExactRebuild,   // a modular segment recomputed exactly in the background
+};
+inline constexpr int kPrefillCauses = 5;
+std::string_view to_string(PrefillCause c);
+
 class Scheduler {
  public:
   struct Options {
@@ -107,11 +151,19 @@ class Scheduler {
     int queue_length = 64;
     double decode_slowdown = 1.6;  // daemon/prefill_pacer.h
     bool background_exact = true;  // a modular segment, once installed, is queued for an exact rebuild
+    // The longest a step of background work may take by the pacer's estimate: what a request that
+    // arrives meanwhile waits for (a 256-token chunk is a second on a 1B model on two cores).
+    double background_step_seconds = 0.1;
   };
-  Scheduler(const Model& model, Forward& forward, SegmentPool& pool, Metrics& metrics, Options options);
+  // model gives the tokenizer and shape; step runs it (daemon/model_step.h).
+  Scheduler(const Model& model, ModelStep& step, SegmentPool& pool, Metrics& metrics, Options options);
   ~Scheduler();
 
   void start();
+  // Tests, instead of start(): one round of the scheduler's loop on the caller's thread, without
+  // waiting (posted tasks, admissions, waiting work resolved, one model step, the budgets). Page-ins
+  // and modular joins need start()'s threads. False once it has shut down.
+  bool run_one_round();
   // Stops admitting: queued jobs fail (Unavailable); running ones get `grace` to finish, then are cancelled.
   void shutdown(std::chrono::milliseconds grace);
 
@@ -139,6 +191,9 @@ class Scheduler {
   size_t queued() const;
   size_t active() const { return active_count_.load(); }
   size_t building() const { return building_count_.load(); }
+  uint64_t steps() const { return steps_.load(); }  // model steps run so far
+  // Tokens prefilled so far by cause (PrefillCause's order).
+  std::array<uint64_t, kPrefillCauses> prefilled() const;
   // Seconds since the scheduler last went round its loop (watchdog: a stuck model call).
   double stalled_seconds() const;
 
@@ -147,6 +202,9 @@ class Scheduler {
   struct Choices;
   struct Build;
   void loop();
+  bool round(bool wait);
+  // Ends s when it is cancelled (or its client is gone) or past its deadline; true when it ended.
+  bool stopped(Seq& s, std::chrono::steady_clock::time_point now);
   void admit(std::shared_ptr<GenJob> job);
   // Advances what waits for segments: requests page-ins and builds, assembles ready towers.
   void resolve();
@@ -172,13 +230,16 @@ class Scheduler {
   void advance(Seq& s, std::span<const float> logits);
   // n > 1, the prompt just evaluated: seals it and starts choices 1..n-1 from the same logits.
   void fork_choices(Seq& s, std::span<const float> logits);
+  // Tokens a sequence may generate: its max_tokens, within the model's context after its prompt (the
+  // decoder then ends it "context" when the cache is full).
+  int32_t room(const Seq& s) const;
   // Sequences running or admitted, counting a job that has not forked its choices yet as n.
   size_t slots_in_use() const;
   void finish(Seq& s, std::string reason);
   void fail(std::shared_ptr<GenJob> job, Status st);
 
   const Model& model_;
-  Forward& forward_;
+  ModelStep& model_step_;
   SegmentPool& pool_;
   Metrics& metrics_;
   Options opt_;
@@ -188,9 +249,8 @@ class Scheduler {
   // generation) is resolved at once instead of after the next wake-up.
   bool build_ended_ = false;  // scheduler thread
   bool decodes_waited_ = false;  // the last step left the decodes out for a first token (scheduler thread)
-  // When a request (a generation, a build someone waits for) last arrived: background work takes
-  // short steps for a while after it (scheduler thread).
-  std::chrono::steady_clock::time_point last_request_;
+  std::atomic<uint64_t> steps_{0};  // model steps run (CancelFlag reads it from any thread)
+  std::array<std::atomic<uint64_t>, kPrefillCauses> prefilled_{};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenJob>> queue_;

@@ -137,6 +137,33 @@ TEST_CASE("on_close fires when the client disconnects mid-response, not after a 
   CHECK(closes_after_answer == 0);
 }
 
+TEST_CASE("client_gone sees a peer that hung up before any I/O thread read its end") {
+  // The one I/O thread is held inside the handler: only a look at the socket itself can tell that
+  // the client left (the scheduler asks before every step, so a busy I/O thread cannot delay it).
+  Fixture f;
+  std::promise<std::shared_ptr<HttpResponder>> got;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  HttpServerOptions o;
+  o.socket_path = f.path;
+  o.io_threads = 1;
+  f.server = std::make_unique<HttpServer>(o, [&](const HttpRequest&, std::shared_ptr<HttpResponder> out) {
+    out->start_stream(200, "text/event-stream");
+    got.set_value(out);
+    released.wait();
+  });
+  REQUIRE(f.server->start().ok());
+  auto c = std::make_unique<Client>(f.path);
+  c->send(kGet);
+  auto out = got.get_future().get();
+  CHECK(!out->client_gone());
+  c->close();
+  CHECK(out->client_gone());
+  release.set_value();
+  out.reset();
+  CHECK(f.server->wait_idle(5s) == 0);
+}
+
 TEST_CASE("a dropped responder answers 500 and so does a throwing handler") {
   Fixture f;
   f.serve([](const HttpRequest& req, std::shared_ptr<HttpResponder>) {

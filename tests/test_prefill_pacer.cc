@@ -1,6 +1,7 @@
 // The pacer against a simulated machine: a step costs `decode` seconds per decode token below the knee
 // and `per_token` per token of prefill; the budget must settle where a step stays within the
-// slowdown, and go back to full chunks when nothing decodes.
+// slowdown, and go back to full chunks when nothing decodes; background work gets the tokens that fit
+// in a step of a given cost.
 #include <doctest/doctest.h>
 
 #include "daemon/prefill_pacer.h"
@@ -45,4 +46,23 @@ TEST_CASE("a slowdown below 1 is read as 1 and no measurement leaves the first b
   CHECK(pacer.budget(1) == 8);  // min(16, max_chunk)
   pacer.observe(0.5, 1, 8);     // no decode-only step seen yet: nothing to compare with
   CHECK(pacer.budget(1) == 8);
+}
+
+TEST_CASE("background work is sized by time: the tokens the measured cost per prefill token fits in a step") {
+  PrefillPacer pacer(256, 1.6, 8);
+  CHECK(pacer.background_budget(0.1) == 16);  // nothing measured yet: a first short step
+  // Prefill alone at 2 ms a step + 4 ms a token: from below to the 24 tokens that fit in 0.1 s.
+  for (int i = 0; i < 10; ++i) {
+    const int n = pacer.background_budget(0.1);
+    CHECK(0.002 + 0.004 * n <= 0.1);
+    pacer.observe(0.002 + 0.004 * n, 0, static_cast<size_t>(n));
+  }
+  CHECK(pacer.background_budget(0.1) == 24);
+  CHECK(pacer.background_budget(100.0) == 256);  // never more than a chunk
+  CHECK(pacer.background_budget(0.0001) == 1);   // never nothing
+  // Beside decodes the prefill part of a step counts: 10 ms a step of one decode, +1 ms a token.
+  for (int i = 0; i < 3; ++i) pacer.observe(0.010, 1, 0);
+  for (int i = 0; i < 20; ++i) pacer.observe(0.010 + 0.001 * 20, 1, 20);
+  CHECK(pacer.background_budget(0.1) >= 99);
+  CHECK(pacer.background_budget(0.1) <= 100);
 }
