@@ -876,7 +876,7 @@ void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, co
     return;
   }
   Session& s = it->second;
-  if (!out.error.ok() || out.finish_reason == "cancelled" || !lease) {
+  if (!out.error.ok() || out.finish_reason == FinishReason::Cancelled || !lease) {
     s.busy = false;
     lock.unlock();
     if (done) done(out.error.ok() ? Status::Cancelled("the reply was cancelled") : out.error);

@@ -158,7 +158,7 @@ double Scheduler::stalled_seconds() const {
 void Scheduler::fail(std::shared_ptr<GenJob> job, Status st) {
   GenOutcome out;
   out.error = std::move(st);
-  out.finish_reason = "error";
+  out.finish_reason = FinishReason::Error;
   if (job->on_finish) job->on_finish(out, nullptr);
 }
 
@@ -325,18 +325,18 @@ void Scheduler::resolve() {
     Seq& s = *sp;
     if (s.assembled || s.done) continue;
     if (s.job->cancelled) {
-      finish(s, "cancelled");
+      finish(s, FinishReason::Cancelled);
       continue;
     }
     if (Clock::now() >= s.job->deadline) {
-      finish(s, "timeout");
+      finish(s, FinishReason::Timeout);
       continue;
     }
     if (!ready(pool_.plan(s.out.prompt), true)) continue;
     auto lease = pool_.assemble(s.out.prompt, std::max(1, s.job->max_tokens));
     if (!lease.ok()) {
       s.out.error = lease.status();
-      finish(s, "error");
+      finish(s, FinishReason::Error);
       continue;
     }
     s.lease = std::move(lease.value());
@@ -517,14 +517,13 @@ size_t Scheduler::slots_in_use() const {
   return n;
 }
 
-void Scheduler::finish(Seq& s, std::string reason) {
+void Scheduler::finish(Seq& s, FinishReason reason) {
   if (s.done) return;
   s.done = true;
-  s.out.finish_reason = std::move(reason);
-  const std::string& r = s.out.finish_reason;
+  s.out.finish_reason = reason;
   if (s.decoder) {
     s.out.tokens = s.decoder->tokens();
-    if (r != "stop" && r != "cancelled" && s.job->on_text) {
+    if (keeps_held_text(reason) && s.job->on_text) {
       std::string rest = s.decoder->flush();
       std::vector<Logprobs> logprobs = s.decoder->take_logprobs();
       if (!rest.empty() || !logprobs.empty()) s.job->on_text(s.choice, rest, std::move(logprobs));
@@ -575,7 +574,7 @@ void Scheduler::advance(Seq& s, std::span<const float> logits) {
   s.last_token = Clock::now();
   std::vector<Logprobs> logprobs = s.decoder->take_logprobs();
   if ((!d.text.empty() || !logprobs.empty()) && s.job->on_text) s.job->on_text(s.choice, d.text, std::move(logprobs));
-  if (s.job->cancelled) return finish(s, "cancelled");
+  if (s.job->cancelled) return finish(s, FinishReason::Cancelled);
   if (d.done) return finish(s, d.finish_reason);
   s.next = d.token;
 }
@@ -593,7 +592,7 @@ void Scheduler::fork_choices(Seq& s, std::span<const float> logits) {
   auto sealed = pool_.seal(s.lease, s.out.tail, o);
   if (!sealed.ok()) {
     s.out.error = sealed.status();
-    return finish(s, "error");
+    return finish(s, FinishReason::Error);
   }
   s.out.tail.clear();
   s.out.sealed_prompt = sealed.value();
@@ -602,7 +601,7 @@ void Scheduler::fork_choices(Seq& s, std::span<const float> logits) {
     if (!lease.ok()) {
       s.out.error = lease.status();
       s.job->cancelled = true;  // the choices already started stop too
-      return finish(s, "error");
+      return finish(s, FinishReason::Error);
     }
     auto c = std::make_unique<Seq>();
     c->job = s.job;
@@ -652,11 +651,11 @@ void Scheduler::step() {
     if (first_token_step) break;
     if (!s.assembled || s.done) continue;
     if (s.job->cancelled) {
-      finish(s, "cancelled");
+      finish(s, FinishReason::Cancelled);
       continue;
     }
     if (now >= s.job->deadline) {
-      finish(s, "timeout");
+      finish(s, FinishReason::Timeout);
       continue;
     }
     if (!s.decoder) continue;
@@ -717,7 +716,7 @@ void Scheduler::step() {
   if (!st.ok()) {
     log_error("model step failed: " + st.message());
     for (Slot& slot : slots) {
-      if (slot.seq) slot.seq->out.error = st, finish(*slot.seq, "error");
+      if (slot.seq) slot.seq->out.error = st, finish(*slot.seq, FinishReason::Error);
       else finish_build(*slot.build, st);
     }
   } else {
