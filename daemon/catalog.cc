@@ -102,6 +102,7 @@ SegmentOptions Catalog::transcript_options(const Session& s) const {
   SegmentOptions o;
   o.format = config_.depth.transcript;
   o.label = "session:" + s.id;
+  o.lineage = o.label;
   return o;
 }
 
@@ -684,9 +685,10 @@ Result<SessionView> Catalog::create_session(const std::string& bot, const std::s
 
 std::vector<SegmentId> Catalog::session_segments_locked(const Session& s) const {
   std::vector<SegmentId> path;
+  const std::string lineage = transcript_options(s).lineage;
   for (SegmentId at = s.tail_segment; at != kNoSegment;) {
     auto info = pool_.info(at);
-    if (!info || info->label.rfind("session:", 0) != 0) break;
+    if (!info || info->lineage != lineage) break;
     path.push_back(at);
     at = info->parent;
   }
