@@ -57,9 +57,7 @@ int with_offline_state(const OfflineOptions& o, Work work) {
   using namespace towers::daemon;
   Config cfg;
   if (!o.config.empty()) {
-    auto c = load_config(o.config);
-    if (!c.ok()) return fail("invalid config: " + c.error());
-    cfg = std::move(c.value());
+    if (Status st = load_config(o.config, &cfg); !st.ok()) return fail("invalid config: " + st.message());
   }
   if (!o.state_dir.empty()) cfg.state_dir = o.state_dir;
   if (!o.model.empty()) cfg.model_path = o.model;

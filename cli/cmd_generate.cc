@@ -104,7 +104,7 @@ void add_generate(CLI::App& app) {
                    "prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "
                    "finish: %s; threads %d\n",
                    r->prompt_tokens, r->prefill_seconds, r->prompt_tokens / std::max(1e-9, r->prefill_seconds),
-                   n, r->decode_seconds, n / std::max(1e-9, r->decode_seconds), r->finish_reason.c_str(),
+                   n, r->decode_seconds, n / std::max(1e-9, r->decode_seconds), std::string(to_string(r->finish_reason)).c_str(),
                    pool.size());
     }
   });

@@ -7,6 +7,7 @@
 
 #include "daemon/log.h"
 #include "daemon/metrics_text.h"
+#include "daemon/routes.h"
 #include "daemon/service.h"
 
 namespace towers::daemon {
@@ -46,8 +47,8 @@ ApiStatus answer_offloaded(Service& svc, HttpResponder& out, Answer work) {
   return {};
 }
 
-ApiStatus wrong_method(const char* allowed) {
-  return ApiStatus(Status::InvalidArgument(std::string("use ") + allowed), "", "method_not_allowed");
+ApiStatus wrong_method(std::string_view allowed) {
+  return ApiStatus(Status::InvalidArgument("use " + std::string(allowed)), "", "method_not_allowed");
 }
 
 ApiStatus parse_body(const HttpRequest& req, json* body) {
@@ -163,7 +164,9 @@ json pool_json(Service& svc) {
   };
 }
 
-ApiStatus handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out) {
+}  // namespace
+
+ApiStatus handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string&) {
   if (req.method == "PUT" || req.method == "POST") {
     json b;
     if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
@@ -186,8 +189,6 @@ ApiStatus handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out
     PoolOptions po = svc.pool.options();
     log_info("policy set: eviction " + std::string(to_string(po.eviction)) + ", ram budget " +
              (po.ram_budget_bytes ? format_size(po.ram_budget_bytes) : std::string("unlimited")));
-  } else if (req.method != "GET") {
-    return wrong_method("GET or PUT");
   }
   PoolOptions po = svc.pool.options();
   return reply(out, {{"eviction", std::string(to_string(po.eviction))}, {"ram_budget", po.ram_budget_bytes},
@@ -195,49 +196,53 @@ ApiStatus handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out
                        {"pin_fan_out", po.pin_fan_out}});
 }
 
-}  // namespace
-
-ApiStatus handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
-  if (req.path == "/healthz") {
-    handled = true;
-    const char* status = svc.stopping ? "stopping" : svc.ready ? "ok" : "starting";
-    json j = {{"status", status}, {"model", svc.model_id}, {"queued", svc.scheduler.queued()},
-              {"active", svc.scheduler.active()}, {"sessions", svc.catalog.session_count()},
-              {"segments", svc.catalog.segment_count()},
-              {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - svc.started).count()}};
-    send_json(out, svc.ready && !svc.stopping ? 200 : 503, j);
-    return {};
-  }
-  if (req.path == "/v1/pool") {
-    handled = true;
-    if (req.method != "GET") return wrong_method("GET");
-    return reply(out, pool_json(svc));
-  }
-  if (req.path == "/v1/policy") {
-    handled = true;
-    return handle_policy(svc, req, out);
-  }
-  if (req.path == "/metrics") {
-    handled = true;
-    out.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(svc));
-  }
+ApiStatus handle_healthz(Service& svc, const HttpRequest&, HttpResponder& out, const std::string&) {
+  const char* status = svc.stopping ? "stopping" : svc.ready ? "ok" : "starting";
+  json j = {{"status", status}, {"model", svc.model_id}, {"queued", svc.scheduler.queued()},
+            {"active", svc.scheduler.active()}, {"sessions", svc.catalog.session_count()},
+            {"segments", svc.catalog.segment_count()},
+            {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - svc.started).count()}};
+  send_json(out, svc.ready && !svc.stopping ? 200 : 503, j);
   return {};
 }
+
+ApiStatus handle_pool(Service& svc, const HttpRequest&, HttpResponder& out, const std::string&) {
+  return reply(out, pool_json(svc));
+}
+
+ApiStatus handle_metrics(Service& svc, const HttpRequest&, HttpResponder& out, const std::string&) {
+  out.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(svc));
+  return {};
+}
+
+namespace {
+// 405's "use GET, PUT or DELETE" from the route's "GET PUT DELETE".
+ApiStatus not_allowed(const Route& route) {
+  const std::vector<std::string_view> methods = methods_of(route);
+  std::string allowed;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    allowed += std::string(i == 0 ? "" : i + 1 == methods.size() ? " or " : ", ") + std::string(methods[i]);
+  }
+  return wrong_method(allowed);
+}
+
+// Routes the request through the route table (daemon/routes.h).
+ApiStatus dispatch(Service& svc, const HttpRequest& req, HttpResponder& out) {
+  std::string param;
+  const Route* route = match_route(req.path, &param);
+  if (!route) return ApiStatus(Status::NotFound("no such endpoint: " + req.method + " " + req.path), "", "endpoint_not_found");
+  if (!svc.ready && route->handler != handle_healthz) {
+    return Status::Unavailable("the daemon is starting (restoring its state); retry shortly");
+  }
+  if (!route_allows(*route, req.method)) return not_allowed(*route);
+  return route->handler(svc, req, out, param);
+}
+}  // namespace
 
 }  // namespace api
 
 void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out) {
-  ApiStatus st;
-  bool handled = false;
-  if (!svc.ready && req.path != "/healthz") {
-    st = Status::Unavailable("the daemon is starting (restoring its state); retry shortly");
-  }
-  if (st.ok()) st = api::handle_admin(svc, req, out, handled);
-  if (st.ok() && !handled) st = api::handle_openai(svc, req, out, handled);
-  if (st.ok() && !handled) st = api::handle_towers(svc, req, out, handled);
-  if (st.ok() && !handled) {
-    st = ApiStatus(Status::NotFound("no such endpoint: " + req.method + " " + req.path), "", "endpoint_not_found");
-  }
+  const ApiStatus st = api::dispatch(svc, req, out);
   // Ok without an answer yet: it comes later (a generation, model work); a responder dropped
   // unanswered sends a 500 (daemon/http_server.h).
   if (!st.ok()) {

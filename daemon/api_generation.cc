@@ -74,17 +74,18 @@ class GenerationReply : public std::enable_shared_from_this<GenerationReply> {
   }
 
   void settle(GenOutcome& o, bool cancelled, const Status& st) {
-    if (!st.ok() && o.error.ok() && o.finish_reason != "cancelled") o.error = st;
-    if (o.error.ok() && o.finish_reason == "grammar") {
+    if (!st.ok() && o.error.ok() && o.finish_reason != FinishReason::Cancelled) o.error = st;
+    if (o.error.ok() && o.finish_reason == FinishReason::Grammar) {
       // The grammar (response_format's or the tool calls') could not go on (its automaton's limit, or
       // no token of this vocabulary continues it): not the client's fault, and not a reply to pass off
       // as complete.
       o.error = Status::Error(std::string("constrained decoding stopped: the ") +
                               (spec_.params.tool_format ? "tool-call" : "response_format's") + " grammar cannot continue");
     }
-    svc_.metrics.generation_finished(cancelled ? "cancelled" : o.error.ok() ? o.finish_reason : "error");
+    svc_.metrics.generation_finished(
+        to_string(cancelled ? FinishReason::Cancelled : o.error.ok() ? o.finish_reason : FinishReason::Error));
     if (!o.error.ok()) return failed(not_found_as(o.error, spec_.not_found_code));
-    if (o.finish_reason == "timeout") log_warn("a generation reached limits.request_timeout_seconds");
+    if (o.finish_reason == FinishReason::Timeout) log_warn("a generation reached limits.request_timeout_seconds");
     if (spec_.params.stream) {
       out_->write_chunk(builder_.end_events(o));
       return out_->end_stream();

@@ -1,4 +1,5 @@
-// OpenAI-compatible endpoints: POST /v1/chat/completions, GET /v1/models[/{id}]; and the table of the
+// OpenAI-compatible endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}]
+// (each request's body parsed once into a GenerationRequest); and the table of the
 // generation fields towerd honours, knowingly ignores, or refuses. The generation itself runs and
 // answers in daemon/api_generation.cc.
 #include <algorithm>
@@ -185,6 +186,24 @@ ApiStatus parse_messages(const json& body, std::vector<ToolChatMessage>* out) {
   return {};
 }
 
+// A conversation without tools and without a session: an optional system message, then user,
+// assistant, ..., user (what the chat template renders and the reply continues).
+ApiStatus check_turn_order(const std::vector<ToolChatMessage>& messages) {
+  const std::string rule =
+      "after an optional system message, messages alternate user/assistant, starting and ending with a user message";
+  const size_t first = !messages.empty() && messages[0].role == "system" ? 1 : 0;
+  if (messages.size() == first) return invalid_field("messages", "\"messages\" has no user message: " + rule);
+  for (size_t i = first; i < messages.size(); ++i) {
+    const char* want = (i - first) % 2 == 0 ? "user" : "assistant";
+    if (messages[i].role != want) {
+      const std::string at = "messages[" + std::to_string(i) + "].role";
+      return invalid_field(at, at + " is \"" + messages[i].role + "\" where \"" + want + "\" is expected: " + rule);
+    }
+  }
+  if (messages.back().role != "user") return invalid_field("messages", "the last message is not the user's: " + rule);
+  return {};
+}
+
 // "tools": [{"type": "function", "function": {"name", "description", "parameters", "strict"}}],
 // "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name"}},
 // "parallel_tool_calls": bool. Parameter schemas keep the client's key order (`ordered`: the body
@@ -266,8 +285,19 @@ ApiStatus parse_logit_bias(const Service& svc, const json& b, SamplerConfig* sam
   return {};
 }
 
-// "logprobs": true|false, "top_logprobs": 0..20 (only with logprobs, as OpenAI requires).
-ApiStatus parse_logprobs(const json& b, SamplerConfig* sampling) {
+// Chat: "logprobs": true|false, "top_logprobs": 0..20 (only with logprobs, as OpenAI requires).
+// Completions: "logprobs": 0..20, the count of alternatives (null: none).
+ApiStatus parse_logprobs(const json& b, ReplyApi api, SamplerConfig* sampling) {
+  sampling->logprobs = -1;
+  if (api == ReplyApi::Completions) {
+    if (!b.contains("logprobs") || b["logprobs"].is_null()) return {};
+    const json& l = b["logprobs"];
+    if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() > kMaxTopLogprobs) {
+      return invalid_field("logprobs", "\"logprobs\" must be an integer from 0 to " + std::to_string(kMaxTopLogprobs));
+    }
+    sampling->logprobs = l.get<int>();
+    return {};
+  }
   bool on = false;
   if (b.contains("logprobs") && !b["logprobs"].is_null()) {
     if (!b["logprobs"].is_boolean()) return invalid_field("logprobs", "\"logprobs\" must be true or false");
@@ -366,7 +396,7 @@ ApiStatus check_generation_fields(const json& body, std::initializer_list<std::s
   return {};
 }
 
-ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params, std::string_view raw_body) {
+ApiStatus parse_gen_params(const Service& svc, const json& b, ReplyApi api, GenParams* params, std::string_view raw_body) {
   GenParams& p = *params;
   auto number = [&](const char* k, double lo, double hi, float* out) -> ApiStatus {
     if (!b.contains(k) || b[k].is_null()) return {};
@@ -386,7 +416,7 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, GenParams* params,
     if (!e.ok()) return e;
   }
   if (ApiStatus e = parse_logit_bias(svc, b, &p.sampling); !e.ok()) return e;
-  if (ApiStatus e = parse_logprobs(b, &p.sampling); !e.ok()) return e;
+  if (ApiStatus e = parse_logprobs(b, api, &p.sampling); !e.ok()) return e;
   if (ApiStatus e = parse_response_format(svc, b, raw_body, &p.grammar); !e.ok()) return e;
   if (b.contains("top_k") && !b["top_k"].is_null()) {
     if (!b["top_k"].is_number_integer()) return invalid_field("top_k", "\"top_k\" must be an integer");
@@ -550,76 +580,51 @@ ApiStatus tool_generation(Service& svc, const std::string& session, const std::s
   return {};
 }
 
-}  // namespace
+// A generation request's body, parsed once: what /v1/chat/completions and /v1/completions share (the
+// model, the sampling and limits) and each one's own fields.
+struct GenerationRequest {
+  GenParams params;
+  // Chat: the conversation, and Towers' extra fields; tools and tool calls in the history.
+  std::vector<ToolChatMessage> messages;
+  std::string session, bot;
+  ToolRequest tools;
+  bool tool_history = false;
+  // Completions: the prompt text, as it is.
+  std::string prompt;
+};
 
-ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder& out);
+// "model": absent, or a name of the served model (Service::serves).
+ApiStatus check_model(const Service& svc, const json& body) {
+  std::string model;
+  if (ApiStatus e = string_field(body, "model", false, &model); !e.ok()) return e;
+  return svc.serves(model) ? ApiStatus() : model_not_found(model, "model");
+}
 
-ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
-  if (req.path == "/v1/models" || req.path.rfind("/v1/models/", 0) == 0) {
-    handled = true;
-    if (req.method != "GET") return wrong_method("GET");
-    if (req.path == "/v1/models") return reply(out, {{"object", "list"}, {"data", json::array({model_json(svc)})}});
-    const std::string name = req.path.substr(std::string("/v1/models/").size());
-    if (name.empty() || !svc.serves(name)) return model_not_found(name, "");
-    return reply(out, model_json(svc));
-  }
-  if (req.path == "/v1/completions") {
-    handled = true;
-    return handle_completions(svc, req, out);
-  }
-  if (req.path != "/v1/chat/completions") return {};
-  handled = true;
-  if (req.method != "POST") return wrong_method("POST");
+ApiStatus parse_chat_request(const Service& svc, const HttpRequest& req, GenerationRequest* r) {
   json body;
   if (ApiStatus e = parse_body(req, &body); !e.ok()) return e;
   if (ApiStatus e = check_generation_fields(body, {"model", "messages", "session", "bot"}); !e.ok()) return e;
-  std::string model, session, bot;
-  for (ApiStatus e : {string_field(body, "model", false, &model), string_field(body, "session", false, &session),
-                      string_field(body, "bot", false, &bot)}) {
+  for (ApiStatus e : {check_model(svc, body), string_field(body, "session", false, &r->session),
+                      string_field(body, "bot", false, &r->bot)}) {
     if (!e.ok()) return e;
   }
-  if (!svc.serves(model)) return model_not_found(model, "model");
-  GenParams params;
-  if (ApiStatus e = parse_gen_params(svc, body, &params, req.body); !e.ok()) return e;
-  std::vector<ToolChatMessage> messages;
-  if (ApiStatus e = parse_messages(body, &messages); !e.ok()) return e;
+  if (ApiStatus e = parse_gen_params(svc, body, ReplyApi::Chat, &r->params, req.body); !e.ok()) return e;
+  if (ApiStatus e = parse_messages(body, &r->messages); !e.ok()) return e;
   // Tool schemas keep the client's key order: the body parsed once more, in order, only when it has tools.
   const auto ordered = body.contains("tools") ? nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false)
                                               : nlohmann::ordered_json();
-  ToolRequest tools;
-  if (ApiStatus e = parse_tools(body, ordered, &tools); !e.ok()) return e;
-  const bool tool_history = std::any_of(messages.begin(), messages.end(), [](const ToolChatMessage& m) {
+  if (ApiStatus e = parse_tools(body, ordered, &r->tools); !e.ok()) return e;
+  r->tool_history = std::any_of(r->messages.begin(), r->messages.end(), [](const ToolChatMessage& m) {
     return m.role == "tool" || !m.tool_calls.empty();
   });
-  GenerationSpec spec;
-  if (!tools.tools.empty() || tool_history) {
-    if (ApiStatus e = tool_generation(svc, session, bot, messages, tools, &params, &spec); !e.ok()) return e;
-  } else if (!session.empty()) {
-    if (ApiStatus e = one_choice(params); !e.ok()) return e;
-    // The session holds the history: only the last message, a user message, is new.
-    if (messages.back().role != "user") {
-      return invalid_field("messages", "with \"session\", the last message must be the user's new message");
-    }
-    if (ApiStatus e = begin_session_turn(svc, session, messages.back().content, params, "session", &spec); !e.ok()) return e;
-  } else {
-    std::vector<ChatMessage> chat;
-    for (auto& m : messages) chat.push_back({std::move(m.role), std::move(m.content)});
-    auto begun = svc.catalog.begin_stateless(bot, std::move(chat));
-    if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");
-    spec = stateless_spec(svc, std::move(begun.value()));
-    if (!bot.empty()) spec.extra = {{"bot", bot}};
-  }
-  spec.params = params;
-  return run_generation(svc, out, std::move(spec));
+  return {};
 }
 
-// POST /v1/completions: the prompt text as it is (no chat template; BOS as the model adds it), on the
-// session-less path, so a prompt that begins like an earlier one reuses its KV.
-ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder& out) {
-  if (req.method != "POST") return wrong_method("POST");
+// "prompt" (one string), and the legacy API's own fields: "logprobs" is a count here (the chat API's
+// is a boolean), "echo", "suffix" and "best_of" only with the values that ask for nothing.
+ApiStatus parse_completion_request(const Service& svc, const HttpRequest& req, GenerationRequest* r) {
   json body;
   if (ApiStatus e = parse_body(req, &body); !e.ok()) return e;
-  // The legacy API's own fields; "logprobs" is a count here (the chat API's is a boolean).
   if (body.contains("top_logprobs")) {
     return ApiStatus(Status::InvalidArgument("unknown field \"top_logprobs\" (completions take \"logprobs\": N)"),
                      "top_logprobs", "unknown_parameter");
@@ -630,7 +635,7 @@ ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder
                        chat_only, "unknown_parameter");
     }
   }
-  if (ApiStatus e = check_generation_fields(body, {"model", "prompt", "echo", "suffix", "best_of", "logprobs"}); !e.ok()) {
+  if (ApiStatus e = check_generation_fields(body, {"model", "prompt", "echo", "suffix", "best_of"}); !e.ok()) {
     return e;
   }
   if (body.contains("echo") && !body["echo"].is_null() && body["echo"] != false) {
@@ -639,22 +644,9 @@ ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder
   if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "") {
     return ApiStatus(Status::Unimplemented("\"suffix\" is not supported by towerd (accepted: null, \"\")"), "suffix");
   }
-  std::string model;
-  if (ApiStatus e = string_field(body, "model", false, &model); !e.ok()) return e;
-  if (!svc.serves(model)) return model_not_found(model, "model");
-  int logprobs = -1;
-  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
-    const json& l = body["logprobs"];
-    if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() > kMaxTopLogprobs) {
-      return invalid_field("logprobs", "\"logprobs\" must be an integer from 0 to " + std::to_string(kMaxTopLogprobs));
-    }
-    logprobs = l.get<int>();
-    body.erase("logprobs");
-  }
-  GenParams params;
-  if (ApiStatus e = parse_gen_params(svc, body, &params, req.body); !e.ok()) return e;
-  params.sampling.logprobs = logprobs;
-  if (body.contains("best_of") && !body["best_of"].is_null() && body["best_of"] != params.n) {
+  if (ApiStatus e = check_model(svc, body); !e.ok()) return e;
+  if (ApiStatus e = parse_gen_params(svc, body, ReplyApi::Completions, &r->params, req.body); !e.ok()) return e;
+  if (body.contains("best_of") && !body["best_of"].is_null() && body["best_of"] != r->params.n) {
     return ApiStatus(Status::Unimplemented("\"best_of\" is not supported by towerd (accepted: null, or equal to n)"), "best_of");
   }
   if (!body.contains("prompt") || !body["prompt"].is_string()) {
@@ -664,14 +656,59 @@ ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder
     }
     return invalid_field("prompt", "\"prompt\" is required and must be a string");
   }
+  r->prompt = body["prompt"].get<std::string>();
+  return {};
+}
+
+}  // namespace
+
+ApiStatus handle_models(Service& svc, const HttpRequest&, HttpResponder& out, const std::string& name) {
+  if (name.empty()) return reply(out, {{"object", "list"}, {"data", json::array({model_json(svc)})}});
+  if (!svc.serves(name)) return model_not_found(name, "");
+  return reply(out, model_json(svc));
+}
+
+ApiStatus handle_chat_completions(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string&) {
+  GenerationRequest r;
+  if (ApiStatus e = parse_chat_request(svc, req, &r); !e.ok()) return e;
+  GenerationSpec spec;
+  if (!r.tools.tools.empty() || r.tool_history) {
+    if (ApiStatus e = tool_generation(svc, r.session, r.bot, r.messages, r.tools, &r.params, &spec); !e.ok()) return e;
+  } else if (!r.session.empty()) {
+    if (ApiStatus e = one_choice(r.params); !e.ok()) return e;
+    // The session holds the history: only the last message, a user message, is new.
+    if (r.messages.back().role != "user") {
+      return invalid_field("messages", "with \"session\", the last message must be the user's new message");
+    }
+    if (ApiStatus e = begin_session_turn(svc, r.session, r.messages.back().content, r.params, "session", &spec); !e.ok()) {
+      return e;
+    }
+  } else {
+    if (ApiStatus e = check_turn_order(r.messages); !e.ok()) return e;
+    std::vector<ChatMessage> chat;
+    for (auto& m : r.messages) chat.push_back({std::move(m.role), std::move(m.content)});
+    auto begun = svc.catalog.begin_stateless(r.bot, std::move(chat));
+    if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");
+    spec = stateless_spec(svc, std::move(begun.value()));
+    if (!r.bot.empty()) spec.extra = {{"bot", r.bot}};
+  }
+  spec.params = std::move(r.params);
+  return run_generation(svc, out, std::move(spec));
+}
+
+// POST /v1/completions: the prompt text as it is (no chat template; BOS as the model adds it), on the
+// session-less path, so a prompt that begins like an earlier one reuses its KV.
+ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string&) {
+  GenerationRequest r;
+  if (ApiStatus e = parse_completion_request(svc, req, &r); !e.ok()) return e;
   const Tokenizer& tok = svc.model.tokenizer();
   Catalog::Stateless st;
-  st.rest = tok.encode(body["prompt"].get<std::string>(), tok.add_bos_default(), /*parse_special=*/false);
+  st.rest = tok.encode(r.prompt, tok.add_bos_default(), /*parse_special=*/false);
   if (st.rest.empty()) return invalid_field("prompt", "\"prompt\" is empty and this model adds no BOS token");
   st.prompt_estimate = st.rest.size();
   GenerationSpec spec = stateless_spec(svc, std::move(st));
   spec.api = ReplyApi::Completions;
-  spec.params = params;
+  spec.params = std::move(r.params);
   return run_generation(svc, out, std::move(spec));
 }
 

@@ -9,18 +9,22 @@ namespace towers::daemon::api {
 
 using json = nlohmann::json;
 
-std::string openai_finish(const std::string& r) {
-  if (r == "eos" || r == "stop" || r == "cancelled") return "stop";
+std::string_view openai_finish_reason(FinishReason reason, bool called_tools) {
+  switch (reason) {
+    case FinishReason::Eos:
+    case FinishReason::Stop:
+    case FinishReason::Cancelled:
+      // A reply that stopped after making tool calls; one cut short stays "length".
+      return called_tools ? "tool_calls" : "stop";
+    case FinishReason::Length:
+    case FinishReason::Context:
+    case FinishReason::Grammar:
+    case FinishReason::Timeout:
+    case FinishReason::Error:
+      break;
+  }
   return "length";
 }
-
-namespace {
-// A reply that stopped after making tool calls finishes with "tool_calls" (one cut short stays "length").
-std::string chat_finish(const std::string& reason, bool called) {
-  const std::string finish = openai_finish(reason);
-  return finish == "stop" && called ? "tool_calls" : finish;
-}
-}  // namespace
 
 ReplyBuilder::ReplyBuilder(ReplyApi api, std::string model_id, const GenParams& params, size_t prompt_tokens,
                            json extra)
@@ -138,7 +142,7 @@ json ReplyBuilder::usage(const GenOutcome& o) const {
 
 json ReplyBuilder::timings(const GenOutcome& o) const {
   return {{"queue_ms", o.queue_s * 1000}, {"prefill_ms", o.prefill_s * 1000},
-          {"first_token_ms", o.first_token_s * 1000}, {"total_ms", o.total_s * 1000}, {"finish", o.finish_reason}};
+          {"first_token_ms", o.first_token_s * 1000}, {"total_ms", o.total_s * 1000}, {"finish", to_string(o.finish_reason)}};
 }
 
 std::string ReplyBuilder::end_events(const GenOutcome& o) {
@@ -151,7 +155,7 @@ std::string ReplyBuilder::end_events(const GenOutcome& o) {
       std::vector<Logprobs> none;
       if (rest.ok()) out += tool_events(static_cast<int>(i), rest.value(), none);
     }
-    const json finish = chat_finish(finishes[i].finish_reason, !choices_[i].call_ids.empty());
+    const json finish = openai_finish_reason(finishes[i].finish_reason, !choices_[i].call_ids.empty());
     json ch = api_ == ReplyApi::Chat
                   ? json{{"index", i}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish}}
                   : json{{"index", i}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish}};
@@ -172,7 +176,7 @@ json ReplyBuilder::whole(const GenOutcome& o) const {
   json choices = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
-    const std::string* reason = i < finishes.size() ? &finishes[i].finish_reason : nullptr;
+    const FinishReason* reason = i < finishes.size() ? &finishes[i].finish_reason : nullptr;
     size_t offset = 0;
     json lp = logprobs_json(c.logprobs, &offset);
     if (api_ == ReplyApi::Chat) {
@@ -194,10 +198,10 @@ json ReplyBuilder::whole(const GenOutcome& o) const {
       choices.push_back({{"index", i},
                          {"message", std::move(message)},
                          {"logprobs", std::move(lp)},
-                         {"finish_reason", reason ? json(chat_finish(*reason, called)) : json(nullptr)}});
+                         {"finish_reason", reason ? json(openai_finish_reason(*reason, called)) : json(nullptr)}});
     } else {
       choices.push_back({{"index", i}, {"text", c.text}, {"logprobs", std::move(lp)},
-                         {"finish_reason", reason ? json(openai_finish(*reason)) : json(nullptr)}});
+                         {"finish_reason", reason ? json(openai_finish_reason(*reason)) : json(nullptr)}});
     }
   }
   json r = {{"id", id_},

@@ -73,7 +73,8 @@ class ReplyBuilder {
   size_t dropped_turns_ = 0, dropped_tokens_ = 0;
 };
 
-// What the client sees: OpenAI's finish reasons ("timeout" and "context" read as "length").
-std::string openai_finish(const std::string& reason);
+// What an OpenAI client sees: "stop" (Eos, Stop, Cancelled), "tool_calls" (such a stop after the reply
+// made tool calls), else "length" (Length, and Context, Timeout, Grammar, Error: cut short).
+std::string_view openai_finish_reason(FinishReason reason, bool called_tools = false);
 
 }  // namespace towers::daemon::api

@@ -23,24 +23,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// Splits "/v1/sessions/abc/messages" after the prefix into {"abc", "messages"}.
-std::vector<std::string> rest_of(const std::string& path, const std::string& prefix) {
-  std::vector<std::string> parts;
-  std::string rest = path.substr(prefix.size());
-  size_t at = 0;
-  while (at <= rest.size()) {
-    size_t slash = rest.find('/', at);
-    if (slash == std::string::npos) slash = rest.size();
-    if (slash > at) parts.push_back(rest.substr(at, slash - at));
-    at = slash + 1;
-  }
-  return parts;
-}
-
-ApiStatus no_resource(const std::string& path) {
-  return ApiStatus(Status::NotFound("no such resource: " + path), "", "endpoint_not_found");
-}
-
 ApiStatus segment_error(Status st) { return not_found_as(std::move(st), "segment_not_found"); }
 ApiStatus session_error(Status st) { return not_found_as(std::move(st), "session_not_found"); }
 
@@ -153,31 +135,24 @@ ApiStatus move_tier(Service& svc, const std::string& name, const std::string& ve
   });
 }
 
-ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& out) {
-  auto parts = rest_of(req.path, "/v1/segments");
-  if (parts.empty()) {
-    if (req.method == "GET") {
-      std::vector<SegmentView> views = svc.catalog.segments();
-      for (SegmentView& v : views) v = with_progress(svc, std::move(v));
-      return reply(out, segments_json(views));
-    }
-    if (req.method != "POST") return wrong_method("GET or POST");
-    return put_segment(svc, req, out, "");
-  }
-  const std::string name = parts[0];
-  if (parts.size() == 2 && parts[1] == "link") {
-    if (req.method != "POST") return wrong_method("POST");
-    return link_segment(svc, req, out, name);
-  }
-  if (parts.size() == 2 && (parts[1] == "compress" || parts[1] == "thaw")) {
-    if (req.method != "POST") return wrong_method("POST");
-    return move_tier(svc, name, parts[1], out);
-  }
-  if (parts.size() != 1) return no_resource(req.path);
-  if (req.method == "GET") {
-    auto seg = svc.catalog.segment(name);
-    return seg.ok() ? reply(out, segment_reply(svc, seg.value())) : segment_error(seg.status());
-  }
+// compress and thaw take no fields: an empty body or {}.
+ApiStatus no_fields(const HttpRequest& req) {
+  if (req.body.empty()) return {};
+  json b;
+  if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+  return known_fields(b, {});
+}
+
+}  // namespace
+
+ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string&) {
+  if (req.method == "POST") return put_segment(svc, req, out, "");
+  std::vector<SegmentView> views = svc.catalog.segments();
+  for (SegmentView& v : views) v = with_progress(svc, std::move(v));
+  return reply(out, segments_json(views));
+}
+
+ApiStatus handle_segment(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string& name) {
   if (req.method == "PUT") return put_segment(svc, req, out, name);
   if (req.method == "DELETE") {
     // Its record is fsynced before the answer: on the offload thread, never the scheduler's (the
@@ -187,11 +162,24 @@ ApiStatus handle_segments(Service& svc, const HttpRequest& req, HttpResponder& o
       return removed.ok() ? reply(o, {{"deleted", name}}) : segment_error(removed);
     });
   }
-  return wrong_method("GET, PUT or DELETE");
+  return reply_segment(svc, name, out);
 }
 
-ApiStatus handle_compress(Service& svc, const HttpRequest& req, HttpResponder& out) {
-  if (req.method != "POST") return wrong_method("POST");
+ApiStatus handle_segment_link(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string& name) {
+  return link_segment(svc, req, out, name);
+}
+
+ApiStatus handle_segment_compress(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string& name) {
+  if (ApiStatus e = no_fields(req); !e.ok()) return e;
+  return move_tier(svc, name, "compress", out);
+}
+
+ApiStatus handle_segment_thaw(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string& name) {
+  if (ApiStatus e = no_fields(req); !e.ok()) return e;
+  return move_tier(svc, name, "thaw", out);
+}
+
+ApiStatus handle_compress(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string&) {
   if (!svc.compressor) return Status::Conflict("the cold tier is disabled ([cold] enabled)");
   json b;
   if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
@@ -210,85 +198,62 @@ ApiStatus handle_compress(Service& svc, const HttpRequest& req, HttpResponder& o
   });
 }
 
-ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& out) {
-  auto parts = rest_of(req.path, "/v1/sessions");
-  if (parts.empty()) {
-    if (req.method == "GET") return reply(out, sessions_json(svc.catalog.sessions()));
-    if (req.method != "POST") return wrong_method("GET or POST");
-    json b;
-    if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
-    if (ApiStatus e = known_fields(b, {"bot", "id"}); !e.ok()) return e;
-    std::string bot, id;
-    for (ApiStatus e : {string_field(b, "bot", true, &bot), string_field(b, "id", false, &id)}) {
-      if (!e.ok()) return e;
+ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string&) {
+  if (req.method == "GET") return reply(out, sessions_json(svc.catalog.sessions()));
+  json b;
+  if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+  if (ApiStatus e = known_fields(b, {"bot", "id"}); !e.ok()) return e;
+  std::string bot, id;
+  for (ApiStatus e : {string_field(b, "bot", true, &bot), string_field(b, "id", false, &id)}) {
+    if (!e.ok()) return e;
+  }
+  // Absent or null: towerd picks one. Given: it is the id, so "" is not one.
+  if (b.contains("id") && !b["id"].is_null() && id.empty()) {
+    return invalid_field("id", "\"id\" is empty: give 1-64 characters of letters, digits, '-', '_', '.', or leave it out");
+  }
+  // Its record is fsynced before the answer: on the offload thread.
+  return answer_offloaded(svc, out, [&svc, bot, id](HttpResponder& o) -> ApiStatus {
+    auto created = svc.catalog.create_session(bot, id);
+    if (created.ok()) return reply(o, session_json(created.value()));
+    if (created.status().code() == Status::Code::kResourceExhausted) {
+      return ApiStatus(created.status(), "", "session_limit_reached");
     }
-    // Its record is fsynced before the answer: on the offload thread.
-    return answer_offloaded(svc, out, [&svc, bot, id](HttpResponder& o) -> ApiStatus {
-      auto created = svc.catalog.create_session(bot, id);
-      if (created.ok()) return reply(o, session_json(created.value()));
-      if (created.status().code() == Status::Code::kResourceExhausted) {
-        return ApiStatus(created.status(), "", "session_limit_reached");
-      }
-      return not_found_as(created.status(), "segment_not_found", "bot");
-    });
-  }
-  const std::string id = parts[0];
-  if (parts.size() == 1) {
-    if (req.method == "GET") {
-      const bool transcript = req.query.find("transcript=1") != std::string::npos ||
-                              req.query.find("transcript=true") != std::string::npos;
-      auto s = svc.catalog.session(id, transcript);
-      return s.ok() ? reply(out, session_json(s.value())) : session_error(s.status());
-    }
-    if (req.method == "DELETE") {
-      return answer_offloaded(svc, out, [&svc, id](HttpResponder& o) {
-        Status st = svc.catalog.delete_session(id);
-        return st.ok() ? reply(o, {{"deleted", id}}) : session_error(st);
-      });
-    }
-    return wrong_method("GET or DELETE");
-  }
-  if (parts.size() == 2 && parts[1] == "transcript") {
-    if (req.method != "GET") return wrong_method("GET");
-    auto s = svc.catalog.session(id, true);
-    if (!s.ok()) return session_error(s.status());
-    return reply(out, {{"id", id}, {"bot", s->bot}, {"messages", session_json(s.value())["transcript"]}});
-  }
-  if (parts.size() == 2 && parts[1] == "messages") {
-    if (req.method != "POST") return wrong_method("POST");
-    json b;
-    if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
-    if (ApiStatus e = no_tools_with_session(b); !e.ok()) return e;
-    if (ApiStatus e = check_generation_fields(b, {"content"}); !e.ok()) return e;
-    std::string content;
-    if (ApiStatus e = string_field(b, "content", true, &content); !e.ok()) return e;
-    GenParams params;
-    if (ApiStatus e = parse_gen_params(svc, b, &params, req.body); !e.ok()) return e;
-    if (ApiStatus e = one_choice(params); !e.ok()) return e;
-    GenerationSpec spec;
-    if (ApiStatus e = begin_session_turn(svc, id, content, params, "", &spec); !e.ok()) return e;
-    return run_generation(svc, out, std::move(spec));
-  }
-  return no_resource(req.path);
+    return not_found_as(created.status(), "segment_not_found", "bot");
+  });
 }
 
-}  // namespace
+ApiStatus handle_session(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string& id) {
+  if (req.method == "DELETE") {
+    return answer_offloaded(svc, out, [&svc, id](HttpResponder& o) {
+      Status st = svc.catalog.delete_session(id);
+      return st.ok() ? reply(o, {{"deleted", id}}) : session_error(st);
+    });
+  }
+  const bool transcript = req.query.find("transcript=1") != std::string::npos ||
+                          req.query.find("transcript=true") != std::string::npos;
+  auto s = svc.catalog.session(id, transcript);
+  return s.ok() ? reply(out, session_json(s.value())) : session_error(s.status());
+}
 
-ApiStatus handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled) {
-  const std::string& p = req.path;
-  if (p == "/v1/segments" || p.rfind("/v1/segments/", 0) == 0) {
-    handled = true;
-    return handle_segments(svc, req, out);
-  }
-  if (p == "/v1/compress") {
-    handled = true;
-    return handle_compress(svc, req, out);
-  }
-  if (p == "/v1/sessions" || p.rfind("/v1/sessions/", 0) == 0) {
-    handled = true;
-    return handle_sessions(svc, req, out);
-  }
-  return {};
+ApiStatus handle_session_transcript(Service& svc, const HttpRequest&, HttpResponder& out, const std::string& id) {
+  auto s = svc.catalog.session(id, true);
+  if (!s.ok()) return session_error(s.status());
+  return reply(out, {{"id", id}, {"bot", s->bot}, {"messages", session_json(s.value())["transcript"]}});
+}
+
+ApiStatus handle_session_messages(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string& id) {
+  json b;
+  if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
+  if (ApiStatus e = no_tools_with_session(b); !e.ok()) return e;
+  if (ApiStatus e = check_generation_fields(b, {"content"}); !e.ok()) return e;
+  std::string content;
+  if (ApiStatus e = string_field(b, "content", true, &content); !e.ok()) return e;
+  GenParams params;
+  if (ApiStatus e = parse_gen_params(svc, b, ReplyApi::Chat, &params, req.body); !e.ok()) return e;
+  if (ApiStatus e = one_choice(params); !e.ok()) return e;
+  GenerationSpec spec;
+  if (ApiStatus e = begin_session_turn(svc, id, content, params, "", &spec); !e.ok()) return e;
+  return run_generation(svc, out, std::move(spec));
 }
 
 }  // namespace towers::daemon::api

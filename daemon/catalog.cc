@@ -134,9 +134,10 @@ SessionView Catalog::view_locked(const Session& s, bool with_transcript) const {
 
 std::vector<SegmentId> Catalog::session_segments_locked(const Session& s) const {
   std::vector<SegmentId> path;
+  const std::string lineage = transcript_options(s).lineage;
   for (SegmentId at = s.tail_segment; at != kNoSegment;) {
     auto info = pool_.info(at);
-    if (!info || info->label.rfind("session:", 0) != 0) break;
+    if (!info || info->lineage != lineage) break;
     path.push_back(at);
     at = info->parent;
   }

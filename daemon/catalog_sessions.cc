@@ -17,6 +17,7 @@ SegmentOptions Catalog::transcript_options(const Session& s) const {
   SegmentOptions o;
   o.format = config_.depth.transcript;
   o.label = "session:" + s.id;
+  o.lineage = o.label;
   return o;
 }
 
@@ -238,7 +239,7 @@ Result<std::vector<int32_t>> Catalog::prepare_turn(const Turn& t) {
 
 void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, const std::string& reply_text,
                           std::function<void(const Status&)> done) {
-  const bool failed = !out.error.ok() || out.finish_reason == "cancelled" || !lease;
+  const bool failed = !out.error.ok() || out.finish_reason == FinishReason::Cancelled || !lease;
   size_t base_len = 0;
   SegmentOptions options;
   std::vector<size_t> seals;

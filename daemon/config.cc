@@ -6,100 +6,97 @@
 #include <boost/asio/ip/address.hpp>
 #include <cmath>
 #include <cstdio>
-#include <set>
+#include <functional>
 
 namespace towers::daemon {
 
 namespace {
 
-struct Ctx {
-  std::string file;
-  std::string error;
-  bool fail(const std::string& key, const std::string& msg) {
-    if (error.empty()) error = file + ": " + key + ": " + msg;
-    return false;
-  }
-};
+// Each reader checks one value and stores it; its error says what was expected, and load_config puts
+// "file: section.key: " before it.
+using Reader = std::function<Status(const toml::node& value, Config& cfg)>;
 
-bool get_string(Ctx& c, const toml::table& t, const std::string& sect, const char* key, std::string& out) {
-  const toml::node* n = t.get(key);
-  if (!n) return true;
-  if (!n->is_string()) return c.fail(sect + "." + key, "expected a string");
-  out = **n->as_string();
-  return true;
+Status expected(const std::string& what) { return Status::InvalidArgument(what); }
+
+Status read_string(const toml::node& n, std::string& out) {
+  if (!n.is_string()) return expected("expected a string");
+  out = **n.as_string();
+  return Status::Ok();
 }
 
-bool get_int(Ctx& c, const toml::table& t, const std::string& sect, const char* key, int64_t lo, int64_t hi,
-             int64_t& out) {
-  const toml::node* n = t.get(key);
-  if (!n) return true;
-  if (!n->is_integer()) return c.fail(sect + "." + key, "expected an integer");
-  int64_t v = **n->as_integer();
+Status read_int(const toml::node& n, int64_t lo, int64_t hi, int64_t& out) {
+  if (!n.is_integer()) return expected("expected an integer");
+  const int64_t v = **n.as_integer();
   if (v < lo || v > hi) {
-    return c.fail(sect + "." + key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                                        std::to_string(v));
+    return expected("must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
   }
   out = v;
-  return true;
+  return Status::Ok();
 }
 
-template <class T>
-bool get_int_as(Ctx& c, const toml::table& t, const std::string& sect, const char* key, int64_t lo, int64_t hi,
-                T& out) {
-  int64_t v = static_cast<int64_t>(out);
-  if (!get_int(c, t, sect, key, lo, hi, v)) return false;
-  out = static_cast<T>(v);
-  return true;
-}
-
-bool get_bool(Ctx& c, const toml::table& t, const std::string& sect, const char* key, bool& out) {
-  const toml::node* n = t.get(key);
-  if (!n) return true;
-  if (!n->is_boolean()) return c.fail(sect + "." + key, "expected true or false");
-  out = **n->as_boolean();
-  return true;
-}
-
-bool get_size(Ctx& c, const toml::table& t, const std::string& sect, const char* key, uint64_t& out) {
-  const toml::node* n = t.get(key);
-  if (!n) return true;
-  if (n->is_integer() && **n->as_integer() >= 0) {
-    out = static_cast<uint64_t>(**n->as_integer());
-    return true;
+Status read_size(const toml::node& n, uint64_t& out) {
+  if (n.is_integer() && **n.as_integer() >= 0) {
+    out = static_cast<uint64_t>(**n.as_integer());
+    return Status::Ok();
   }
-  if (n->is_string()) {
-    if (auto v = parse_size(**n->as_string())) {
+  if (n.is_string()) {
+    if (auto v = parse_size(**n.as_string())) {
       out = *v;
-      return true;
+      return Status::Ok();
     }
   }
-  return c.fail(sect + "." + key, "expected a size such as \"4G\", \"512M\" or a byte count");
+  return expected("expected a size such as \"4G\", \"512M\" or a byte count");
 }
 
-bool get_ids(Ctx& c, const toml::table& t, const std::string& sect, const char* key, std::vector<uint32_t>& out) {
-  const toml::node* n = t.get(key);
-  if (!n) return true;
-  if (!n->is_array()) return c.fail(sect + "." + key, "expected an array of numeric ids");
+Status read_bool(const toml::node& n, bool& out) {
+  if (!n.is_boolean()) return expected("expected true or false");
+  out = **n.as_boolean();
+  return Status::Ok();
+}
+
+// A field of Config (or of a part of it) that a reader writes.
+template <class T>
+using Field = T& (*)(Config&);
+
+Reader string_key(Field<std::string> field) {
+  return [field](const toml::node& n, Config& c) { return read_string(n, field(c)); };
+}
+template <class T>
+Reader int_key(Field<T> field, int64_t lo, int64_t hi) {
+  return [field, lo, hi](const toml::node& n, Config& c) {
+    int64_t v = 0;
+    Status st = read_int(n, lo, hi, v);
+    if (st.ok()) field(c) = static_cast<T>(v);
+    return st;
+  };
+}
+Reader bool_key(Field<bool> field) {
+  return [field](const toml::node& n, Config& c) { return read_bool(n, field(c)); };
+}
+Reader size_key(Field<uint64_t> field) {
+  return [field](const toml::node& n, Config& c) { return read_size(n, field(c)); };
+}
+
+Status read_ids(const toml::node& n, std::vector<uint32_t>& out) {
   out.clear();
-  for (const auto& e : *n->as_array()) {
+  if (!n.is_array()) return expected("expected an array of numeric ids");
+  for (const auto& e : *n.as_array()) {
     if (!e.is_integer() || **e.as_integer() < 0 || **e.as_integer() > 0xFFFFFFFFll) {
-      return c.fail(sect + "." + key, "expected an array of numeric ids");
+      return expected("expected an array of numeric ids");
     }
     out.push_back(static_cast<uint32_t>(**e.as_integer()));
   }
-  return true;
+  return Status::Ok();
 }
 
-bool get_strings(Ctx& c, const toml::table& t, const std::string& sect, const char* key, std::vector<std::string>& out) {
-  const toml::node* n = t.get(key);
-  if (!n) return true;
-  if (!n->is_array()) return c.fail(sect + "." + key, "expected an array of strings");
+Status read_strings(const toml::node& n, const std::string& what, std::vector<std::string>& out) {
   out.clear();
-  for (const auto& e : *n->as_array()) {
-    if (!e.is_string()) return c.fail(sect + "." + key, "expected an array of strings");
+  if (!n.is_array()) return expected("expected an array of " + what);
+  for (const auto& e : *n.as_array()) {
+    if (!e.is_string()) return expected("expected an array of " + what);
     out.push_back(**e.as_string());
   }
-  return true;
+  return Status::Ok();
 }
 
 // An Origin header value: scheme://host[:port], nothing after.
@@ -115,44 +112,234 @@ bool is_origin(std::string_view o) {
   return true;
 }
 
-bool check_keys(Ctx& c, const toml::table& t, const std::string& sect, std::set<std::string> known) {
-  for (const auto& [k, v] : t) {
-    if (!known.count(std::string(k.str()))) {
-      return c.fail(sect.empty() ? std::string(k.str()) : sect + "." + std::string(k.str()), "unknown key");
+Status read_aliases(const toml::node& n, Config& c) {
+  if (!n.is_array()) return expected("expected an array of model names");
+  c.aliases.clear();
+  for (const auto& e : *n.as_array()) {
+    if (!e.is_string() || e.as_string()->get().empty() || e.as_string()->get().size() > 256) {
+      return expected("entries must be non-empty strings of at most 256 bytes");
     }
-    if (sect.empty() && !v.is_table()) return c.fail(std::string(k.str()), "expected a [section]");
+    c.aliases.push_back(**e.as_string());
   }
-  return true;
+  return Status::Ok();
 }
 
-const toml::table* section(const toml::table& root, const char* name) {
-  const toml::node* n = root.get(name);
-  return n ? n->as_table() : nullptr;
+Status read_socket_mode(const toml::node& n, Config& c) {
+  std::string mode;
+  Status st = read_string(n, mode);
+  char* end = nullptr;
+  const unsigned long m = st.ok() ? std::strtoul(mode.c_str(), &end, 8) : 0;
+  if (!st.ok() || mode.empty() || *end != '\0' || m > 0777) return expected("expected an octal mode such as \"0660\"");
+  c.socket_mode = static_cast<unsigned>(m);
+  return Status::Ok();
 }
 
-bool read_policy(Ctx& c, const toml::table& root, PolicyConfig& p) {
-  const toml::table* t = section(root, "policy");
-  if (!t) return true;
-  if (!check_keys(c, *t, "policy", {"eviction", "ram_budget"})) return false;
-  std::string ev(to_string(p.eviction));
-  if (!get_string(c, *t, "policy", "eviction", ev)) return false;
-  auto e = parse_eviction_policy(ev);
-  if (!e) return c.fail("policy.eviction", "expected " + std::string(kEvictionPolicyNames) + ", got \"" + ev + "\"");
-  p.eviction = *e;
-  uint64_t budget = p.ram_budget_bytes;
-  if (!get_size(c, *t, "policy", "ram_budget", budget)) return false;
-  p.ram_budget_bytes = budget;
-  return true;
+Status read_allowed_origins(const toml::node& n, Config& c) {
+  if (Status st = read_strings(n, "strings", c.allowed_origins); !st.ok()) return st;
+  for (const auto& o : c.allowed_origins) {
+    if (!is_origin(o)) return expected("\"" + o + "\" is not an origin such as \"http://localhost:3000\" (scheme://host[:port])");
+  }
+  return Status::Ok();
 }
 
-Result<toml::table> parse(const std::filesystem::path& path) {
+Status read_tcp_listen(const toml::node& n, Config& c) {
+  if (Status st = read_string(n, c.tcp_listen); !st.ok()) return st;
+  if (c.tcp_listen.empty()) return Status::Ok();
+  auto a = parse_listen_address(c.tcp_listen);
+  return a.ok() ? Status::Ok() : expected(a.error());
+}
+
+Status read_non_empty(const toml::node& n, std::string& out) {
+  if (Status st = read_string(n, out); !st.ok()) return st;
+  return out.empty() ? expected("must not be empty") : Status::Ok();
+}
+
+Status read_formats(const toml::node& n, Config& c) {
+  if (!n.is_array() || n.as_array()->empty()) return expected("expected a non-empty array such as [\"q4\", \"q6\", \"q8\"]");
+  c.depth.by_depth.clear();
+  for (const auto& e : *n.as_array()) {
+    auto q = e.is_string() ? parse_kv_format(**e.as_string()) : std::nullopt;
+    if (!q) return expected("each entry must be one of q4, q6, q8, f16, f32");
+    c.depth.by_depth.push_back(*q);
+  }
+  return Status::Ok();
+}
+
+Status read_transcript_format(const toml::node& n, Config& c) {
+  std::string name;
+  if (Status st = read_string(n, name); !st.ok()) return st;
+  auto q = parse_kv_format(name);
+  if (!q) return expected("must be one of q4, q6, q8, f16, f32");
+  c.depth.transcript = *q;
+  return Status::Ok();
+}
+
+Status read_pin_levels(const toml::node& n, Config& c) {
+  if (!n.is_array()) return expected("expected an array of level names");
+  c.pin_levels.clear();
+  for (const auto& e : *n.as_array()) {
+    auto lv = parse_level(e.is_string() ? std::string(**e.as_string()) : "");
+    if (!lv) return expected("entries must be \"platform\", \"community\" or \"bot\"");
+    c.pin_levels.push_back(*lv);
+  }
+  return Status::Ok();
+}
+
+Status read_eviction(const toml::node& n, Config& c) {
+  std::string name;
+  if (Status st = read_string(n, name); !st.ok()) return st;
+  auto e = parse_eviction_policy(name);
+  if (!e) return expected("expected " + std::string(kEvictionPolicyNames) + ", got \"" + name + "\"");
+  c.policy.eviction = *e;
+  return Status::Ok();
+}
+
+Status read_ram_budget(const toml::node& n, Config& c) {
+  uint64_t budget = 0;
+  if (Status st = read_size(n, budget); !st.ok()) return st;
+  c.policy.ram_budget_bytes = budget;
+  return Status::Ok();
+}
+
+Status read_max_body_bytes(const toml::node& n, Config& c) {
+  uint64_t body = 0;
+  if (Status st = read_size(n, body); !st.ok()) return st;
+  if (body < 1024 || body > (1ull << 30)) return expected("must be between 1K and 1G");
+  c.max_body_bytes = body;
+  return Status::Ok();
+}
+
+Status read_overflow(const toml::node& n, Config& c) {
+  std::string overflow;
+  if (Status st = read_string(n, overflow); !st.ok()) return st;
+  if (overflow != "truncate" && overflow != "error") {
+    return expected("expected \"truncate\" or \"error\", got \"" + overflow + "\"");
+  }
+  c.overflow_truncate = overflow == "truncate";
+  return Status::Ok();
+}
+
+Status read_request_timeout(const toml::node& n, Config& c) {
+  if (!n.is_number() || n.value<double>().value_or(0) <= 0) return expected("expected a positive number");
+  c.request_timeout_s = n.value<double>().value_or(300);
+  return Status::Ok();
+}
+
+Status read_decode_slowdown(const toml::node& n, Config& c) {
+  const double v = n.value<double>().value_or(0);
+  if (!n.is_number() || v < 1 || v > 100) return expected("expected a number from 1 to 100");
+  c.decode_slowdown = v;
+  return Status::Ok();
+}
+
+#define TOWERS_FIELD(expr) +[](Config& c) -> auto& { return c.expr; }
+
+struct Key {
+  std::string_view section, name;
+  Reader read;
+};
+
+// Every key of etc/towerd.toml, each spelled once.
+const std::vector<Key>& keys() {
+  static const std::vector<Key> k = {
+      {"model", "path", string_key(TOWERS_FIELD(model_path))},
+      {"model", "threads", int_key<int>(TOWERS_FIELD(threads), 0, 1024)},
+      {"model", "chat_template", string_key(TOWERS_FIELD(chat_template))},
+      {"model", "aliases", read_aliases},
+      {"server", "socket", [](const toml::node& n, Config& c) { return read_non_empty(n, c.socket_path); }},
+      {"server", "socket_group", string_key(TOWERS_FIELD(socket_group))},
+      {"server", "socket_mode", read_socket_mode},
+      {"server", "tcp_listen", read_tcp_listen},
+      {"server", "allowed_uids", [](const toml::node& n, Config& c) { return read_ids(n, c.allowed_uids); }},
+      {"server", "allowed_gids", [](const toml::node& n, Config& c) { return read_ids(n, c.allowed_gids); }},
+      {"server", "allowed_origins", read_allowed_origins},
+      {"server", "api_key_file", string_key(TOWERS_FIELD(api_key_file))},
+      {"server", "io_threads", int_key<int>(TOWERS_FIELD(io_threads), 1, 64)},
+      {"server", "max_connections", int_key<int>(TOWERS_FIELD(max_connections), 1, 100000)},
+      {"server", "max_connections_per_uid", int_key<int>(TOWERS_FIELD(max_connections_per_uid), 1, 100000)},
+      {"server", "header_timeout_seconds", int_key<int>(TOWERS_FIELD(header_timeout_s), 1, 3600)},
+      {"server", "body_timeout_seconds", int_key<int>(TOWERS_FIELD(body_timeout_s), 1, 3600)},
+      {"server", "idle_timeout_seconds", int_key<int>(TOWERS_FIELD(idle_timeout_s), 1, 86400)},
+      {"state", "dir",
+       [](const toml::node& n, Config& c) {
+         std::string dir;
+         Status st = read_non_empty(n, dir);
+         if (st.ok()) c.state_dir = dir;
+         return st;
+       }},
+      {"state", "compact_bytes", size_key(TOWERS_FIELD(compact_bytes))},
+      {"state", "warm_tier", bool_key(TOWERS_FIELD(warm_tier))},
+      {"state", "disk_budget", size_key(TOWERS_FIELD(disk_budget_bytes))},
+      {"pool", "formats", read_formats},
+      {"pool", "transcript_format", read_transcript_format},
+      {"pool", "pin_fan_out", int_key<size_t>(TOWERS_FIELD(pin_fan_out), 1, 1 << 30)},
+      {"pool", "pin_levels", read_pin_levels},
+      {"cold", "enabled", bool_key(TOWERS_FIELD(cold_enabled))},
+      {"cold", "idle_seconds", int_key<int>(TOWERS_FIELD(cold_idle_seconds), 0, 365 * 86400)},
+      {"cold", "scan_seconds", int_key<int>(TOWERS_FIELD(cold_scan_seconds), 1, 86400)},
+      {"cold", "chunk", int_key<int>(TOWERS_FIELD(cold_chunk), 0, 1 << 20)},
+      {"modular", "enabled", bool_key(TOWERS_FIELD(modular.enabled))},
+      {"modular", "repair_tokens", int_key<int>(TOWERS_FIELD(modular.repair_tokens), kMinRepairTokens, 1 << 16)},
+      {"modular", "background_exact", bool_key(TOWERS_FIELD(modular.background_exact))},
+      {"policy", "eviction", read_eviction},
+      {"policy", "ram_budget", read_ram_budget},
+      {"limits", "max_body_bytes", read_max_body_bytes},
+      {"limits", "max_prompt_tokens", int_key<int>(TOWERS_FIELD(max_prompt_tokens), 0, 1 << 24)},
+      {"limits", "overflow", read_overflow},
+      {"limits", "max_tokens", int_key<int>(TOWERS_FIELD(max_tokens), 1, 1 << 24)},
+      {"limits", "default_max_tokens", int_key<int>(TOWERS_FIELD(default_max_tokens), 1, 1 << 24)},
+      {"limits", "request_timeout_seconds", read_request_timeout},
+      {"limits", "queue_length", int_key<int>(TOWERS_FIELD(queue_length), 1, 1 << 20)},
+      {"limits", "max_sessions", int_key<int>(TOWERS_FIELD(max_sessions), 1, 1 << 30)},
+      {"limits", "max_segment_chars", int_key<int>(TOWERS_FIELD(max_segment_chars), 1, 64 << 20)},
+      {"limits", "max_batch", int_key<int>(TOWERS_FIELD(max_batch), 1, 1024)},
+      {"limits", "prefill_chunk", int_key<int>(TOWERS_FIELD(prefill_chunk), 1, 1 << 16)},
+      {"limits", "decode_slowdown", read_decode_slowdown},
+      {"limits", "prompt_cache_segments", int_key<int>(TOWERS_FIELD(prompt_cache_segments), 0, 1 << 20)},
+  };
+  return k;
+}
+
+#undef TOWERS_FIELD
+
+const Key* find_key(std::string_view section, std::string_view name) {
+  for (const Key& k : keys()) {
+    if (k.section == section && k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+bool known_section(std::string_view section) {
+  return std::any_of(keys().begin(), keys().end(), [&](const Key& k) { return k.section == section; });
+}
+
+// Reads the sections of the file that `wanted` accepts ("" = all) over `cfg`. An unknown section or
+// key, or a bad value, is an error naming the file and the key.
+Status read_file(const std::filesystem::path& path, std::string_view wanted, Config& cfg) {
+  toml::table root;
   try {
-    return toml::parse_file(path.string());
+    root = toml::parse_file(path.string());
   } catch (const toml::parse_error& e) {
     const auto& src = e.source();
-    return Status::Error(path.string() + ":" + std::to_string(src.begin.line) + ":" +
-                         std::to_string(src.begin.column) + ": " + std::string(e.description()));
+    return Status::InvalidArgument(path.string() + ":" + std::to_string(src.begin.line) + ":" +
+                                   std::to_string(src.begin.column) + ": " + std::string(e.description()));
   }
+  auto fail = [&](std::string_view key, const std::string& message) {
+    return Status::InvalidArgument(path.string() + ": " + std::string(key) + ": " + message);
+  };
+  for (const auto& [section_key, section] : root) {
+    const std::string_view name = section_key.str();
+    if (!wanted.empty() && name != wanted) continue;
+    if (!known_section(name)) return fail(name, "unknown key");
+    if (!section.is_table()) return fail(name, "expected a [section]");
+    for (const auto& [key, value] : *section.as_table()) {
+      const std::string dotted = std::string(name) + "." + std::string(key.str());
+      const Key* k = find_key(name, key.str());
+      if (!k) return fail(dotted, "unknown key");
+      if (Status st = k->read(value, cfg); !st.ok()) return fail(dotted, st.message());
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -226,197 +413,23 @@ std::optional<KvQuant> parse_kv_format(std::string_view name) {
 }
 
 Result<PolicyConfig> load_policy(const std::filesystem::path& path) {
-  auto root = parse(path);
-  if (!root.ok()) return root.status();
-  Ctx c{path.string(), ""};
-  PolicyConfig p;
-  if (!read_policy(c, root.value(), p)) return Status::Error(c.error);
-  return p;
+  Config cfg;
+  if (Status st = read_file(path, "policy", cfg); !st.ok()) return st;
+  return cfg.policy;
 }
 
-Result<Config> load_config(const std::filesystem::path& path) {
+Status load_config(const std::filesystem::path& path, Config* config) {
   Config cfg;
   cfg.source = path;
-  auto parsed = parse(path);
-  if (!parsed.ok()) return parsed.status();
-  const toml::table& root = parsed.value();
-  Ctx c{path.string(), ""};
-  bool ok = check_keys(c, root, "", {"model", "server", "state", "pool", "cold", "modular", "policy", "limits"});
-  if (ok) {
-    if (const toml::table* t = section(root, "model")) {
-      ok = check_keys(c, *t, "model", {"path", "threads", "chat_template", "aliases"}) &&
-           get_string(c, *t, "model", "path", cfg.model_path) &&
-           get_int_as(c, *t, "model", "threads", 0, 1024, cfg.threads) &&
-           get_string(c, *t, "model", "chat_template", cfg.chat_template);
-      if (ok) {
-        if (const toml::node* n = t->get("aliases")) {
-          if (!n->is_array()) ok = c.fail("model.aliases", "expected an array of model names");
-          for (const auto& e : ok ? *n->as_array() : toml::array{}) {
-            if (!e.is_string() || e.as_string()->get().empty() || e.as_string()->get().size() > 256) {
-              ok = c.fail("model.aliases", "entries must be non-empty strings of at most 256 bytes");
-              break;
-            }
-            cfg.aliases.push_back(**e.as_string());
-          }
-        }
-      }
-    }
-  }
-  if (ok) {
-    if (const toml::table* t = section(root, "server")) {
-      std::string mode = "0660";
-      ok = check_keys(c, *t, "server",
-                      {"socket", "socket_group", "socket_mode", "tcp_listen", "allowed_uids", "allowed_gids",
-                       "allowed_origins", "api_key_file", "io_threads", "max_connections", "max_connections_per_uid",
-                       "header_timeout_seconds", "body_timeout_seconds", "idle_timeout_seconds"}) &&
-           get_string(c, *t, "server", "socket", cfg.socket_path) &&
-           get_string(c, *t, "server", "socket_group", cfg.socket_group) &&
-           get_string(c, *t, "server", "socket_mode", mode) &&
-           get_string(c, *t, "server", "tcp_listen", cfg.tcp_listen) &&
-           get_ids(c, *t, "server", "allowed_uids", cfg.allowed_uids) &&
-           get_ids(c, *t, "server", "allowed_gids", cfg.allowed_gids) &&
-           get_strings(c, *t, "server", "allowed_origins", cfg.allowed_origins) &&
-           get_string(c, *t, "server", "api_key_file", cfg.api_key_file) &&
-           get_int_as(c, *t, "server", "io_threads", 1, 64, cfg.io_threads) &&
-           get_int_as(c, *t, "server", "max_connections", 1, 100000, cfg.max_connections) &&
-           get_int_as(c, *t, "server", "max_connections_per_uid", 1, 100000, cfg.max_connections_per_uid) &&
-           get_int_as(c, *t, "server", "header_timeout_seconds", 1, 3600, cfg.header_timeout_s) &&
-           get_int_as(c, *t, "server", "body_timeout_seconds", 1, 3600, cfg.body_timeout_s) &&
-           get_int_as(c, *t, "server", "idle_timeout_seconds", 1, 86400, cfg.idle_timeout_s);
-      for (const auto& o : cfg.allowed_origins) {
-        if (ok && !is_origin(o)) {
-          ok = c.fail("server.allowed_origins", "\"" + o + "\" is not an origin such as \"http://localhost:3000\" (scheme://host[:port])");
-        }
-      }
-      if (ok && !cfg.tcp_listen.empty()) {
-        if (auto a = parse_listen_address(cfg.tcp_listen); !a.ok()) ok = c.fail("server.tcp_listen", a.error());
-      }
-      if (ok) {
-        char* end = nullptr;
-        unsigned long m = std::strtoul(mode.c_str(), &end, 8);
-        if (mode.empty() || *end != '\0' || m > 0777) ok = c.fail("server.socket_mode", "expected an octal mode such as \"0660\"");
-        else cfg.socket_mode = static_cast<unsigned>(m);
-      }
-      if (ok && cfg.socket_path.empty()) ok = c.fail("server.socket", "must not be empty");
-    }
-  }
-  if (ok) {
-    if (const toml::table* t = section(root, "state")) {
-      std::string dir = cfg.state_dir.string();
-      ok = check_keys(c, *t, "state", {"dir", "compact_bytes", "warm_tier", "disk_budget"}) &&
-           get_string(c, *t, "state", "dir", dir) && get_size(c, *t, "state", "compact_bytes", cfg.compact_bytes) &&
-           get_bool(c, *t, "state", "warm_tier", cfg.warm_tier) &&
-           get_size(c, *t, "state", "disk_budget", cfg.disk_budget_bytes);
-      if (ok && dir.empty()) ok = c.fail("state.dir", "must not be empty");
-      cfg.state_dir = dir;
-    }
-  }
-  if (ok) {
-    if (const toml::table* t = section(root, "pool")) {
-      ok = check_keys(c, *t, "pool", {"formats", "transcript_format", "pin_fan_out", "pin_levels"});
-      if (ok) {
-        if (const toml::node* n = t->get("formats")) {
-          if (!n->is_array() || n->as_array()->empty()) ok = c.fail("pool.formats", "expected a non-empty array such as [\"q4\", \"q6\", \"q8\"]");
-          else {
-            cfg.depth.by_depth.clear();
-            for (const auto& e : *n->as_array()) {
-              auto q = e.is_string() ? parse_kv_format(**e.as_string()) : std::nullopt;
-              if (!q) {
-                ok = c.fail("pool.formats", "each entry must be one of q4, q6, q8, f16, f32");
-                break;
-              }
-              cfg.depth.by_depth.push_back(*q);
-            }
-          }
-        }
-      }
-      if (ok) {
-        std::string tf = simd::kv_quant_name(cfg.depth.transcript);
-        ok = get_string(c, *t, "pool", "transcript_format", tf);
-        if (ok) {
-          auto q = parse_kv_format(tf);
-          if (!q) ok = c.fail("pool.transcript_format", "must be one of q4, q6, q8, f16, f32");
-          else cfg.depth.transcript = *q;
-        }
-      }
-      if (ok) ok = get_int_as(c, *t, "pool", "pin_fan_out", 1, 1 << 30, cfg.pin_fan_out);
-      if (ok) {
-        if (const toml::node* n = t->get("pin_levels")) {
-          cfg.pin_levels.clear();
-          if (!n->is_array()) ok = c.fail("pool.pin_levels", "expected an array of level names");
-          for (const auto& e : ok ? *n->as_array() : toml::array{}) {
-            auto lv = parse_level(e.is_string() ? std::string(**e.as_string()) : "");
-            if (!lv) {
-              ok = c.fail("pool.pin_levels", "entries must be \"platform\", \"community\" or \"bot\"");
-              break;
-            }
-            cfg.pin_levels.push_back(*lv);
-          }
-        }
-      }
-    }
-  }
-  if (ok) {
-    if (const toml::table* t = section(root, "cold")) {
-      ok = check_keys(c, *t, "cold", {"enabled", "idle_seconds", "scan_seconds", "chunk"}) &&
-           get_bool(c, *t, "cold", "enabled", cfg.cold_enabled) &&
-           get_int_as(c, *t, "cold", "idle_seconds", 0, 365 * 86400, cfg.cold_idle_seconds) &&
-           get_int_as(c, *t, "cold", "scan_seconds", 1, 86400, cfg.cold_scan_seconds) &&
-           get_int_as(c, *t, "cold", "chunk", 0, 1 << 20, cfg.cold_chunk);
-    }
-  }
-  if (ok) {
-    if (const toml::table* t = section(root, "modular")) {
-      ok = check_keys(c, *t, "modular", {"enabled", "repair_tokens", "background_exact"}) &&
-           get_bool(c, *t, "modular", "enabled", cfg.modular.enabled) &&
-           get_int_as(c, *t, "modular", "repair_tokens", kMinRepairTokens, 1 << 16, cfg.modular.repair_tokens) &&
-           get_bool(c, *t, "modular", "background_exact", cfg.modular.background_exact);
-    }
-  }
-  if (ok) ok = read_policy(c, root, cfg.policy);
-  if (ok) {
-    if (const toml::table* t = section(root, "limits")) {
-      uint64_t body = cfg.max_body_bytes;
-      const toml::node* to = t->get("request_timeout_seconds");
-      ok = check_keys(c, *t, "limits",
-                      {"max_body_bytes", "max_prompt_tokens", "max_tokens", "default_max_tokens",
-                       "request_timeout_seconds", "queue_length", "max_sessions", "max_segment_chars", "max_batch",
-                       "prefill_chunk", "decode_slowdown", "prompt_cache_segments", "overflow"}) &&
-           get_size(c, *t, "limits", "max_body_bytes", body) &&
-           get_int_as(c, *t, "limits", "max_prompt_tokens", 0, 1 << 24, cfg.max_prompt_tokens) &&
-           get_int_as(c, *t, "limits", "max_tokens", 1, 1 << 24, cfg.max_tokens) &&
-           get_int_as(c, *t, "limits", "default_max_tokens", 1, 1 << 24, cfg.default_max_tokens) &&
-           get_int_as(c, *t, "limits", "queue_length", 1, 1 << 20, cfg.queue_length) &&
-           get_int_as(c, *t, "limits", "max_sessions", 1, 1 << 30, cfg.max_sessions) &&
-           get_int_as(c, *t, "limits", "max_segment_chars", 1, 64 << 20, cfg.max_segment_chars) &&
-           get_int_as(c, *t, "limits", "max_batch", 1, 1024, cfg.max_batch) &&
-           get_int_as(c, *t, "limits", "prefill_chunk", 1, 1 << 16, cfg.prefill_chunk) &&
-           get_int_as(c, *t, "limits", "prompt_cache_segments", 0, 1 << 20, cfg.prompt_cache_segments);
-      if (ok && (body < 1024 || body > (1ull << 30))) ok = c.fail("limits.max_body_bytes", "must be between 1K and 1G");
-      if (ok) {
-        std::string overflow = cfg.overflow_truncate ? "truncate" : "error";
-        ok = get_string(c, *t, "limits", "overflow", overflow);
-        if (ok && overflow != "truncate" && overflow != "error") {
-          ok = c.fail("limits.overflow", "expected \"truncate\" or \"error\", got \"" + overflow + "\"");
-        }
-        cfg.overflow_truncate = overflow == "truncate";
-      }
-      cfg.max_body_bytes = body;
-      if (ok && to) {
-        if (!to->is_number() || to->value<double>().value_or(0) <= 0) ok = c.fail("limits.request_timeout_seconds", "expected a positive number");
-        else cfg.request_timeout_s = to->value<double>().value_or(300);
-      }
-      if (ok) {
-        if (const toml::node* ds = t->get("decode_slowdown")) {
-          const double v = ds->value<double>().value_or(0);
-          if (!ds->is_number() || v < 1 || v > 100) ok = c.fail("limits.decode_slowdown", "expected a number from 1 to 100");
-          else cfg.decode_slowdown = v;
-        }
-      }
-    }
-  }
-  if (!ok) return Status::Error(c.error);
-  return cfg;
+  if (Status st = read_file(path, "", cfg); !st.ok()) return st;
+  *config = std::move(cfg);
+  return Status::Ok();
+}
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> names;
+  for (const Key& k : keys()) names.push_back(std::string(k.section) + "." + std::string(k.name));
+  return names;
 }
 
 Status validate(const Config& c) {

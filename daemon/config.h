@@ -1,5 +1,6 @@
-// towerd's configuration: every key of etc/towerd.toml, its default and its checks. The file is
-// strict: an unknown key, a wrong type or an out-of-range value is an error that names the key.
+// towerd's configuration: every key of etc/towerd.toml, its default and its checks (config.cc reads
+// the file through one table of keys, each spelled once). The file is strict: an unknown key, a wrong
+// type or an out-of-range value is an error that names the key.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -85,8 +86,11 @@ struct Config {
   std::filesystem::path source;      // the file it came from ("" = defaults only)
 };
 
-// Reads a TOML file over the defaults. The error names the file, the key and the problem.
-Result<Config> load_config(const std::filesystem::path& path);
+// Reads a TOML file over the defaults into *config (untouched on an error). The error (InvalidArgument)
+// names the file, the key and the problem: "towerd.toml: limits.max_batch: must be in [1, 1024], got 0".
+Status load_config(const std::filesystem::path& path, Config* config);
+// Every key load_config reads, as "section.key" (etc/towerd.toml documents each).
+std::vector<std::string> config_keys();
 // Only the [policy] section (SIGHUP).
 Result<PolicyConfig> load_policy(const std::filesystem::path& path);
 // Checks that need every key (e.g. default_max_tokens <= max_tokens) and a model path.

@@ -67,9 +67,7 @@ int main(int argc, char** argv) {
 
   Config cfg;
   if (!config_path.empty()) {
-    auto c = load_config(config_path);
-    if (!c.ok()) return die(2, "invalid config: " + c.error());
-    cfg = std::move(c.value());
+    if (Status st = load_config(config_path, &cfg); !st.ok()) return die(2, "invalid config: " + st.message());
   }
   if (!model.empty()) cfg.model_path = model;
   if (!socket.empty()) cfg.socket_path = socket;

@@ -34,7 +34,7 @@ std::string PromptBuilder::trim_content(const std::string& s) const {
 }
 
 Result<PromptBuilder::Skeleton> PromptBuilder::skeleton(bool has_system, size_t n_user) const {
-  if (n_user == 0) return Status::Error("internal: a conversation needs a user message");
+  if (n_user == 0) return Status::InvalidArgument("a conversation needs a user message");
   auto sentinel = [&](char kind, size_t i) { return "TWRSNTL" + nonce_ + kind + std::to_string(i) + "Z"; };
   std::vector<ChatMessage> msgs;
   if (has_system) msgs.push_back({"system", sentinel('S', 0)});
@@ -93,7 +93,7 @@ Result<std::vector<int32_t>> PromptBuilder::level(const std::string& text, bool 
   if (root) append(t, encode_template(sk->before_system, true));
   append(t, encode_content((root ? "" : "\n\n") + strip(text)));
   if (closes) append(t, encode_template(sk->after_system, false));
-  if (t.empty()) return Status::Error("segment text renders to no tokens");
+  if (t.empty()) return Status::InvalidArgument("segment text renders to no tokens");
   return t;
 }
 
@@ -111,14 +111,14 @@ Result<std::vector<int32_t>> PromptBuilder::system_block(const std::string* syst
 Result<std::vector<int32_t>> PromptBuilder::turns(bool has_system, std::span<const ChatMessage> turns,
                                                   std::span<const std::vector<int32_t>* const> assistant_tokens) const {
   if (turns.empty() || turns.size() % 2 == 0) {
-    return Status::Error("messages must alternate user, assistant, ..., and end with a user message");
+    return Status::InvalidArgument("messages must alternate user, assistant, ..., and end with a user message");
   }
   for (size_t i = 0; i < turns.size(); ++i) {
     const char* want = i % 2 == 0 ? "user" : "assistant";
     if (turns[i].role != want) {
-      return Status::Error("message " + std::to_string(i) + " has role \"" + turns[i].role + "\" where \"" + want +
-                           "\" was expected (after any system message, messages alternate user/assistant and end "
-                           "with user)");
+      return Status::InvalidArgument("message " + std::to_string(i) + " has role \"" + turns[i].role + "\" where \"" +
+                                     want + "\" was expected (after any system message, messages alternate "
+                                     "user/assistant and end with user)");
     }
   }
   auto sk = skeleton(has_system, turns.size() / 2 + 1);

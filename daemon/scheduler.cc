@@ -172,7 +172,7 @@ double Scheduler::stalled_seconds() const {
 void Scheduler::fail(std::shared_ptr<GenJob> job, Status st) {
   GenOutcome out;
   out.error = std::move(st);
-  out.finish_reason = "error";
+  out.finish_reason = FinishReason::Error;
   if (job->on_finish) job->on_finish(out, nullptr);
 }
 
@@ -353,7 +353,7 @@ void Scheduler::resolve() {
     auto lease = pool_.assemble(s.out.prompt, room(s));
     if (!lease.ok()) {
       s.out.error = lease.status();
-      finish(s, "error");
+      finish(s, FinishReason::Error);
       continue;
     }
     s.lease = std::move(lease.value());
@@ -555,22 +555,21 @@ bool Scheduler::stopped(Seq& s, Clock::time_point now) {
     s.job->cancelled = true;
     log_debug("client went away (seen before a step); its generation is cancelled");
   }
-  if (s.job->cancelled) finish(s, "cancelled");
-  else if (now >= s.job->deadline) finish(s, "timeout");
+  if (s.job->cancelled) finish(s, FinishReason::Cancelled);
+  else if (now >= s.job->deadline) finish(s, FinishReason::Timeout);
   return s.done;
 }
 
-void Scheduler::finish(Seq& s, std::string reason) {
+void Scheduler::finish(Seq& s, FinishReason reason) {
   if (s.done) return;
   s.done = true;
-  if (reason == "cancelled") {
+  if (reason == FinishReason::Cancelled) {
     metrics_.steps_after_cancel(steps_.load() - std::max(s.job->cancelled.set_at_step(), s.admitted_step));
   }
-  s.out.finish_reason = std::move(reason);
-  const std::string& r = s.out.finish_reason;
+  s.out.finish_reason = reason;
   if (s.decoder) {
     s.out.tokens = s.decoder->tokens();
-    if (r != "stop" && r != "cancelled" && s.job->on_text) {
+    if (keeps_held_text(reason) && s.job->on_text) {
       std::string rest = s.decoder->flush();
       std::vector<Logprobs> logprobs = s.decoder->take_logprobs();
       if (!rest.empty() || !logprobs.empty()) s.job->on_text(s.choice, rest, std::move(logprobs));
@@ -621,7 +620,7 @@ void Scheduler::advance(Seq& s, std::span<const float> logits) {
   s.last_token = Clock::now();
   std::vector<Logprobs> logprobs = s.decoder->take_logprobs();
   if ((!d.text.empty() || !logprobs.empty()) && s.job->on_text) s.job->on_text(s.choice, d.text, std::move(logprobs));
-  if (s.job->cancelled) return finish(s, "cancelled");
+  if (s.job->cancelled) return finish(s, FinishReason::Cancelled);
   if (d.done) return finish(s, d.finish_reason);
   s.next = d.token;
 }
@@ -639,7 +638,7 @@ void Scheduler::fork_choices(Seq& s, std::span<const float> logits) {
   auto sealed = pool_.seal(s.lease, s.out.tail, o);
   if (!sealed.ok()) {
     s.out.error = sealed.status();
-    return finish(s, "error");
+    return finish(s, FinishReason::Error);
   }
   s.out.tail.clear();
   s.out.sealed_prompt = sealed.value();
@@ -648,7 +647,7 @@ void Scheduler::fork_choices(Seq& s, std::span<const float> logits) {
     if (!lease.ok()) {
       s.out.error = lease.status();
       s.job->cancelled = true;  // the choices already started stop too
-      return finish(s, "error");
+      return finish(s, FinishReason::Error);
     }
     auto c = std::make_unique<Seq>();
     c->job = s.job;
@@ -759,7 +758,7 @@ void Scheduler::step() {
   if (!st.ok()) {
     log_error("model step failed: " + st.message());
     for (Slot& slot : slots) {
-      if (slot.seq) slot.seq->out.error = st, finish(*slot.seq, "error");
+      if (slot.seq) slot.seq->out.error = st, finish(*slot.seq, FinishReason::Error);
       else finish_build(*slot.build, st);
     }
   } else {

@@ -51,6 +51,7 @@
 #include "daemon/worker_thread.h"
 #include "daemon/model_step.h"
 #include "engine/constrained/grammar_matcher.h"
+#include "engine/generate/finish_reason.h"
 #include "engine/generate/sampler.h"
 #include "mmapstore/segment_pool.h"
 
@@ -65,14 +66,14 @@ struct GenOutcome {
   std::vector<int32_t> prompt;
   std::vector<int32_t> tokens;      // generated (without an end-of-generation token)
   std::vector<int32_t> tail;        // tokens evaluated into the lease's tail (prompt rest + generated)
-  std::string finish_reason;        // eos, stop, length, context, cancelled, timeout
+  FinishReason finish_reason = FinishReason::Length;
   size_t cached_tokens = 0;         // prompt tokens served from segments
   double queue_s = 0, prefill_s = 0, first_token_s = -1, total_s = 0;
   // n > 1: every choice's tokens and finish reason, in order (tokens and finish_reason above are
   // choice 0's), and the segment the prompt was sealed into so that the choices share its KV.
   struct Choice {
     std::vector<int32_t> tokens;
-    std::string finish_reason;
+    FinishReason finish_reason = FinishReason::Length;
   };
   std::vector<Choice> choices;
   SegmentId sealed_prompt = kNoSegment;
@@ -235,7 +236,7 @@ class Scheduler {
   int32_t room(const Seq& s) const;
   // Sequences running or admitted, counting a job that has not forked its choices yet as n.
   size_t slots_in_use() const;
-  void finish(Seq& s, std::string reason);
+  void finish(Seq& s, FinishReason reason);
   void fail(std::shared_ptr<GenJob> job, Status st);
 
   const Model& model_;

@@ -56,7 +56,7 @@ void send_json(HttpResponder& out, int status, const nlohmann::json& j);
 ApiStatus reply(HttpResponder& out, const nlohmann::json& j);  // 200 with j
 void send_error(HttpResponder& out, const ApiStatus& e);
 std::string dump(const nlohmann::json& j);
-ApiStatus wrong_method(const char* allowed);  // 405: "use GET or PUT"
+ApiStatus wrong_method(std::string_view allowed);  // 405: "use GET or PUT"
 // Handlers never wait (docs/http.md): blocking work (file I/O, a record's fsync, coding a segment)
 // runs on the offload thread — never the scheduler's — and answers through `out` when it is done (an
 // error it returns is sent as the error reply). It returns at once.
@@ -66,6 +66,8 @@ ApiStatus answer_offloaded(Service& svc, HttpResponder& out, Answer work);
 ApiStatus string_field(const nlohmann::json& body, const char* key, bool required, std::string* out);
 // Refuses a field not in `known` (400 unknown_parameter naming it).
 ApiStatus known_fields(const nlohmann::json& body, std::initializer_list<std::string_view> known);
+
+enum class ReplyApi { Chat, Completions };  // chat.completion or text_completion (daemon/api_reply.h)
 
 // Sampling and limits of a generation request (OpenAI field names), validated.
 struct GenParams {
@@ -82,7 +84,8 @@ struct GenParams {
   std::optional<ToolFormat> tool_format;
 };
 // raw_body: the request's text, for what must keep the client's key order (a JSON schema's properties).
-ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, GenParams* params,
+// api: whose "logprobs" (chat: a boolean with "top_logprobs"; completions: a count).
+ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, ReplyApi api, GenParams* params,
                            std::string_view raw_body = {});
 // Refuses n > 1 (param "n"): a session continues one transcript.
 ApiStatus one_choice(const GenParams& params);
@@ -102,7 +105,6 @@ ApiStatus no_tools_with_session(const nlohmann::json& body);
 // must call `settled` exactly once, from any thread, when the reply may be acknowledged (its record is
 // durable) or with the error that stops it.
 using Settled = std::function<void(const Status&)>;
-enum class ReplyApi { Chat, Completions };  // chat.completion or text_completion (daemon/api_reply.h)
 struct GenerationSpec {
   ReplyApi api = ReplyApi::Chat;
   GenParams params;
@@ -122,10 +124,27 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec);
 ApiStatus begin_session_turn(Service& svc, const std::string& session, const std::string& message,
                              const GenParams& params, const std::string& session_param, GenerationSpec* spec);
 
-// Each sets `handled` when the path is its own.
-ApiStatus handle_openai(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);
-ApiStatus handle_towers(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);
-ApiStatus handle_admin(Service& svc, const HttpRequest& req, HttpResponder& out, bool& handled);
+// The handlers of the route table (daemon/routes.cc), which has checked the method; path_param is what
+// the route's "{...}" matched. Operator routes (daemon/api.cc):
+ApiStatus handle_healthz(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+ApiStatus handle_metrics(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+ApiStatus handle_pool(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+ApiStatus handle_policy(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+// OpenAI's (daemon/api_openai.cc):
+ApiStatus handle_models(Service&, const HttpRequest&, HttpResponder&, const std::string& name);
+ApiStatus handle_chat_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+ApiStatus handle_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+// Towers' (daemon/api_towers.cc):
+ApiStatus handle_compress(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+ApiStatus handle_segments(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+ApiStatus handle_segment(Service&, const HttpRequest&, HttpResponder&, const std::string& name);
+ApiStatus handle_segment_link(Service&, const HttpRequest&, HttpResponder&, const std::string& name);
+ApiStatus handle_segment_compress(Service&, const HttpRequest&, HttpResponder&, const std::string& name);
+ApiStatus handle_segment_thaw(Service&, const HttpRequest&, HttpResponder&, const std::string& name);
+ApiStatus handle_sessions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+ApiStatus handle_session(Service&, const HttpRequest&, HttpResponder&, const std::string& id);
+ApiStatus handle_session_messages(Service&, const HttpRequest&, HttpResponder&, const std::string& id);
+ApiStatus handle_session_transcript(Service&, const HttpRequest&, HttpResponder&, const std::string& id);
 }  // namespace api
 
 }  // namespace towers::daemon

@@ -318,6 +318,7 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   e->modular_from = options.modular_from;
   e->repair = options.repair;
   e->label = options.label;
+  e->lineage = options.lineage;
   e->pinned = options.pinned;
   e->created = e->last_used = std::chrono::steady_clock::now();
   entries_.emplace(id, std::move(e));
@@ -774,6 +775,7 @@ SegmentInfo SegmentPool::info_locked(const Entry& e) const {
   s.id = e.id;
   s.parent = e.parent;
   s.label = e.label;
+  s.lineage = e.lineage;
   s.length = e.length;
   s.begin = e.computed_pos;
   s.format = e.format;

@@ -72,6 +72,10 @@ struct SegmentOptions {
   SegmentId id = kNoSegment;      // restore with a known id (persistence); kNoSegment = allocate
   bool pinned = false;            // never evicted (hierarchy bases defined by the operator)
   std::string label;              // free text for listings ("platform", "bot:helper", "session:ID", ...)
+  // The owner whose segments are one lineage for eviction (mmapstore/eviction.h: under lindy they age
+  // as one, from the first of them), e.g. a session whose transcript is sealed turn by turn; set by
+  // whoever adds them. Empty: the segment is its own lineage.
+  std::string lineage;
   // Add the segment cold (add_cold), with its tokens arithmetic-coded (may be empty: none kept).
   std::optional<std::vector<uint8_t>> cold;
   // Compute it (derive(), or a thaw) as a RoPE-shifted copy of rows [derive_skip, derive_skip +
@@ -93,6 +97,7 @@ struct SegmentInfo {
   SegmentId id = kNoSegment;
   SegmentId parent = kNoSegment;
   std::string label;
+  std::string lineage;            // SegmentOptions::lineage
   size_t depth = 0;               // 0 = top of the hierarchy
   int32_t begin = 0;              // first position (= length of the parent chain)
   int32_t length = 0;             // tokens

@@ -31,6 +31,7 @@ struct SegmentPool::Entry {
   int32_t repair = 0;                       // ... after prefilling this many of its tokens
   std::vector<uint8_t> coded;               // cold: the compressor's coded tokens
   std::string label;
+  std::string lineage;                      // SegmentOptions::lineage
   bool pinned = false;
   uint64_t hits = 0;
   std::chrono::steady_clock::time_point created, last_used;

@@ -116,15 +116,16 @@ size_t SegmentPool::enforce_budget() {
   size_t resident = resident_locked();
   if (resident <= options_.ram_budget_bytes) return 0;
   const bool store = !options_.store_dir.empty();
-  // A session's transcript segments are one lineage (its label): their age is the session's age.
+  // Segments of one owner are one lineage (SegmentOptions::lineage, e.g. a session's transcript): their
+  // age is the owner's age.
   struct Lineage {
     std::chrono::steady_clock::time_point born = std::chrono::steady_clock::time_point::max();
     uint64_t uses = 0;
   };
   std::map<std::string, Lineage> lineages;
   for (const auto& [id, e] : entries_) {
-    if (e->label.rfind("session:", 0) != 0) continue;
-    Lineage& l = lineages[e->label];
+    if (e->lineage.empty()) continue;
+    Lineage& l = lineages[e->lineage];
     l.born = std::min(l.born, e->created);
     l.uses += e->hits;
   }
@@ -148,8 +149,8 @@ size_t SegmentPool::enforce_budget() {
     c.created = e->created;
     c.last_used = e->last_used;
     c.uses = e->hits;
-    if (auto l = lineages.find(e->label); l != lineages.end()) {
-      c.lineage = std::hash<std::string>{}(e->label) | 1;
+    if (auto l = lineages.find(e->lineage); l != lineages.end()) {
+      c.lineage = std::hash<std::string>{}(e->lineage) | 1;
       c.lineage_born = l->second.born;
       c.lineage_uses = l->second.uses;
     }

@@ -97,7 +97,7 @@ inline std::future<Status> run_turn(Catalog& catalog, SegmentPool& pool, Forward
     out.tail.push_back(tok);
     REQUIRE(fwd.eval(*lease->tower, std::vector<int32_t>{tok}, Logits::Last, logits).ok());
   }
-  out.finish_reason = "length";
+  out.finish_reason = FinishReason::Length;
   auto done = std::make_shared<std::promise<Status>>();
   catalog.finish_turn(*t, out, &lease.value(), "reply to " + user, [done](const Status& st) { done->set_value(st); });
   pool.release(*lease);

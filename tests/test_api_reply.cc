@@ -1,9 +1,10 @@
 // The OpenAI reply objects with tools (daemon/api_reply.h): streamed tool-call deltas rebuild the
-// call the whole reply carries; and a tool conversation's tokens (PromptBuilder::conversation) equal
-// the plain chat path's where the two overlap.
+// call the whole reply carries; every FinishReason's OpenAI finish_reason; and a tool conversation's
+// tokens (PromptBuilder::conversation) equal the plain chat path's where the two overlap.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "daemon/api_reply.h"
 #include "daemon/prompt.h"
@@ -39,7 +40,7 @@ GenParams tool_params(bool stream) {
 
 const std::string kReply = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>";
 
-GenOutcome finished(const std::string& reason) {
+GenOutcome finished(FinishReason reason) {
   GenOutcome o;
   o.finish_reason = reason;
   o.tokens = {1, 2, 3};
@@ -52,7 +53,7 @@ TEST_CASE("streamed tool calls arrive as OpenAI deltas and rebuild the whole rep
   ReplyBuilder stream(ReplyApi::Chat, "m", tool_params(true), 10, json::object());
   std::string events = stream.start_events();
   for (size_t i = 0; i < kReply.size(); i += 3) events += stream.add(0, std::string_view(kReply).substr(i, 3), {});
-  events += stream.end_events(finished("eos"));
+  events += stream.end_events(finished(FinishReason::Eos));
   std::string content, name, arguments, id;
   int starts = 0;
   std::string finish;
@@ -87,7 +88,7 @@ TEST_CASE("streamed tool calls arrive as OpenAI deltas and rebuild the whole rep
 
   ReplyBuilder whole(ReplyApi::Chat, "m", tool_params(false), 10, json::object());
   (void)whole.add(0, kReply, {});
-  const json r = whole.whole(finished("eos"));
+  const json r = whole.whole(finished(FinishReason::Eos));
   const json& msg = r["choices"][0]["message"];
   CHECK(r["choices"][0]["finish_reason"] == "tool_calls");
   CHECK(msg["content"] == "Let me look.");
@@ -100,7 +101,7 @@ TEST_CASE("a tool reply cut by max_tokens stays text with finish_reason length")
   const std::string cut = kReply.substr(0, kReply.size() / 2);
   ReplyBuilder whole(ReplyApi::Chat, "m", tool_params(false), 10, json::object());
   (void)whole.add(0, cut, {});
-  const json r = whole.whole(finished("length"));
+  const json r = whole.whole(finished(FinishReason::Length));
   CHECK(r["choices"][0]["finish_reason"] == "length");
   CHECK(r["choices"][0]["message"]["content"] == cut);
   CHECK_FALSE(r["choices"][0]["message"].contains("tool_calls"));
@@ -109,9 +110,27 @@ TEST_CASE("a tool reply cut by max_tokens stays text with finish_reason length")
   GenParams plain;
   ReplyBuilder text(ReplyApi::Chat, "m", plain, 10, json::object());
   (void)text.add(0, kReply, {});
-  const json t = text.whole(finished("eos"));
+  const json t = text.whole(finished(FinishReason::Eos));
   CHECK(t["choices"][0]["finish_reason"] == "stop");
   CHECK(t["choices"][0]["message"]["content"] == kReply);
+}
+
+TEST_CASE("every finish reason has one OpenAI finish_reason, and its own name in metrics and timings") {
+  std::set<std::string_view> names;
+  for (FinishReason r : {FinishReason::Eos, FinishReason::Stop, FinishReason::Length, FinishReason::Context,
+                         FinishReason::Grammar, FinishReason::Cancelled, FinishReason::Timeout, FinishReason::Error}) {
+    CAPTURE(to_string(r));
+    CHECK(names.insert(to_string(r)).second);
+    const bool stopped = r == FinishReason::Eos || r == FinishReason::Stop || r == FinishReason::Cancelled;
+    CHECK(openai_finish_reason(r) == (stopped ? "stop" : "length"));
+    CHECK(openai_finish_reason(r, /*called_tools=*/true) == (stopped ? "tool_calls" : "length"));
+  }
+  // The whole reply's timings name the internal reason; the client sees OpenAI's.
+  GenParams plain;
+  ReplyBuilder b(ReplyApi::Completions, "m", plain, 3, json::object());
+  const json r = b.whole(finished(FinishReason::Context));
+  CHECK(r["towers"]["finish"] == "context");
+  CHECK(r["choices"][0]["finish_reason"] == "length");
 }
 
 TEST_CASE("a conversation's tokens equal the chat path's: system block, then the turns") {

@@ -128,9 +128,9 @@ TEST_CASE("sealed session transcripts are Q8 by default, F16 when [pool] transcr
   write_log(dir);
   const auto toml = dir / "towerd.toml";
   std::ofstream(toml) << "[pool]\ntranscript_format = \"f16\"\n";
-  auto f16 = load_config(toml);
-  REQUIRE(f16.ok());
-  const std::pair<Config, KvQuant> cases[] = {{Config{}, KvQuant::Q8}, {f16.value(), KvQuant::F16}};
+  Config f16;
+  REQUIRE(load_config(toml, &f16).ok());
+  const std::pair<Config, KvQuant> cases[] = {{Config{}, KvQuant::Q8}, {f16, KvQuant::F16}};
   for (const auto& [cfg, want] : cases) {
     const std::string format = simd::kv_quant_name(want);
     CAPTURE(format);

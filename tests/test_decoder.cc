@@ -69,7 +69,7 @@ struct Run {
   std::vector<std::vector<Logprobs>> released;
   std::string text;
   std::vector<Logprobs> all;
-  std::string finish;
+  FinishReason finish = FinishReason::Length;
 };
 Run drive(Decoder& d, const std::vector<int32_t>& ids) {
   Run r;
@@ -85,7 +85,7 @@ Run drive(Decoder& d, const std::vector<int32_t>& ids) {
       break;
     }
   }
-  if (r.finish != "stop") {
+  if (r.finish != FinishReason::Stop) {
     r.text += d.flush();
     auto rest = d.take_logprobs();
     r.all.insert(r.all.end(), rest.begin(), rest.end());
@@ -138,7 +138,7 @@ TEST_CASE("after a stop string, the tokens wholly inside it are dropped") {
     INFO("stop \"" << stop << "\"");
     Decoder d(tok, greedy(0), {stop}, {}, 100);
     const Run r = drive(d, ids);
-    REQUIRE(r.finish == "stop");
+    REQUIRE(r.finish == FinishReason::Stop);
     CHECK(r.text == text.substr(0, text.find(stop)));
     // The kept tokens: the shortest prefix of the token sequence that covers the text.
     size_t covered = 0, n = 0;
@@ -158,7 +158,7 @@ TEST_CASE("held-back logprobs come out with flush() at the end") {
   CHECK(s.text.empty());
   CHECK(d.take_logprobs().empty());
   s = d.step(peak_at(tok.eos()), false);  // eos: not kept, no logprobs of its own
-  CHECK(s.finish_reason == "eos");
+  CHECK(s.finish_reason == FinishReason::Eos);
   CHECK(d.take_logprobs().empty());
   CHECK(d.flush() == "\xEF\xBF\xBD");  // the incomplete sequence as U+FFFD
   const auto lps = d.take_logprobs();

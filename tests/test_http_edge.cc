@@ -1,7 +1,11 @@
 // The pure parts of towerd's HTTP edge: the metrics writer (escaping, integer counters, cumulative
-// histograms), the route labels (no caller-chosen series), the TCP request checks, loopback Host
-// names, and tcp_listen's parsing. The server itself is driven end to end by tests/daemon/check_edge_*.sh.
+// histograms), the route table and its labels (no caller-chosen series; docs/api.md lists every
+// route), the TCP request checks, loopback Host names, and tcp_listen's parsing. The server itself is driven end to end by tests/daemon/check_edge_*.sh.
 #include <doctest/doctest.h>
+
+#include <fstream>
+#include <map>
+#include <set>
 
 #include "daemon/config.h"
 #include "daemon/http_guard.h"
@@ -47,6 +51,46 @@ TEST_CASE("route labels come from the route table and other paths and methods ar
   CHECK(route_label("") == "other");
   CHECK(method_label("POST") == "POST");
   CHECK(method_label("BREW") == "other");
+}
+
+TEST_CASE("every route has a handler, its own metric label and a row in docs/api.md") {
+  std::ifstream doc(std::string(TOWERS_SOURCE_DIR) + "/docs/api.md");
+  REQUIRE(doc.good());
+  std::map<std::string, std::string> documented;  // "| `/v1/pool` | GET | ..." -> pattern: methods
+  for (std::string line; std::getline(doc, line);) {
+    if (line.rfind("| `/", 0) != 0) continue;
+    const size_t end = line.find("` | ");
+    if (end == std::string::npos) continue;
+    const size_t methods_end = line.find(" |", end + 4);
+    documented[line.substr(3, end - 3)] = line.substr(end + 4, methods_end - end - 4);
+  }
+  std::set<std::string_view> labels;
+  for (const Route& r : routes()) {
+    CAPTURE(r.pattern);
+    CHECK(static_cast<bool>(r.handler));
+    CHECK(!methods_of(r).empty());
+    // A path on the route (each "{...}" a segment) is labelled with the route's own pattern.
+    std::string path(r.pattern), param;
+    for (size_t open = path.find('{'); open != std::string::npos; open = path.find('{')) {
+      path.replace(open, path.find('}', open) - open + 1, "x1");
+    }
+    CHECK(route_label(path) == r.pattern);
+    CHECK(match_route(path, &param) == &r);
+    CHECK(param == (path == r.pattern ? "" : "x1"));
+    CHECK(labels.insert(r.pattern).second);
+    // ... and docs/api.md lists it with the same methods.
+    CHECK(documented.count(std::string(r.pattern)) == 1);
+    CHECK(documented[std::string(r.pattern)] == r.methods);
+  }
+  CHECK(documented.size() == routes().size());  // and nothing more
+  // The routes that metrics used to count as "other".
+  for (const char* p : {"/v1/completions", "/v1/models/gpt-4o", "/v1/segments/bot/link"}) CHECK(route_label(p) != "other");
+  CHECK(match_route("/v1/sessions/") == nullptr);
+  const Route* session = match_route("/v1/sessions/abc");
+  REQUIRE(session != nullptr);
+  CHECK(route_allows(*session, "DELETE"));
+  CHECK(!route_allows(*session, "PUT"));
+  CHECK(!route_allows(*session, "GE"));
 }
 
 TEST_CASE("loopback Host names") {

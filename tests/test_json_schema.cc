@@ -321,12 +321,12 @@ TEST_CASE("stories260K: 100 sampled replies per schema under the grammar all val
       seconds += r->decode_seconds;
       CAPTURE(seed);
       CAPTURE(text);
-      CHECK(r->finish_reason == "eos");
+      CHECK(r->finish_reason == FinishReason::Eos);
       const json v = json::parse(text, nullptr, false);
       REQUIRE_FALSE(v.is_discarded());
       const std::string why = validator.check(v);
       CHECK(why == "");
-      valid += why.empty() && r->finish_reason == "eos";
+      valid += why.empty() && r->finish_reason == FinishReason::Eos;
       if (seed == 0) MESSAGE("seed 0: " << text);
     }
   }

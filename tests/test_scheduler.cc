@@ -182,7 +182,7 @@ TEST_CASE("admission: at most max_batch run, the rest wait in a bounded FIFO, a 
   for (const auto& l : h.fake.log) widest = std::max(widest, l.parts.size());
   CHECK(widest == 2);
   for (auto* r : {&a, &b, &c, &d}) {
-    CHECK((*r)->out.finish_reason == "length");
+    CHECK((*r)->out.finish_reason == FinishReason::Length);
     CHECK((*r)->out.tokens == h.expected((*r)->prompt, 4));
   }
 }
@@ -293,8 +293,8 @@ TEST_CASE("cancellation: a client that leaves stops its generation within one st
   h.sched->run_one_round();
   CHECK(a->finished);
   CHECK(b->finished);
-  CHECK(a->out.finish_reason == "cancelled");
-  CHECK(b->out.finish_reason == "cancelled");
+  CHECK(a->out.finish_reason == FinishReason::Cancelled);
+  CHECK(b->out.finish_reason == FinishReason::Cancelled);
   CHECK(h.fake.log.size() == steps_before);  // no step ran for them after it
   CHECK(a->out.tokens.size() <= 11);
   const auto m = h.metrics.snapshot();
@@ -305,7 +305,7 @@ TEST_CASE("cancellation: a client that leaves stops its generation within one st
   auto c = h.submit(2, 8, 1000);
   c->gone = true;
   h.run_until_done({c});
-  CHECK(c->out.finish_reason == "cancelled");
+  CHECK(c->out.finish_reason == FinishReason::Cancelled);
   CHECK(c->out.tokens.empty());
   CHECK(h.fake.log.size() == steps_before);
 }
@@ -330,7 +330,7 @@ TEST_CASE("cancellation from another thread during a step: the step in flight is
   a->job->cancelled = true;  // as the I/O thread does when the connection closes
   cancel_set.set_value();
   ended.get_future().wait();
-  CHECK(a->out.finish_reason == "cancelled");
+  CHECK(a->out.finish_reason == FinishReason::Cancelled);
   CHECK(h.fake.log.size() == 6);  // no step after the one in flight
   CHECK(a->out.tokens.size() == 6);
   CHECK(h.metrics.snapshot().max_steps_after_cancel == 1);
@@ -388,7 +388,7 @@ TEST_CASE("context: a generation stops at the model's context, a prompt that fil
   auto a = h.submit(0, static_cast<size_t>(n_ctx - 8), 100);
   auto b = h.submit(1, static_cast<size_t>(n_ctx), 10);
   h.run_until_done({a, b});
-  CHECK(a->out.finish_reason == "context");
+  CHECK(a->out.finish_reason == FinishReason::Context);
   CHECK(h.fake.max_pos <= n_ctx);  // no row past the context was ever written
   CHECK(a->out.tokens.size() >= 8);
   CHECK(a->out.tokens.size() <= 9);  // the last one sampled, with no room to evaluate it

@@ -222,6 +222,40 @@ TEST_CASE("a leased or parent segment is never removed, eviction follows the pol
   }
 }
 
+TEST_CASE("lindy ages the segments of one lineage together, whatever their labels say") {
+  Fixture f;
+  PoolOptions o = exact_f32();
+  o.eviction = EvictionPolicy::Lindy;
+  SegmentPool pool(*f.model, f.fwd, o);
+  auto base_tokens = random_tokens(f.rng, 16, f.vocab());
+  const SegmentId base = pool.add(kNoSegment, base_tokens, pinned()).value();
+  // A session's two turns: one lineage (its label is free text), the newest never used yet ...
+  SegmentOptions turn;
+  turn.label = "turn";
+  turn.lineage = "session:a";
+  auto t0 = random_tokens(f.rng, 8, f.vocab()), t1 = random_tokens(f.rng, 8, f.vocab());
+  const SegmentId a0 = pool.add(base, t0, turn).value();
+  const SegmentId a1 = pool.add(a0, t1, turn).value();
+  CHECK(pool.info(a1)->lineage == "session:a");
+  // ... and a leaf whose label looks like a session's but that is its own lineage.
+  SegmentOptions other;
+  other.label = "session:b";
+  auto tb = random_tokens(f.rng, 8, f.vocab());
+  const SegmentId b = pool.add(base, tb, other).value();
+  for (int i = 0; i < 3; ++i) {
+    auto l = pool.assemble(concat({base_tokens, t0, random_tokens(f.rng, 2, f.vocab())}), 0);
+    pool.release(*l);
+  }
+  auto l = pool.assemble(concat({base_tokens, tb, random_tokens(f.rng, 2, f.vocab())}), 0);
+  pool.release(*l);
+  // The unused turn is as used as its session (3 uses) and stays; the other leaf (1 use) goes.
+  // (Aged on its own, the turn would go first: it was never used.)
+  pool.set_ram_budget(pool.stats().resident_bytes - pool.info(b)->kv_bytes);
+  CHECK(pool.enforce_budget() == 1);
+  CHECK(pool.info(a1).has_value());
+  CHECK(!pool.info(b).has_value());
+}
+
 TEST_CASE("sealing a session's tail lets the next request with that prefix reuse it") {
   Fixture f;
   SegmentPool pool(*f.model, f.fwd, exact_f32());

@@ -22,7 +22,7 @@ Decoder::Step Decoder::step(std::span<const float> logits, bool cache_full) {
       else if (!constraint_->is_complete())
         grammar_status_ = Status::InvalidArgument("grammar: no token of the vocabulary can continue it");
       s.done = true;
-      s.finish_reason = grammar_status_.ok() ? "eos" : "grammar";
+      s.finish_reason = grammar_status_.ok() ? FinishReason::Eos : FinishReason::Grammar;
       return s;
     }
     logits = masked_;
@@ -32,13 +32,13 @@ Decoder::Step Decoder::step(std::span<const float> logits, bool cache_full) {
     if (Status st = constraint_->accept(s.token); !st.ok()) {  // cannot happen: the token was allowed
       grammar_status_ = st;
       s.done = true;
-      s.finish_reason = "grammar";
+      s.finish_reason = FinishReason::Grammar;
       return s;
     }
   }
   if (tokenizer_.is_end_of_generation(s.token)) {
     s.done = true;
-    s.finish_reason = "eos";
+    s.finish_reason = FinishReason::Eos;
     return s;
   }
   tokens_.push_back(s.token);
@@ -49,13 +49,13 @@ Decoder::Step Decoder::step(std::span<const float> logits, bool cache_full) {
   if (sampler_.config().logprobs >= 0) hold_logprobs(s.token, out.stopped);
   if (out.stopped) {
     s.done = true;
-    s.finish_reason = "stop";
+    s.finish_reason = FinishReason::Stop;
   } else if (static_cast<int>(tokens_.size()) >= max_tokens_) {
     s.done = true;
-    s.finish_reason = "length";
+    s.finish_reason = FinishReason::Length;
   } else if (cache_full) {
     s.done = true;
-    s.finish_reason = "context";
+    s.finish_reason = FinishReason::Context;
   }
   return s;
 }

@@ -1,13 +1,13 @@
 // One generation's token-by-token state: sampling, end-of-generation, stop strings and streaming
 // UTF-8 text. generate() drives one Decoder over one cache; the daemon's scheduler drives many, one per
 // sequence of a batched step, so both end generations by exactly the same rules:
-//   - an end-of-generation token ends it ("eos"; the token is not kept or printed);
-//   - a stop string ends it ("stop"; the text stops before it);
-//   - the max_tokens-th token ends it ("length");
-//   - a full cache ends it ("context");
-//   - with a grammar constraint, no allowed token ends it ("grammar": the vocabulary cannot continue
+//   - an end-of-generation token ends it (Eos; the token is not kept or printed);
+//   - a stop string ends it (Stop; the text stops before it);
+//   - the max_tokens-th token ends it (Length);
+//   - a full cache ends it (Context);
+//   - with a grammar constraint, no allowed token ends it (Grammar: the vocabulary cannot continue
 //     the grammar, or its automaton hit its limit; grammar_status() says which). A complete grammar
-//     with nothing left to add ends it as "eos" even when the vocabulary has no end token.
+//     with nothing left to add ends it as Eos even when the vocabulary has no end token.
 // A constraint (engine/constrained/grammar_matcher.h) masks the logits before sampling, so the sampler only sees
 // allowed tokens (end-of-generation ones only where the grammar is complete), and advances with each
 // sampled token. Without one, nothing changes: the same logits reach the sampler.
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/constrained/grammar_matcher.h"
+#include "engine/generate/finish_reason.h"
 #include "engine/generate/sampler.h"
 #include "engine/text/tokenizer.h"
 
@@ -36,20 +37,20 @@ class Decoder {
           std::span<const int32_t> history, int max_tokens, GrammarConstraint* constraint = nullptr);
 
   struct Step {
-    int32_t token = -1;         // the sampled token (kept unless finish_reason == "eos")
-    std::string text;           // text that became safe to emit with it (may be empty)
-    bool done = false;          // generation ended; otherwise evaluate `token` and call step() again
-    std::string finish_reason;  // when done: "eos", "stop", "length", "context" or "grammar"
+    int32_t token = -1;  // the sampled token (kept unless finish_reason is Eos)
+    std::string text;    // text that became safe to emit with it (may be empty)
+    bool done = false;   // generation ended; otherwise evaluate `token` and call step() again
+    FinishReason finish_reason = FinishReason::Length;  // when done: Eos, Stop, Length, Context or Grammar
   };
   // Samples from the logits of the last evaluated token. cache_full: the cache has no room left for
   // `token` (checked only when nothing else ended the generation).
   Step step(std::span<const float> logits, bool cache_full);
-  // After a generation that ended by "eos", "length" or "context" (not "stop" or a cancellation): the
-  // text still held back (an incomplete UTF-8 sequence, a possible start of a stop string).
+  // After a generation that ended by Eos, Length or Context (not Stop or a cancellation:
+  // keeps_held_text): the text still held back (an incomplete UTF-8 sequence, a possible start of a stop string).
   std::string flush();
 
   const std::vector<int32_t>& tokens() const { return tokens_; }  // kept tokens so far
-  // Why the constraint ended the generation ("grammar"); Ok otherwise.
+  // Why the constraint ended the generation (Grammar); Ok otherwise.
   const Status& grammar_status() const { return grammar_status_; }
   // The logprobs released since the last call, oldest first (empty unless sampling.logprobs >= 0).
   std::vector<Logprobs> take_logprobs();

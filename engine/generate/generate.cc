@@ -32,13 +32,13 @@ Result<GenerateResult> generate(Forward& forward, KvCache& cache, const Tokenize
 
   auto emit = [&](const std::string& text) { return text.empty() || on_text(text); };
   t0 = std::chrono::steady_clock::now();
-  r.finish_reason = "length";
+  r.finish_reason = FinishReason::Length;
   if (options.max_tokens > 0) {
     Decoder decoder(tokenizer, options.sampling, options.stop, prompt, options.max_tokens, options.constraint);
     for (;;) {
       Decoder::Step step = decoder.step(logits, cache.size() >= cache.capacity());
       if (!emit(step.text)) {
-        r.finish_reason = "cancelled";
+        r.finish_reason = FinishReason::Cancelled;
         break;
       }
       if (step.done) {
@@ -48,7 +48,7 @@ Result<GenerateResult> generate(Forward& forward, KvCache& cache, const Tokenize
       if (auto s = forward.eval(cache, std::span<const int32_t>(&step.token, 1), Logits::Last, logits); !s) return s;
     }
     r.tokens = decoder.tokens();
-    if (r.finish_reason != "stop" && r.finish_reason != "cancelled") emit(decoder.flush());
+    if (keeps_held_text(r.finish_reason)) emit(decoder.flush());
   } else {
     emit(Decoder(tokenizer, options.sampling, options.stop, prompt, 1).flush());
   }

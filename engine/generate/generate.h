@@ -9,6 +9,7 @@
 
 #include "engine/model/forward.h"
 #include "engine/constrained/grammar_matcher.h"
+#include "engine/generate/finish_reason.h"
 #include "engine/generate/sampler.h"
 
 namespace towers {
@@ -23,7 +24,7 @@ struct GenerateOptions {
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (without the end-of-generation token)
-  std::string finish_reason;    // "length", "eos", "stop", "context", "grammar", "cancelled"
+  FinishReason finish_reason = FinishReason::Length;  // Length, Eos, Stop, Context, Grammar, Cancelled
   int prompt_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;

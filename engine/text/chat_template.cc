@@ -101,8 +101,8 @@ Status check_known_roles(ChatFamily family, std::span<const ChatMessage> message
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& r = messages[i].role;
     if (r != "system" && r != "user" && r != "assistant" && !(ipython && r == "ipython")) {
-      return Status::Error("chat message " + std::to_string(i) + " has unknown role '" + r +
-                           "' (known roles: system, user, assistant" + (ipython ? ", ipython)" : ")"));
+      return Status::InvalidArgument("chat message " + std::to_string(i) + " has unknown role '" + r +
+                                     "' (known roles: system, user, assistant" + (ipython ? ", ipython)" : ")"));
     }
   }
   return Status::Ok();
@@ -116,14 +116,14 @@ Status check_alternating(ChatFamily family, std::span<const ChatMessage> message
   for (size_t i = start; i < messages.size(); ++i) {
     const auto& r = messages[i].role;
     if (r == "system") {
-      return Status::Error(prefix + " accepts a system message only as the first message (message " +
-                           std::to_string(i) + " is a system message)");
+      return Status::InvalidArgument(prefix + " accepts a system message only as the first message (message " +
+                                     std::to_string(i) + " is a system message)");
     }
     const char* expected = (i - start) % 2 == 0 ? "user" : "assistant";
     if (r != expected) {
-      return Status::Error(prefix + " needs roles alternating user/assistant/user/... after the optional "
-                           "system message: message " + std::to_string(i) + " is '" + r + "', expected '" +
-                           expected + "'");
+      return Status::InvalidArgument(prefix + " needs roles alternating user/assistant/user/... after the optional "
+                                     "system message: message " + std::to_string(i) + " is '" + r + "', expected '" +
+                                     expected + "'");
     }
   }
   return Status::Ok();

@@ -107,6 +107,47 @@ expect_error 400 invalid_request_error response_format.json_schema.schema "$chat
   -d "{$msg,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}"
 expect_error 400 unsupported_parameter n http://localhost/v1/sessions/nope/messages -d '{"content":"x","n":2}'
 expect_error 400 unknown_parameter stream_options.colour "$chat" -d "{$msg,\"stream\":true,\"stream_options\":{\"colour\":1}}"
+# Client errors are 4xx naming the rule, never 500 (these were 500, or accepted): a conversation that
+# does not alternate user/assistant after an optional system message and end with the user's.
+expect_rule() {  # expect_rule PARAM MESSAGES: 400 naming PARAM, the message stating the rule
+  expect_error 400 invalid_request_error "$1" "$chat" -d "{\"messages\":$2,\"max_tokens\":2}"
+  api "$chat" -d "{\"messages\":$2,\"max_tokens\":2}" | grep -q 'alternate user/assistant' || fail "no rule named for $2"
+}
+expect_rule 'messages[0].role' '[{"role":"assistant","content":"x"}]'
+expect_rule messages '[{"role":"system","content":"x"}]'
+expect_rule 'messages[1].role' '[{"role":"user","content":"x"},{"role":"user","content":"y"}]'
+expect_rule messages '[{"role":"user","content":"x"},{"role":"assistant","content":"y"}]'
+expect_error 400 invalid_request_error 'messages[2].role' "$chat" \
+  -d '{"messages":[{"role":"system","content":"s"},{"role":"user","content":"x"},{"role":"system","content":"y"}]}'
+# compress and thaw take no fields; a session's id, when given, is not empty.
+expect_error 400 unknown_parameter x http://localhost/v1/segments/plat/compress -d '{"x":1}'
+expect_error 400 unknown_parameter x http://localhost/v1/segments/plat/thaw -d '{"x":1}'
+expect_error 400 invalid_request_error null http://localhost/v1/segments/plat/thaw -d '[1]'
+expect_error 400 invalid_request_error id http://localhost/v1/sessions -d '{"bot":"bot","id":""}'
+expect_error 400 invalid_request_error id http://localhost/v1/sessions -d '{"bot":"bot","id":7}'
+# Every route: a wrong method is 405, a path on no route 404 (the route table, daemon/routes.cc).
+expect_error 405 method_not_allowed null -X PUT http://localhost/v1/sessions/s1
+expect_error 405 method_not_allowed null -X DELETE http://localhost/v1/completions
+expect_error 404 endpoint_not_found null http://localhost/v1/sessions//messages
+expect_error 404 endpoint_not_found null http://localhost/v1/segments/plat/nothing
+# Bodies of the wrong shape or with wrong types, route by route: 400 naming the field.
+expect_error 400 invalid_request_error null -X PUT http://localhost/v1/segments/x -d '"text"'
+expect_error 400 invalid_request_error text -X PUT http://localhost/v1/segments/x -d '{"level":"platform","text":3}'
+expect_error 400 invalid_request_error parent http://localhost/v1/segments/bot/link -d '{"parent":false}'
+expect_error 400 invalid_request_error null http://localhost/v1/sessions -d ''
+expect_error 400 invalid_request_error content http://localhost/v1/sessions/s1/messages -d '{"content":["x"]}'
+expect_error 400 invalid_request_error idle_seconds http://localhost/v1/compress -d '{"idle_seconds":"soon"}'
+expect_error 400 invalid_request_error eviction -X PUT http://localhost/v1/policy -d '{"eviction":3}'
+expect_error 400 invalid_request_error prompt http://localhost/v1/completions -d '{"prompt":3}'
+expect_error 400 invalid_request_error logprobs http://localhost/v1/completions -d '{"prompt":"x","logprobs":true}'
+expect_error 400 invalid_request_error 'messages[0]' "$chat" -d '{"messages":["hi"]}'
+expect_error 400 invalid_request_error messages "$chat" -d '{"messages":{"role":"user"}}'
+expect_error 400 invalid_request_error max_tokens "$chat" -d "{$msg,\"max_tokens\":\"4\"}"
+expect_error 400 invalid_request_error model "$chat" -d "{$msg,\"model\":1}"
+# /v1/completions reads "logprobs" as a count without the chat parser's boolean check.
+[ "$(api http://localhost/v1/completions -d '{"prompt":"Once","max_tokens":2,"logprobs":2}' |
+     json '1 <= len(d["choices"][0]["logprobs"]["top_logprobs"][0]) <= 2')" = True ] || fail "completions logprobs: N"
+
 neutral='"n":1,"tools":[],"tool_choice":"auto","parallel_tool_calls":true,"response_format":{"type":"text"},"logprobs":false,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"modalities":["text"],"audio":null,"store":false,"user":"u1","metadata":{"k":"v"}'
 [ "$(api "$chat" -d "{$msg,$neutral}" | json 'd["object"]')" = chat.completion ] || fail "neutral values refused"
 
