@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "daemon/log.h"
+#include "daemon/random_id.h"
 #include "daemon/service.h"
 #include "engine/constrained/grammar.h"
 #include "engine/constrained/grammar_matcher.h"
@@ -155,8 +156,13 @@ ApiStatus parse_messages(const json& body, std::vector<ToolChatMessage>* out) {
       return ApiStatus(Status::Unimplemented(at + ".role \"" + role + "\" is not supported (system, user, assistant, tool)"),
                        at + ".role");
     }
+    // "name" (OpenAI's participant name; LangChain also sends it on tool messages) is accepted on every
+    // role and not rendered: none of the chat templates towerd writes has a place for it.
+    if (m.contains("name") && !m["name"].is_null() && !m["name"].is_string())
+      return invalid_field(at + ".name", at + ".name must be a string");
     for (const auto& [k, v] : m.items()) {
-      const bool known = k == "role" || k == "content" || (role == "assistant" && (k == "tool_calls" || k == "refusal")) ||
+      const bool known = k == "role" || k == "content" || k == "name" ||
+                         (role == "assistant" && (k == "tool_calls" || k == "refusal")) ||
                          (role == "tool" && k == "tool_call_id");
       if (!known && !v.is_null() && !is_empty(v)) {
         return ApiStatus(Status::Unimplemented(at + "." + k + " is not supported (a message has a role and a content" +
@@ -425,6 +431,10 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, ReplyApi api, GenP
   if (b.contains("seed") && !b["seed"].is_null()) {
     if (!b["seed"].is_number_integer()) return invalid_field("seed", "\"seed\" must be an integer");
     p.sampling.seed = b["seed"].is_number_unsigned() ? b["seed"].get<uint64_t>() : static_cast<uint64_t>(b["seed"].get<int64_t>());
+  } else {
+    // No seed: a fresh one, so that "regenerate" gives another reply; the reply's "towers.seed" says
+    // which, to replay it.
+    p.sampling.seed = random_seed();
   }
   p.max_tokens = svc.config.default_max_tokens;
   for (const char* k : {"max_tokens", "max_completion_tokens"}) {
@@ -676,9 +686,12 @@ ApiStatus handle_chat_completions(Service& svc, const HttpRequest& req, HttpResp
     if (ApiStatus e = tool_generation(svc, r.session, r.bot, r.messages, r.tools, &r.params, &spec); !e.ok()) return e;
   } else if (!r.session.empty()) {
     if (ApiStatus e = one_choice(r.params); !e.ok()) return e;
-    // The session holds the history: only the last message, a user message, is new.
-    if (r.messages.back().role != "user") {
-      return invalid_field("messages", "with \"session\", the last message must be the user's new message");
+    // The session holds the history: the request brings one new message, the user's. More would have
+    // to be merged into the transcript or dropped; neither is done behind the client's back.
+    if (r.messages.size() != 1 || r.messages.back().role != "user") {
+      return invalid_field("messages", "with \"session\", \"messages\" must hold exactly one message, the user's new "
+                                       "one (the session keeps the history; got " + std::to_string(r.messages.size()) +
+                                       " messages, the last a " + r.messages.back().role + " message)");
     }
     if (ApiStatus e = begin_session_turn(svc, r.session, r.messages.back().content, r.params, "session", &spec); !e.ok()) {
       return e;

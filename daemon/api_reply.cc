@@ -36,6 +36,7 @@ ReplyBuilder::ReplyBuilder(ReplyApi api, std::string model_id, const GenParams& 
       include_usage_(params.include_usage),
       logprobs_(params.sampling.logprobs >= 0),
       prompt_tokens_(prompt_tokens),
+      seed_(params.sampling.seed),
       tool_format_(api == ReplyApi::Chat ? params.tool_format : std::nullopt),
       extra_(std::move(extra)),
       choices_(static_cast<size_t>(std::max(1, params.n))) {
@@ -142,7 +143,8 @@ json ReplyBuilder::usage(const GenOutcome& o) const {
 
 json ReplyBuilder::timings(const GenOutcome& o) const {
   return {{"queue_ms", o.queue_s * 1000}, {"prefill_ms", o.prefill_s * 1000},
-          {"first_token_ms", o.first_token_s * 1000}, {"total_ms", o.total_s * 1000}, {"finish", to_string(o.finish_reason)}};
+          {"first_token_ms", o.first_token_s * 1000}, {"total_ms", o.total_s * 1000}, {"finish", to_string(o.finish_reason)},
+          {"seed", seed_}};
 }
 
 std::string ReplyBuilder::end_events(const GenOutcome& o) {
@@ -181,9 +183,10 @@ json ReplyBuilder::whole(const GenOutcome& o) const {
     json lp = logprobs_json(c.logprobs, &offset);
     if (api_ == ReplyApi::Chat) {
       json message = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
-      // With tools, the text is parsed into calls; a reply cut by max_tokens does not parse and stays
-      // text (finish_reason "length").
-      auto parsed = tool_format_ ? parse_tool_reply(*tool_format_, c.text) : Result<ParsedReply>(ParsedReply{});
+      // With tools, the text is parsed into calls as a stream of it would be: a reply cut by
+      // max_tokens (finish_reason "length") keeps the calls it began, as streamed.
+      auto parsed = tool_format_ ? parse_tool_reply(*tool_format_, c.text, /*as_streamed=*/true)
+                                 : Result<ParsedReply>(ParsedReply{});
       const bool called = parsed.ok() && !parsed.value().tool_calls.empty();
       if (called) {
         json calls = json::array();

@@ -67,6 +67,7 @@ class ReplyBuilder {
   int64_t created_;
   bool stream_, include_usage_, logprobs_;
   size_t prompt_tokens_;
+  uint64_t seed_;  // the sampling seed (the request's, or the one drawn for it): "towers.seed"
   std::optional<ToolFormat> tool_format_;
   nlohmann::json extra_;
   std::vector<Choice> choices_;

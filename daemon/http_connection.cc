@@ -57,9 +57,9 @@ std::string response_head(int status, std::string_view content_type, bool keep_a
   return h;
 }
 
-std::string error_response(const ApiStatus& e) {
+std::string error_response(const ApiStatus& e, const HttpResponder::Headers& extra) {
   const ErrorReply r = error_reply(e);
-  HttpResponder::Headers headers;
+  HttpResponder::Headers headers = extra;
   if (r.retry_after > 0) headers.emplace_back("Retry-After", std::to_string(r.retry_after));
   if (r.http_status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
   const std::string body = r.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -222,8 +222,17 @@ void Connection::header_done() {
     method_ = std::string(req.method_string());
     path_ = std::string(req.target().substr(0, req.target().find('?')));
   }
+  cors_origin_.clear();
   if (tcp_) {
-    TcpRequestView v{sv(req.method_string()), sv(req[http::field::host]), sv(req[http::field::origin]),
+    const std::string_view origin = sv(req[http::field::origin]);
+    const bool allowed = !origin.empty() && is_loopback_host(sv(req[http::field::host])) &&
+                         origin_allowed(origin, edge_->options.allowed_origins);
+    if (allowed) cors_origin_ = clean(origin);
+    if (allowed && req.method() == http::verb::options && req.count(http::field::access_control_request_method)) {
+      const auto headers = cors_preflight_headers(cors_origin_, sv(req[http::field::access_control_request_headers]));
+      return answer_bytes_and_close(204, response_head(204, "", false, 0, headers));
+    }
+    TcpRequestView v{sv(req.method_string()), sv(req[http::field::host]), origin,
                      sv(req[http::field::authorization]), sv(req[http::field::content_type]), has_body};
     if (ApiStatus r = check_tcp_request(v, edge_->options.allowed_origins, edge_->options.api_key); !r.ok()) {
       return answer_and_close(r);
@@ -260,7 +269,7 @@ void Connection::dispatch() {
   req.tcp = tcp_;
   const bool http11 = msg.version() >= 11;  // 1.0: no chunks, no keep-alive
   const Exchange::Framing framing{msg.keep_alive() && http11 && !edge_->stopping, http11,
-                                  msg.method() != http::verb::head};
+                                  msg.method() != http::verb::head, cors_origin_};
   const bool keep_alive = framing.keep_alive;
   uint64_t seq;
   {
@@ -294,10 +303,14 @@ ApiStatus Connection::too_large() const {
 }
 
 void Connection::answer_and_close(const ApiStatus& why) {
+  const HttpResponder::Headers cors = cors_origin_.empty() ? HttpResponder::Headers{} : cors_reply_headers(cors_origin_);
+  answer_bytes_and_close(error_reply(why).http_status, error_response(why, cors));
+}
+
+void Connection::answer_bytes_and_close(int status, std::string bytes) {
   const bool counted = phase_ != Phase::Refuse;  // a refused peer's request is not a served request
   set_phase(Phase::Respond);
   disarm();
-  const int status = error_reply(why).http_status;
   std::string method, path;
   {
     std::lock_guard lock(out_mu_);
@@ -305,7 +318,6 @@ void Connection::answer_and_close(const ApiStatus& why) {
     out_ = Out::Complete;
     must_close_ = true;
     keep_alive_ = false;
-    std::string bytes = error_response(why);
     queued_bytes_ += bytes.size();
     outbox_.push_back(std::move(bytes));
     method = method_;
@@ -505,8 +517,11 @@ void Exchange::send(int status, std::string_view content_type, std::string body,
   done_ = true;
   auto c = conn_.lock();
   if (!c) return;
+  Headers all = headers;
+  if (!framing_.cors_origin.empty())
+    for (auto& h : cors_reply_headers(framing_.cors_origin)) all.push_back(std::move(h));
   std::string bytes =
-      response_head(status, content_type, framing_.keep_alive, static_cast<long>(body.size()), headers);
+      response_head(status, content_type, framing_.keep_alive, static_cast<long>(body.size()), all);
   if (framing_.body) bytes += body;
   c->queue(seq_, Connection::Part::Whole, std::move(bytes), status);
 }
@@ -514,8 +529,10 @@ void Exchange::send(int status, std::string_view content_type, std::string body,
 bool Exchange::start_stream(int status, std::string_view content_type) {
   if (responded_.exchange(true)) return false;
   auto c = conn_.lock();
+  const Headers cors = framing_.cors_origin.empty() ? Headers{} : cors_reply_headers(framing_.cors_origin);
   return c && c->queue(seq_, Connection::Part::StreamHead,
-                       response_head(status, content_type, framing_.keep_alive, framing_.chunked ? kChunked : kUntilClose),
+                       response_head(status, content_type, framing_.keep_alive,
+                                     framing_.chunked ? kChunked : kUntilClose, cors),
                        status);
 }
 

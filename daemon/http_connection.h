@@ -95,6 +95,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void dispatch();
   void refuse_now();
   void answer_and_close(const ApiStatus& why);
+  // A final answer (whole response bytes) that closes the connection; status for the metrics.
+  void answer_bytes_and_close(int status, std::string bytes);
   ApiStatus too_large() const;
   void flush();
   void on_written(boost::system::error_code ec, size_t n);
@@ -117,6 +119,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::array<char, 16 * 1024> read_buf_;  // where the one outstanding read lands (then appended to in_)
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   ApiStatus refused_;
+  std::string cors_origin_;  // TCP: the request's Origin when it is allowed (its replies name it)
   size_t lingered_ = 0;
   Clock::time_point request_start_;
 
@@ -142,6 +145,7 @@ class Exchange final : public HttpResponder {
   // delimited by the close), a body (not for HEAD).
   struct Framing {
     bool keep_alive = true, chunked = true, body = true;
+    std::string cors_origin;  // non-empty: the reply carries Access-Control-Allow-Origin for it
   };
   Exchange(std::weak_ptr<Connection> c, uint64_t seq, Framing f) : conn_(std::move(c)), seq_(seq), framing_(f) {}
   ~Exchange() override;
@@ -166,6 +170,6 @@ constexpr long kChunked = -1, kUntilClose = -2;
 std::string response_head(int status, std::string_view content_type, bool keep_alive, long content_length,
                           const HttpResponder::Headers& headers = {});
 // A whole error response (daemon/api_error.h's mapping), closing the connection.
-std::string error_response(const ApiStatus& e);
+std::string error_response(const ApiStatus& e, const HttpResponder::Headers& extra = {});
 
 }  // namespace towers::daemon::http_detail

@@ -102,6 +102,23 @@ bool is_loopback_host(std::string_view host) {
   return !ec && addr.is_loopback();
 }
 
+bool origin_allowed(std::string_view origin, const std::vector<std::string>& allowed_origins) {
+  return std::find(allowed_origins.begin(), allowed_origins.end(), trim(origin)) != allowed_origins.end();
+}
+
+HeaderList cors_reply_headers(std::string_view origin) {
+  return {{"Access-Control-Allow-Origin", std::string(trim(origin))}, {"Vary", "Origin"}};
+}
+
+HeaderList cors_preflight_headers(std::string_view origin, std::string_view requested_headers) {
+  HeaderList h = cors_reply_headers(origin);
+  h.emplace_back("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS");
+  const std::string_view asked = trim(requested_headers);
+  h.emplace_back("Access-Control-Allow-Headers", asked.empty() ? "authorization, content-type" : std::string(asked));
+  h.emplace_back("Access-Control-Max-Age", "600");
+  return h;
+}
+
 ApiStatus check_tcp_request(const TcpRequestView& r, const std::vector<std::string>& allowed_origins,
                             std::string_view api_key) {
   if (!is_loopback_host(r.host)) {
@@ -110,8 +127,7 @@ ApiStatus check_tcp_request(const TcpRequestView& r, const std::vector<std::stri
                                               "requests for localhost"),
                      "", "host_not_allowed");
   }
-  if (!r.origin.empty() &&
-      std::find(allowed_origins.begin(), allowed_origins.end(), trim(r.origin)) == allowed_origins.end()) {
+  if (!r.origin.empty() && !origin_allowed(r.origin, allowed_origins)) {
     return ApiStatus(Status::PermissionDenied("Origin \"" + std::string(r.origin.substr(0, 100)) +
                                               "\" is not allowed (server.allowed_origins); requests from web "
                                               "pages are refused"),

@@ -9,7 +9,8 @@
 // check_tcp_request: the loopback TCP listener has no peer credentials, and a web page in a local
 // browser can reach it (CSRF, DNS rebinding). So a TCP request must name a loopback Host, carry no
 // Origin unless it is in allowed_origins, send POST/PUT/PATCH bodies as application/json, and,
-// when an API key is set, carry "Authorization: Bearer KEY".
+// when an API key is set, carry "Authorization: Bearer KEY". A CORS preflight from an allowed
+// origin is answered before the key is asked for (browsers send none with it).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -57,6 +58,17 @@ ApiStatus check_tcp_request(const TcpRequestView& r, const std::vector<std::stri
 
 // "localhost", "127.0.0.1", "[::1]", with or without a port.
 bool is_loopback_host(std::string_view host_header);
+
+// CORS on the TCP listener, for a web page on an allowed origin: its requests' replies carry
+// Access-Control-Allow-Origin (and Vary: Origin), and its preflights (OPTIONS with
+// Access-Control-Request-Method) are answered 204 with the methods and headers towerd takes. A
+// request from another origin is refused (403 origin_not_allowed) before it runs, preflight or not.
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+bool origin_allowed(std::string_view origin, const std::vector<std::string>& allowed_origins);
+HeaderList cors_reply_headers(std::string_view origin);
+// requested_headers: the preflight's Access-Control-Request-Headers (allowed as asked: towerd reads
+// only the headers it knows).
+HeaderList cors_preflight_headers(std::string_view origin, std::string_view requested_headers);
 
 // The API key: the file's first line, trimmed; an error if it is missing, empty, or readable by
 // other users.

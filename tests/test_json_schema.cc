@@ -3,6 +3,7 @@
 // every case first), errors naming unsupported keywords, and sampling under token masks (random
 // logits, seeded) on real vocabularies: every completed output parses and validates.
 #include <random>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -115,6 +116,114 @@ const std::vector<Case> kCases = {
     {"annotations are ignored", R"({"type": "integer", "title": "t", "description": "d", "default": 1,
                                     "examples": [2], "$comment": "c"})",
      {{"5", true}, {"\"5\"", false}}},
+    // ----------------------------------------------------------------- numeric bounds
+    {"integer bounds", R"({"type": "integer", "minimum": -5, "maximum": 123})",
+     {{"-5", true}, {"0", true}, {"7", true}, {"99", true}, {"100", true}, {"123", true}, {"-6", false},
+      {"124", false}, {"130", false}, {"1000", false}, {"-10", false}, {"5.5", false}, {"00", false}}},
+    {"zod's .int(): the safe integer range", R"({"type": "integer", "minimum": -9007199254740991,
+                                                 "maximum": 9007199254740991})",
+     {{"9007199254740991", true}, {"-9007199254740991", true}, {"0", true}, {"42", true},
+      {"9007199254740990", true}, {"8999999999999999", true}, {"9007199254740992", false},
+      {"-9007199254740992", false}, {"9100000000000000", false}, {"10000000000000000", false}}},
+    {"exclusive integer bounds", R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})",
+     {{"1", true}, {"9", true}, {"0", false}, {"10", false}, {"-1", false}}},
+    {"draft 4 boolean exclusiveMinimum", R"({"type": "integer", "minimum": 3, "exclusiveMinimum": true})",
+     {{"4", true}, {"40", true}, {"3", false}, {"2", false}}},
+    {"integer with fractional bounds", R"({"type": "integer", "minimum": 1.5, "maximum": 3.5})",
+     {{"2", true}, {"3", true}, {"1", false}, {"4", false}}},
+    {"number between 0 and 1", R"({"type": "number", "minimum": 0, "maximum": 1})",
+     {{"0", true}, {"1", true}, {"0.5", true}, {"0.999", true}, {"1.5", false}, {"-0.5", false}, {"2", false}}},
+    {"positive number (exclusiveMinimum 0)", R"({"type": "number", "exclusiveMinimum": 0})",
+     {{"0.5", true}, {"0.001", true}, {"3", true}, {"2.25", true}, {"0", false}, {"0.0", false}, {"-1", false},
+      {"-0.5", false}}},
+    {"negative numbers", R"({"type": "number", "maximum": -2.5})",
+     {{"-3", true}, {"-4.75", true}, {"-100", true}, {"-2", false}, {"-2.4", false}, {"0", false}}},
+    {"numbers below an exclusive 0", R"({"type": "number", "minimum": -1, "exclusiveMaximum": 0})",
+     {{"-1", true}, {"-0.5", true}, {"0", false}, {"-1.5", false}, {"0.5", false}}},
+    {"nullable integer with a bound", R"({"type": ["integer", "null"], "minimum": 1})",
+     {{"1", true}, {"null", true}, {"0", false}, {"\"1\"", false}}},
+    // ----------------------------------------------------------------- pattern
+    {"pattern: classes and counts", R"({"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"})",
+     {{R"("AB-123")", true}, {R"("ZZ-000")", true}, {R"("ab-123")", false}, {R"("AB-12")", false},
+      {R"("AB-1234")", false}, {R"("AB_123")", false}}},
+    {"pattern: groups, alternation, +, ?", R"({"type": "string", "pattern": "^(?:foo|ba[rz])+(\\.x)?$"})",
+     {{R"("foo")", true}, {R"("barbaz")", true}, {R"("foo.x")", true}, {R"("")", false}, {R"("fo")", false},
+      {R"("foo.")", false}, {R"("foox")", false}}},
+    {"pattern: quotes and backslashes are written escaped", R"({"type": "string", "pattern": "^a\"b\\\\c$"})",
+     {{R"("a\"b\\c")", true}, {R"("ab\\c")", false}, {R"("a\"bc")", false}}},
+    {"pattern: unanchored matches anywhere", R"({"type": "string", "pattern": "ab"})",
+     {{R"("xxabyy")", true}, {R"("ab")", true}, {R"("a b")", false}}},
+    {"pattern: '.' is any character but a line break", R"({"type": "string", "pattern": "^.{2}$"})",
+     {{"\"\xC3\xA9" "1\"", true}, {R"("\"1")", true}, {R"("a\n")", false}, {R"("abc")", false}}},
+    {"pattern: a negated class", R"({"type": "string", "pattern": "^[^0-9]+$"})",
+     {{R"("abc")", true}, {R"("\"")", true}, {R"("a1")", false}, {R"("")", false}}},
+    {"pattern: {m,} and \\w, \\s", R"({"type": "string", "pattern": "^\\w{3,}\\s\\w$"})",
+     {{R"("abc d")", true}, {R"("a_cde\tf")", true}, {R"("ab d")", false}, {R"("abc  d")", false}}},
+    // ----------------------------------------------------------------- format
+    {"format date", R"({"type": "string", "format": "date"})",
+     {{R"("2024-02-28")", true}, {R"("2024-12-31")", true}, {R"("1999-04-30")", true}, {R"("2024-02-30")", false},
+      {R"("2024-04-31")", false}, {R"("2024-13-01")", false}, {R"("24-01-01")", false}, {R"("2024-1-01")", false}}},
+    {"format time", R"({"type": "string", "format": "time"})",
+     {{R"("12:30:59Z")", true}, {R"("23:59:59.123+02:00")", true}, {R"("00:00:00-11:30")", true},
+      {R"("24:00:00Z")", false}, {R"("12:30:59")", false}, {R"("12:30Z")", false}}},
+    {"format date-time", R"({"type": "string", "format": "date-time"})",
+     {{R"("2024-05-06T07:08:09Z")", true}, {R"("2024-05-06T07:08:09.5Z")", true},
+      {R"("2024-05-06 07:08:09Z")", false}, {R"("2024-05-06")", false}}},
+    {"format uuid", R"({"type": "string", "format": "uuid"})",
+     {{R"("123e4567-e89b-42d3-a456-426614174000")", true}, {R"("123e4567e89b42d3a456426614174000")", false},
+      {R"("123e4567-e89b-42d3-a456-42661417400")", false}}},
+    {"format email", R"({"type": "string", "format": "email"})",
+     {{R"("ann.lee+x@mail.example.com")", true}, {R"("a_b@x.io")", true}, {R"("ann@")", false},
+      {R"("@x.com")", false}, {R"("a..b@x.com")", false}, {R"(".a@x.com")", false}, {R"("a b@x.com")", false}}},
+    {"zod's .email(): format and a pattern with lookaheads",
+     R"({"type": "string", "format": "email",
+         "pattern": "^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"})",
+     {{R"("a.b@c.io")", true}, {R"("a..b@c.io")", false}, {R"("a.b@c")", false}}},
+    {"zod's .uuid(): format and a pattern that compiles",
+     R"({"type": "string", "format": "uuid",
+         "pattern": "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"})",
+     {{R"("123e4567-e89b-42d3-a456-426614174000")", true}, {R"("00000000-0000-0000-0000-000000000000")", true},
+      {R"("123e4567-e89b-02d3-a456-426614174000")", false}}},
+    // ----------------------------------------------------------------- unions, merges, references
+    {"oneOf with disjoint alternatives", R"({"oneOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]})",
+     {{"1", true}, {R"("a")", true}, {R"("ab")", false}, {"1.5", false}, {"null", false}}},
+    {"allOf of objects merged",
+     R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                   {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})",
+     {{R"({"a": 1, "b": "x"})", true}, {R"({"a": 1})", false}, {R"({"b": "x"})", false}, {R"({"a": "1", "b": "x"})", false}}},
+    {"allOf: tighter bounds", R"({"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 9}, {"minimum": 2}]})",
+     {{"2", true}, {"9", true}, {"10", false}, {"1", false}}},
+    {"allOf: a closed part drops the others' optional properties",
+     R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false},
+                   {"properties": {"b": {"type": "integer"}}}]})",
+     {{R"({"a": 1})", true}, {"{}", true}, {R"({"a": 1, "b": 2})", false}}},
+    {"allOf: one property in two parts", R"({"type": "object", "required": ["n"],
+        "allOf": [{"properties": {"n": {"type": "integer", "minimum": 1}}}, {"properties": {"n": {"maximum": 3}}}]})",
+     {{R"({"n": 1})", true}, {R"({"n": 3})", true}, {R"({"n": 4})", false}, {R"({"n": 0})", false}}},
+    {"$ref beside another keyword", R"({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "minimum": 5})",
+     {{"5", true}, {"50", true}, {"4", false}, {"5.5", false}}},
+    {"recursive $ref through $defs", R"({"$defs": {"node": {"type": "object", "properties": {
+         "v": {"type": "integer", "minimum": 0}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+         "required": ["v", "next"], "additionalProperties": false}}, "$ref": "#/$defs/node"})",
+     {{R"({"v": 1, "next": {"v": 2, "next": null}})", true}, {R"({"v": 1, "next": {"v": -2, "next": null}})", false},
+      {R"({"v": 1})", false}}},
+    // ----------------------------------------------------------------- arrays, records
+    {"prefixItems, no more items", R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}],
+                                       "items": false})",
+     {{R"(["a", 1])", true}, {R"([1, "a"])", false}, {R"(["a", 1, 2])", false}}},
+    {"prefixItems then items", R"({"type": "array", "prefixItems": [{"const": "x"}], "items": {"type": "integer"},
+                                   "maxItems": 3})",
+     {{R"(["x"])", true}, {R"(["x", 1])", true}, {R"(["x", 1, 2])", true}, {R"(["x", 1, 2, 3])", false},
+      {R"(["x", "y"])", false}, {R"(["y"])", false}}},
+    {"prefixItems and minItems beyond them", R"({"type": "array", "prefixItems": [{"type": "null"}],
+                                                 "items": {"type": "boolean"}, "minItems": 3})",
+     {{"[null, true, false]", true}, {"[null, true, false, true]", true}, {"[null, true]", false}}},
+    {"draft 7 items array and additionalItems", R"({"type": "array", "items": [{"type": "boolean"}],
+                                                    "additionalItems": false})",
+     {{"[true]", true}, {"[true, false]", false}, {"[1]", false}}},
+    {"zod's record: propertyNames and additionalProperties",
+     R"({"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": {"type": "number"}})",
+     {{R"({"k": 1.5})", true}, {"{}", true}, {R"({"k": "x"})", false}}},
     {"unicode keys and enum values", R"({"type": "object", "properties": {"clé": {"enum": ["été", "∑"]}},
                                          "required": ["clé"], "additionalProperties": false})",
      {{R"({"clé": "été"})", true}, {R"({"clé": "∑"})", true}, {R"({"cle": "été"})", false}}},
@@ -149,11 +258,48 @@ TEST_CASE("what the grammar does not generate although valid") {
   const auto num = schema_grammar(R"({"type": "integer"})");
   CHECK_FALSE(accepts(num, "12345678901234567"));  // 17 digits
   CHECK_FALSE(accepts(num, "1.0"));
+  const auto bounded = schema_grammar(R"({"type": "integer", "minimum": -5, "maximum": 123})");
+  CHECK_FALSE(accepts(bounded, "-0"));
+  const auto unit = schema_grammar(R"({"type": "number", "minimum": 0.5, "maximum": 1})");
+  CHECK(accepts(unit, "1"));
+  CHECK_FALSE(accepts(unit, "0.75"));  // a fraction in a partial unit interval
+  CHECK_FALSE(accepts(unit, "1.0"));   // its unit interval [1, 2) is not inside the bounds
+  CHECK_FALSE(accepts(schema_grammar(R"({"type": "number", "minimum": 0})"), "1e2"));  // no exponent when bounded
+  CHECK_FALSE(accepts(schema_grammar(R"({"type": "string", "format": "date"})"), R"("2024-02-29")"));  // Feb <= 28
+  CHECK_FALSE(accepts(schema_grammar(R"({"type": "string", "format": "date-time"})"), R"("2024-05-06T07:08:09+01:00")"));
+  CHECK_FALSE(accepts(schema_grammar(R"({"type": "string", "format": "uuid"})"), R"("123E4567-E89B-42D3-A456-426614174000")"));
+  CHECK_FALSE(accepts(schema_grammar(R"({"type": "array", "prefixItems": [{"type": "null"}, {"type": "null"}]})"),
+                      "[null]"));  // every prefix item is written
+  const auto with_control = schema_grammar(R"({"type": "string", "pattern": "^[a\\x01]$"})");
+  CHECK(accepts(with_control, R"("a")"));
+  CHECK_FALSE(accepts(with_control, R"("\u0001")"));  // control characters other than \t \n \r: never written
   const auto str = schema_grammar(R"({"type": "string"})");
   CHECK_FALSE(accepts(str, R"("\ud83d\ude00")"));  // a surrogate pair as escapes
   CHECK(accepts(str, "\"\xF0\x9F\x98\x80\""));      // the same character as UTF-8
   CHECK(accepts(schema_grammar(R"({"type": "object"})"), "{\n\t\"a\": 1\n}"));
   CHECK_FALSE(accepts(schema_grammar(R"({"type": "object"})"), " {}"));  // no leading whitespace
+}
+
+TEST_CASE("zod's .int() bounds are cheap: a digit-range grammar of a few rules") {
+  const std::string zod_int = R"({"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991})";
+  auto gbnf = json_schema_to_gbnf(zod_int);
+  REQUIRE(gbnf.ok());
+  const auto g = schema_grammar(zod_int);
+  const auto plain = schema_grammar(R"({"type": "integer"})");
+  MESSAGE("zod .int(): " << gbnf->size() << " bytes of GBNF, " << g->rules().size() << " rules, " << g->elements().size()
+                         << " elements (plain integer: " << plain->rules().size() << " rules, " << plain->elements().size()
+                         << " elements)");
+  CHECK(gbnf->size() < 2000);
+  CHECK(g->elements().size() < 20 * plain->elements().size());
+  // Every digit count is reachable: the smallest and largest of each length within the bound.
+  for (int digits = 1; digits <= 16; ++digits) {
+    const std::string lo = digits == 1 ? "0" : "1" + std::string(size_t(digits - 1), '0');
+    const std::string hi = digits == 16 ? "9007199254740991" : std::string(size_t(digits), '9');
+    CAPTURE(digits);
+    CHECK(accepts(g, lo));
+    CHECK(accepts(g, hi));
+    CHECK(accepts(g, "-" + hi));
+  }
 }
 
 TEST_CASE("json_object grammar: any object") {
@@ -174,16 +320,33 @@ TEST_CASE("unsupported or broken schemas are errors that say what and where") {
     CHECK(r.status().is_invalid_argument());
     return r.error();
   };
-  CHECK(err(R"({"type": "string", "pattern": "^a"})") == "JSON schema: unsupported keyword 'pattern' at #");
-  CHECK(err(R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})") ==
-        "JSON schema: unsupported keyword 'minimum' at #/properties/n");
-  CHECK(err(R"({"oneOf": [{"type": "string"}]})").find("'oneOf'") != std::string::npos);
-  CHECK(err(R"({"allOf": [{"type": "string"}]})").find("'allOf'") != std::string::npos);
-  CHECK(err(R"({"type": "string", "format": "date"})").find("'format'") != std::string::npos);
-  CHECK(err(R"({"type": "array", "prefixItems": []})").find("'prefixItems'") != std::string::npos);
-  CHECK(err(R"({"type": "array", "items": [{"type": "string"}]})").find("tuple") != std::string::npos);
+  CHECK(err(R"({"type": "string", "not": {"const": "a"}})") == "JSON schema: unsupported keyword 'not' at #");
+  CHECK(err(R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}})") ==
+        "JSON schema: unsupported keyword 'multipleOf' at #/properties/n");
+  CHECK(err(R"({"if": {}, "then": {}})").find("'if'") != std::string::npos);
+  CHECK(err(R"({"type": "object", "patternProperties": {"^a": {}}})").find("'patternProperties'") != std::string::npos);
+  CHECK(err(R"({"type": "object", "propertyNames": {"maxLength": 3}})").find("'propertyNames'") != std::string::npos);
+  CHECK(err(R"({"type": "string", "format": "uri"})") ==
+        "JSON schema: unsupported keyword 'format' at # (format 'uri' is not supported (date, time, date-time, uuid, "
+        "email are))");
+  CHECK(err(R"({"type": "string", "pattern": "^(?!a)b$"})").find("lookaround '(?!'") != std::string::npos);
+  CHECK(err(R"({"type": "string", "pattern": "^(a)\\1$"})").find("backreference") != std::string::npos);
+  CHECK(err(R"({"type": "string", "pattern": "^a\\bc$"})").find("word boundary") != std::string::npos);
+  CHECK(err(R"({"type": "string", "pattern": "^\\p{L}$"})").find("Unicode property") != std::string::npos);
+  CHECK(err(R"({"type": "string", "pattern": "^(ab$"})").find("missing ')'") != std::string::npos);
+  CHECK(err(R"({"type": "string", "pattern": "^a**$"})").find("quantifier after a quantifier") != std::string::npos);
+  CHECK(err(R"({"type": "string", "pattern": "^a{3}$", "maxLength": 2})").find("beside pattern") != std::string::npos);
+  CHECK(err(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer in [5, 4]") != std::string::npos);
+  CHECK(err(R"({"type": "integer", "minimum": 1e17})").find("16 integer digits") != std::string::npos);
+  CHECK(err(R"({"type": "number", "minimum": 0.1, "maximum": 0.9})").find("no number") != std::string::npos);
+  CHECK(err(R"({"type": "integer", "minimum": "1"})").find("minimum must be a number") != std::string::npos);
+  CHECK(err(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})").find("no type in common") != std::string::npos);
+  CHECK(err(R"({"allOf": [{"const": 1}, {"const": 2}]})").find("different values in allOf") != std::string::npos);
+  CHECK(err(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
+                          {"properties": {"b": {}}, "required": ["b"]}]})").find("excluded") != std::string::npos);
   CHECK(err(R"({"type": "array", "uniqueItems": true})").find("'uniqueItems'") != std::string::npos);
-  CHECK(err(R"({"$ref": "#/$defs/a", "type": "string", "$defs": {"a": {}}})").find("beside $ref") !=
+  CHECK(err(R"({"type": "array", "additionalItems": false})").find("'additionalItems'") != std::string::npos);
+  CHECK(err(R"({"type": "array", "prefixItems": [{}], "items": false, "minItems": 2})").find("minItems above") !=
         std::string::npos);
   CHECK(err(R"({"anyOf": [{"type": "string"}], "maxLength": 2})").find("beside anyOf") != std::string::npos);
   CHECK(err(R"({"enum": ["a"], "maxLength": 2})").find("beside enum") != std::string::npos);
@@ -246,10 +409,33 @@ const char* const kSampleSchemas[] = {
     R"({"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 8}, "minItems": 2, "maxItems": 4})",
 };
 
-void check_sampling(const Tokenizer& tok, int per_schema, int max_tokens) {
+// Issue 23's keywords, as zod 4 writes them, bounded likewise.
+const char* const kKeywordSchemas[] = {
+    R"({"type": "object", "properties": {"id": {"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991},
+        "email": {"type": "string", "format": "email"}, "when": {"type": "string", "format": "date-time"},
+        "uid": {"type": "string", "format": "uuid"}, "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "pos": {"type": "number", "exclusiveMinimum": 0}},
+        "required": ["id", "email", "when", "uid", "score", "pos"], "additionalProperties": false})",
+    R"({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}(\\.[a-z]{1,3})?$"},
+        "kind": {"oneOf": [
+          {"type": "object", "properties": {"t": {"const": "a"}, "n": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}},
+           "required": ["t", "n"], "additionalProperties": false},
+          {"type": "object", "properties": {"t": {"const": "b"}, "s": {"type": "string", "maxLength": 5}},
+           "required": ["t", "s"], "additionalProperties": false}]},
+        "day": {"type": "string", "format": "date"}, "at": {"type": "string", "format": "time"}},
+        "required": ["code", "kind", "day", "at"], "additionalProperties": false})",
+    R"({"$defs": {"base": {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1, "maximum": 999}},
+        "required": ["id"]}}, "allOf": [{"$ref": "#/$defs/base"}, {"properties": {"tags": {"type": "array",
+        "prefixItems": [{"type": "string", "maxLength": 3}, {"type": "boolean"}], "items": false},
+        "t": {"type": ["number", "null"], "maximum": -2.5}}, "required": ["tags", "t"]}]})",
+    R"({"type": "array", "prefixItems": [{"type": "string", "format": "uuid"}],
+        "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 100}, "maxItems": 4})",
+};
+
+void check_sampling(const Tokenizer& tok, int per_schema, int max_tokens, std::span<const char* const> schemas) {
   const auto trie = TokenTrie::from_tokenizer(tok);
   int complete = 0, total = 0;
-  for (const char* schema : kSampleSchemas) {
+  for (const char* schema : schemas) {
     const std::string schema_text = schema;
     CAPTURE(schema_text);
     auto automaton = std::make_shared<GrammarAutomaton>(schema_grammar(schema), trie);
@@ -274,13 +460,22 @@ void check_sampling(const Tokenizer& tok, int per_schema, int max_tokens) {
 TEST_CASE("random sampling under the mask, stories260K vocabulary: every completed output validates") {
   const Tokenizer* tok = test::shared_gguf_vocab("models/stories260K.gguf");
   if (!tok) return;
-  check_sampling(*tok, 40, 2000);
+  check_sampling(*tok, 40, 2000, kSampleSchemas);
+}
+
+TEST_CASE("random sampling under the mask, issue 23's keywords (bounds, formats, patterns, unions, allOf, tuples)") {
+  const Tokenizer* tok = test::shared_gguf_vocab("models/stories260K.gguf");
+  if (!tok) return;
+  check_sampling(*tok, 40, 2000, kKeywordSchemas);
+  const Tokenizer* llama3 = test::shared_hf_vocab("tokenizers/llama3.tokenizer.json", "llama-bpe", "test_json_schema");
+  if (!llama3) return;
+  check_sampling(*llama3, 8, 1000, kKeywordSchemas);
 }
 
 TEST_CASE("random sampling under the mask, Llama 3 vocabulary: every completed output validates") {
   const Tokenizer* tok = test::shared_hf_vocab("tokenizers/llama3.tokenizer.json", "llama-bpe", "test_json_schema");
   if (!tok) return;
-  check_sampling(*tok, 8, 1000);
+  check_sampling(*tok, 8, 1000, kSampleSchemas);
 }
 
 // The issue's acceptance check at engine level: 100 replies per schema sampled at temperature 1 (seeds

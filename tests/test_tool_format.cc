@@ -150,9 +150,9 @@ TEST_CASE("bad tool input is rejected with a reason") {
   CHECK(bad({}, {{"assistant", "", {{"i", "f", "{oops"}}, ""}}).find("arguments are not valid JSON") != std::string::npos);
   auto g = tool_call_gbnf(ToolFormat::Hermes, weather_tools(), {Mode::Named, "nope"});
   CHECK(g.error().find("'nope', which is not among the tools") != std::string::npos);
-  const std::vector<ToolDefinition> patterned = {{"f", "", R"({"type": "string", "pattern": "x"})"}};
-  auto s = tool_call_gbnf(ToolFormat::Hermes, patterned, {});
-  CHECK(s.error() == "tool 'f': JSON schema: unsupported keyword 'pattern' at #");
+  const std::vector<ToolDefinition> unsupported = {{"f", "", R"({"type": "integer", "multipleOf": 2})"}};
+  auto s = tool_call_gbnf(ToolFormat::Hermes, unsupported, {});
+  CHECK(s.error() == "tool 'f': JSON schema: unsupported keyword 'multipleOf' at #");
   CHECK(tool_call_gbnf(ToolFormat::Hermes, weather_tools(), {Mode::None, ""})->empty());
   CHECK(tool_call_gbnf(ToolFormat::Hermes, std::vector<ToolDefinition>{}, {})->empty());
 }
@@ -167,6 +167,18 @@ TEST_CASE("tool-call grammar: Hermes under each tool_choice") {
   CHECK(accepts(required, paris));
   CHECK(accepts(required, paris + "\n" + add));
   CHECK_FALSE(accepts(required, paris + "\n" + add + "\n" + add));  // max_calls 2
+  // After a call: the end, or one line break and then the end or the next call; whitespace never
+  // commits to another call, and after the last call max_calls allows only the end.
+  CHECK(accepts(required, paris + "\n"));
+  CHECK_FALSE(test::grammar_viable(required, paris + " "));
+  CHECK_FALSE(test::grammar_viable(required, paris + "\n\n"));
+  CHECK_FALSE(test::grammar_viable(required, paris + "\n" + add + "\n"));
+  CHECK_FALSE(accepts(required, paris + "\n<tool_call>"));
+  auto parallel = tool_grammar(ToolFormat::Hermes, tools, {Mode::Required, ""});  // the default: 8 calls
+  std::string eight = paris;
+  for (int i = 1; i < 8; ++i) eight += "\n" + add;
+  CHECK(accepts(parallel, eight));
+  CHECK_FALSE(test::grammar_viable(parallel, eight + "\n"));
   CHECK_FALSE(accepts(required, "Sure. " + paris));
   CHECK_FALSE(accepts(required, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}\n</tool_call>"));
   CHECK_FALSE(accepts(required, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
@@ -263,6 +275,27 @@ TEST_CASE("reply parser: whole and byte by byte give the same content and calls"
   ToolCallParser cut(ToolFormat::Hermes, true);
   cut.feed("<tool_call>\n{\"name\": \"x\", \"argu");
   CHECK_FALSE(cut.finish().ok());
+  // ... which a whole reply parsed as streamed keeps as the stream gave it: the call begun, its
+  // arguments as far as they went.
+  const std::string cut_text = "Hm.\n<tool_call>\n{\"name\": \"x\", \"arguments\": {\"a\": 1";
+  CHECK_FALSE(parse_tool_reply(ToolFormat::Hermes, cut_text).ok());
+  auto as_streamed = parse_tool_reply(ToolFormat::Hermes, cut_text, /*as_streamed=*/true);
+  REQUIRE(as_streamed.ok());
+  ToolCallParser streamed(ToolFormat::Hermes, true);
+  std::string content, args;
+  for (char c : cut_text) {
+    for (const auto& e : streamed.feed(std::string_view(&c, 1))) {
+      if (e.kind == ToolCallParser::Event::Kind::Content) content += e.text;
+      if (e.kind == ToolCallParser::Event::Kind::Arguments) args += e.text;
+    }
+  }
+  CHECK(as_streamed->content == content);
+  REQUIRE(as_streamed->tool_calls.size() == 1);
+  CHECK(as_streamed->tool_calls[0].name == "x");
+  CHECK(as_streamed->tool_calls[0].arguments == args);
+  auto trailing = parse_tool_reply(ToolFormat::Hermes, "<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call>\n");
+  REQUIRE(trailing.ok());
+  CHECK(trailing->tool_calls.size() == 1);
   CHECK_FALSE(parse_tool_reply(ToolFormat::Llama3Json, R"({"name": "x"})").ok());
 }
 

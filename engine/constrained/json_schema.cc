@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/constrained/grammar.h"
+#include "engine/constrained/json_schema_leaves.h"
 
 namespace towers {
 
@@ -20,11 +21,18 @@ const std::set<std::string, std::less<>> kAnnotations = {
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
     "writeOnly", "$defs", "definitions"};
 const std::set<std::string, std::less<>> kKnown = {
-    "type", "properties", "required", "additionalProperties", "enum", "const", "items", "anyOf", "$ref",
-    "minLength", "maxLength", "minItems", "maxItems", "uniqueItems"};
-const std::set<std::string, std::less<>> kObjectKeys = {"properties", "required", "additionalProperties"};
-const std::set<std::string, std::less<>> kArrayKeys = {"items", "minItems", "maxItems", "uniqueItems"};
-const std::set<std::string, std::less<>> kStringKeys = {"minLength", "maxLength"};
+    "type", "properties", "required", "additionalProperties", "propertyNames", "enum", "const", "items",
+    "prefixItems", "additionalItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern",
+    "format", "minItems", "maxItems", "uniqueItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+const std::set<std::string, std::less<>> kObjectKeys = {"properties", "required", "additionalProperties",
+                                                        "propertyNames"};
+const std::set<std::string, std::less<>> kArrayKeys = {"items", "prefixItems", "additionalItems", "minItems",
+                                                       "maxItems", "uniqueItems"};
+const std::set<std::string, std::less<>> kStringKeys = {"minLength", "maxLength", "pattern", "format"};
+const std::set<std::string, std::less<>> kNumberKeys = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+// In allOf, these keywords combine by taking the tighter value.
+const std::set<std::string, std::less<>> kLowerBounds = {"minLength", "minItems", "minimum", "exclusiveMinimum"};
+const std::set<std::string, std::less<>> kUpperBounds = {"maxLength", "maxItems", "maximum", "exclusiveMaximum"};
 const char* const kTypes[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
 std::string sanitize(std::string_view hint) {
@@ -68,6 +76,17 @@ bool value_has_type(const Json& v, std::string_view type) {
   }
   if (type == "boolean") return v.is_boolean();
   return v.is_null();
+}
+
+// propertyNames that every key satisfies (zod writes {"type": "string"} for records).
+bool is_any_string_schema(const Json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (!v.is_object()) return false;
+  for (const auto& [k, x] : v.items()) {
+    if (kAnnotations.count(k)) continue;
+    if (k != "type" || x != "string") return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -174,6 +193,8 @@ struct JsonGrammarBuilder::Impl {
       if (kAnnotations.count(k)) continue;
       if (!kKnown.count(k)) return unsupported(k, path);
       if (k == "uniqueItems" && !(v.is_boolean() && !v.get<bool>())) return unsupported(k, path, "only false");
+      if (k == "propertyNames" && !is_any_string_schema(v))
+        return unsupported(k, path, "only {\"type\": \"string\"}, which every key satisfies");
     }
     auto constraining = [&](const char* except) {
       for (const auto& [k, v] : s.items()) {
@@ -181,19 +202,24 @@ struct JsonGrammarBuilder::Impl {
       }
       return std::string();
     };
-    if (s.contains("$ref")) {
-      if (std::string other = constraining("$ref"); !other.empty() || s.contains("type"))
-        return unsupported(other.empty() ? "type" : other, path, "beside $ref");
-      return ref(s["$ref"], path);
+    // allOf, and $ref beside other keywords (draft 2019+: both apply), compile as one merged schema.
+    if (s.contains("allOf") || (s.contains("$ref") && (!constraining("$ref").empty() || s.contains("type")))) {
+      auto merged = merge_all_of(s, path, depth);
+      if (!merged.ok()) return merged.status();
+      return schema(*merged, path, hint, depth + 1);
     }
-    if (s.contains("anyOf")) {
-      if (std::string other = constraining("anyOf"); !other.empty() || s.contains("type"))
-        return unsupported(other.empty() ? "type" : other, path, "beside anyOf");
-      const Json& alts = s["anyOf"];
-      if (!alts.is_array() || alts.empty()) return invalid(path, "anyOf must be a non-empty array");
+    if (s.contains("$ref")) return ref(s["$ref"], path);
+    // oneOf as anyOf: the grammar does not exclude values matching several alternatives, so oneOf's
+    // alternatives should be disjoint (zod's unions are: distinct types or discriminator consts).
+    if (s.contains("anyOf") || s.contains("oneOf")) {
+      const std::string key = s.contains("anyOf") ? "anyOf" : "oneOf";
+      if (std::string other = constraining(key.c_str()); !other.empty() || s.contains("type"))
+        return unsupported(other.empty() ? "type" : other, path, "beside " + key);
+      const Json& alts = s[key];
+      if (!alts.is_array() || alts.empty()) return invalid(path, key + " must be a non-empty array");
       std::string body;
       for (size_t i = 0; i < alts.size(); ++i) {
-        auto e = schema(alts[i], path + "/anyOf/" + std::to_string(i), hint, depth + 1);
+        auto e = schema(alts[i], path + "/" + key + "/" + std::to_string(i), hint, depth + 1);
         if (!e.ok()) return e;
         body += (i ? " | " : "") + *e;
       }
@@ -242,6 +268,7 @@ struct JsonGrammarBuilder::Impl {
       if (has_any(kObjectKeys)) types.push_back("object");
       else if (has_any(kArrayKeys)) types.push_back("array");
       else if (has_any(kStringKeys)) types.push_back("string");
+      else if (has_any(kNumberKeys)) types.push_back("number");
       else return json_value();
     }
     std::string body;
@@ -257,8 +284,7 @@ struct JsonGrammarBuilder::Impl {
                             int depth) {
     if (t == "null") return std::string("\"null\"");
     if (t == "boolean") return std::string("\"true\" | \"false\"");
-    if (t == "integer") return json_int();
-    if (t == "number") return json_number();
+    if (t == "integer" || t == "number") return number_rule(s, t == "integer", path, hint);
     if (t == "string") return string_rule(s, path, hint);
     if (t == "array") return array_rule(s, path, hint, depth);
     return object_rule(s, path, hint, depth);
@@ -283,7 +309,73 @@ struct JsonGrammarBuilder::Impl {
     return std::pair<size_t, long>(lo, hi);
   }
 
+  // minimum / exclusiveMinimum (a number, or draft 4's boolean beside minimum) as the tighter lower
+  // bound; likewise the upper one.
+  Result<std::optional<NumberBound>> bound(const Json& s, const char* inclusive, const char* exclusive, bool lower,
+                                           const std::string& path) {
+    std::optional<NumberBound> out;
+    auto read = [&](const char* key, bool excl) -> Status {
+      const Json& v = s[key];
+      if (!v.is_number() || !std::isfinite(v.get<double>())) return invalid(path, std::string(key) + " must be a number");
+      NumberBound b{v.get<double>(), excl, std::nullopt};
+      constexpr int64_t kExact = int64_t(1) << 53;
+      if (v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() < uint64_t(kExact)
+                                                           : std::llabs(v.get<int64_t>()) < kExact))
+        b.integer = v.get<int64_t>();
+      else if (std::abs(b.value) < double(kExact) && std::trunc(b.value) == b.value)
+        b.integer = int64_t(b.value);
+      const bool tighter = !out || (lower ? b.value > out->value || (b.value == out->value && excl)
+                                          : b.value < out->value || (b.value == out->value && excl));
+      if (tighter) out = b;
+      return Status::Ok();
+    };
+    if (s.contains(exclusive) && s[exclusive].is_boolean()) {  // draft 4
+      if (s[exclusive].get<bool>() && !s.contains(inclusive))
+        return invalid(path, std::string(exclusive) + " true needs " + inclusive);
+      if (s.contains(inclusive))
+        if (Status st = read(inclusive, s[exclusive].get<bool>()); !st.ok()) return st;
+      return out;
+    }
+    if (s.contains(inclusive))
+      if (Status st = read(inclusive, false); !st.ok()) return st;
+    if (s.contains(exclusive))
+      if (Status st = read(exclusive, true); !st.ok()) return st;
+    return out;
+  }
+
+  Result<std::string> number_rule(const Json& s, bool integer, const std::string& path, const std::string& hint) {
+    const bool bounded = std::any_of(kNumberKeys.begin(), kNumberKeys.end(), [&](const std::string& k) { return s.contains(k); });
+    if (!bounded) return integer ? json_int() : json_number();
+    auto lo = bound(s, "minimum", "exclusiveMinimum", true, path);
+    if (!lo.ok()) return lo.status();
+    auto hi = bound(s, "maximum", "exclusiveMaximum", false, path);
+    if (!hi.ok()) return hi.status();
+    auto e = integer ? integer_range_gbnf(*lo, *hi) : number_range_gbnf(*lo, *hi);
+    if (!e.ok()) return invalid(path, e.error());
+    return define(hint + (integer ? "-int" : "-num"), *e);
+  }
+
   Result<std::string> string_rule(const Json& s, const std::string& path, const std::string& hint) {
+    if (s.contains("pattern") || s.contains("format")) {
+      const char* with = s.contains("pattern") ? "pattern" : "format";
+      for (const char* k : {"minLength", "maxLength"})
+        if (s.contains(k)) return unsupported(k, path, std::string("beside ") + with);
+      // Both: the pattern if the subset compiles it (format is an annotation in draft 2020-12), else
+      // the format's grammar, whose strings are chosen to match the usual validation patterns (zod's
+      // email pattern uses lookaheads).
+      Result<std::string> content = Status::InvalidArgument("");
+      if (s.contains("pattern")) {
+        if (!s["pattern"].is_string()) return invalid(path, "pattern must be a string");
+        content = pattern_gbnf(s["pattern"].get<std::string>());
+        if (!content.ok() && !s.contains("format")) return unsupported("pattern", path, content.error());
+      }
+      if (!content.ok()) {
+        if (!s["format"].is_string()) return invalid(path, "format must be a string");
+        content = format_gbnf(s["format"].get<std::string>());
+        if (!content.ok()) return unsupported("format", path, content.error());
+      }
+      return define(hint, "\"\\\"\" " + *content + " \"\\\"\"");
+    }
     if (!s.contains("minLength") && !s.contains("maxLength")) return json_string();
     auto b = bounds(s, "minLength", "maxLength", path);
     if (!b.ok()) return b.status();
@@ -293,9 +385,12 @@ struct JsonGrammarBuilder::Impl {
   }
 
   Result<std::string> array_rule(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    if (s.contains("prefixItems") || (s.contains("items") && s["items"].is_array())) {
+      return tuple_rule(s, path, hint, depth);
+    }
+    if (s.contains("additionalItems")) return unsupported("additionalItems", path, "only beside an array of items");
     std::string item = "json-value";
     if (s.contains("items")) {
-      if (s["items"].is_array()) return unsupported("items", path, "an array of schemas (tuple form)");
       auto e = schema(s["items"], path + "/items", hint + "-item", depth + 1);
       if (!e.ok()) return e;
       item = *e;
@@ -313,6 +408,160 @@ struct JsonGrammarBuilder::Impl {
     if (lo == 0)
       return define(hint, open + "( " + item + " " + more(0, hi < 0 ? -1 : hi - 1) + " " + ws() + " )?" + close);
     return define(hint, open + item + " " + more(lo - 1, hi < 0 ? -1 : hi - 1) + " " + ws() + close);
+  }
+
+  // prefixItems (or draft 7's array of items): every prefix item is written (up to maxItems), then
+  // items (additionalItems) for the rest; with no schema for the rest, none is written.
+  Result<std::string> tuple_rule(const Json& s, const std::string& path, const std::string& hint, int depth) {
+    const bool draft7 = !s.contains("prefixItems");
+    const char* prefix_key = draft7 ? "items" : "prefixItems";
+    const char* rest_key = draft7 ? "additionalItems" : "items";
+    if (!draft7 && s.contains("additionalItems")) return unsupported("additionalItems", path, "beside prefixItems");
+    const Json& prefix = s[prefix_key];
+    if (!prefix.is_array()) return invalid(path, std::string(prefix_key) + " must be an array of schemas");
+    auto b = bounds(s, "minItems", "maxItems", path);
+    if (!b.ok()) return b.status();
+    const auto [lo, hi] = *b;
+    const size_t written = hi < 0 ? prefix.size() : std::min(prefix.size(), size_t(hi));
+    std::vector<std::string> items;
+    for (size_t i = 0; i < written; ++i) {
+      auto e = schema(prefix[i], path + "/" + prefix_key + "/" + std::to_string(i), hint + "-" + std::to_string(i),
+                      depth + 1);
+      if (!e.ok()) return e;
+      items.push_back(*e);
+    }
+    std::string rest;  // the schema of items after the prefix ("" = none written)
+    const Json* rest_schema = s.contains(rest_key) ? &s[rest_key] : nullptr;
+    if (rest_schema && !(rest_schema->is_boolean() && !rest_schema->get<bool>())) {
+      auto e = schema(*rest_schema, path + "/" + rest_key, hint + "-item", depth + 1);
+      if (!e.ok()) return e;
+      rest = *e;
+    } else if (lo > prefix.size()) {
+      if (rest_schema) return invalid(path, "minItems above the prefix items, with no more items allowed");
+      rest = json_value();
+    }
+    const std::string open = "\"[\" " + ws(), close = " \"]\"";
+    if (items.empty() && rest.empty()) return define(hint, open + close);
+    std::string body;
+    for (size_t i = 0; i < items.size(); ++i) body += (i ? " " + sep() + " " : " ") + items[i];
+    if (!rest.empty() && (hi < 0 || size_t(hi) > written)) {
+      const size_t more_lo = lo > written ? lo - written : 0;
+      const std::string more_hi = hi < 0 ? "" : std::to_string(size_t(hi) - written);
+      if (items.empty()) {  // as array_rule, with the prefix empty
+        body = more_lo == 0 ? " ( " + rest + " ( " + sep() + " " + rest + " ){0," +
+                                  (hi < 0 ? "" : std::to_string(size_t(hi) - 1)) + "} )?"
+                            : " " + rest + " ( " + sep() + " " + rest + " ){" + std::to_string(more_lo - 1) + "," +
+                                  (hi < 0 ? "" : std::to_string(size_t(hi) - 1)) + "}";
+      } else {
+        body += " ( " + sep() + " " + rest + " ){" + std::to_string(more_lo) + "," + more_hi + "}";
+      }
+    }
+    return define(hint, open + body + " " + ws() + close);
+  }
+
+  // ------------------------------------------------------------------------------------ allOf
+  // allOf parts (and $ref beside other keywords) merged into one schema: properties of every part
+  // (a property in two parts: allOf of its schemas), required of every part, the types in common,
+  // the tighter of bounds; other keywords must agree. A part with additionalProperties false allows
+  // only its own properties: the others' optional ones are dropped, a required one is an error.
+  Result<Json> merge_all_of(const Json& s, const std::string& path, int depth) {
+    Json acc = Json::object();
+    std::vector<std::set<std::string>> closed;
+    if (Status st = merge_part(acc, s, path, depth, closed); !st.ok()) return st;
+    for (const auto& allowed : closed) {
+      if (!acc.contains("properties")) continue;
+      Json kept = Json::object();
+      for (const auto& [k, v] : acc["properties"].items()) {
+        if (allowed.count(k)) kept[k] = v;
+        else if (acc.contains("required") && std::find(acc["required"].begin(), acc["required"].end(), k) !=
+                                                  acc["required"].end())
+          return invalid(path, "required property '" + k + "' is excluded by additionalProperties false in allOf");
+      }
+      acc["properties"] = std::move(kept);
+    }
+    return acc;
+  }
+
+  Status merge_part(Json& acc, const Json& part, const std::string& path, int depth,
+                    std::vector<std::set<std::string>>& closed) {
+    if (depth > kMaxSchemaDepth) return invalid(path, "allOf or $ref nested deeper than " + std::to_string(kMaxSchemaDepth));
+    if (part.is_boolean()) return part.get<bool>() ? Status::Ok() : invalid(path, "the schema false allows no value");
+    if (!part.is_object()) return invalid(path, "a schema must be an object or a boolean");
+    for (const auto& [k, v] : part.items()) {
+      if (kAnnotations.count(k)) continue;
+      if (k == "allOf") {
+        if (!v.is_array() || v.empty()) return invalid(path, "allOf must be a non-empty array");
+        for (size_t i = 0; i < v.size(); ++i)
+          if (Status st = merge_part(acc, v[i], path + "/allOf/" + std::to_string(i), depth + 1, closed); !st.ok())
+            return st;
+      } else if (k == "$ref") {
+        auto target = resolve(v, path);
+        if (!target.ok()) return target.status();
+        if (Status st = merge_part(acc, *target->second, target->first, depth + 1, closed); !st.ok()) return st;
+      } else if (Status st = merge_keyword(acc, k, v, path); !st.ok()) {
+        return st;
+      }
+    }
+    if (part.contains("additionalProperties") && part["additionalProperties"] == false) {
+      std::set<std::string> own;
+      if (part.contains("properties") && part["properties"].is_object())
+        for (const auto& [k, v] : part["properties"].items()) own.insert(k);
+      closed.push_back(std::move(own));
+    }
+    return Status::Ok();
+  }
+
+  Status merge_keyword(Json& acc, const std::string& k, const Json& v, const std::string& path) {
+    if (!acc.contains(k)) {
+      acc[k] = v;
+      return Status::Ok();
+    }
+    Json& a = acc[k];
+    if (a == v) return Status::Ok();
+    if (k == "properties" && a.is_object() && v.is_object()) {
+      for (const auto& [p, sub] : v.items()) {
+        if (!a.contains(p)) a[p] = sub;
+        else if (a[p] != sub) a[p] = Json{{"allOf", Json::array({a[p], sub})}};
+      }
+      return Status::Ok();
+    }
+    if (k == "required" && a.is_array() && v.is_array()) {
+      for (const Json& r : v)
+        if (std::find(a.begin(), a.end(), r) == a.end()) a.push_back(r);
+      return Status::Ok();
+    }
+    if (k == "type") {
+      auto names = [](const Json& t) {
+        std::set<std::string> out;
+        if (t.is_string()) out.insert(t.get<std::string>());
+        else if (t.is_array())
+          for (const Json& x : t)
+            if (x.is_string()) out.insert(x.get<std::string>());
+        return out;
+      };
+      const auto x = names(a), y = names(v);
+      Json common = Json::array();
+      for (const auto& t : x) {
+        if (y.count(t)) common.push_back(t);
+        else if (t == "integer" && y.count("number")) common.push_back(t);
+        else if (t == "number" && y.count("integer")) common.push_back("integer");
+      }
+      if (common.empty()) return invalid(path, "allOf parts have no type in common");
+      a = std::move(common);
+      return Status::Ok();
+    }
+    if ((kLowerBounds.count(k) || kUpperBounds.count(k)) && a.is_number() && v.is_number()) {
+      const bool take = kLowerBounds.count(k) ? v.get<double>() > a.get<double>() : v.get<double>() < a.get<double>();
+      if (take) a = v;
+      return Status::Ok();
+    }
+    if (k == "additionalProperties") {
+      if (a == false || v == false) a = false;
+      else if (a == true) a = v;
+      else if (v != true) a = Json{{"allOf", Json::array({a, v})}};
+      return Status::Ok();
+    }
+    return unsupported(k, path, "with different values in allOf parts");
   }
 
   Result<std::string> object_rule(const Json& s, const std::string& path, const std::string& hint, int depth) {
@@ -386,10 +635,29 @@ struct JsonGrammarBuilder::Impl {
     if (!r.is_string()) return invalid(path, "$ref must be a string");
     const std::string target = r.get<std::string>();
     if (auto it = ref_rules.find(target); it != ref_rules.end()) return it->second;
+    auto at = resolve(r, path);
+    if (!at.ok()) return at.status();
+    std::string last = doc_name;
+    if (const size_t slash = target.rfind('/'); slash != std::string::npos)
+      last = unescape_pointer_token(std::string_view(target).substr(slash + 1));
+    // Name the rule first, so that the target may refer to itself.
+    const std::string name = unique_name(doc_name + "-" + last);
+    ref_rules.emplace(target, name);
+    const size_t slot = rules.size();
+    rules.emplace_back(name, "");
+    auto body = schema(*at->second, target, name, 0);
+    if (!body.ok()) return body;
+    rules[slot].second = *body;
+    return name;
+  }
+
+  // A local reference's target (its path, the schema).
+  Result<std::pair<std::string, const Json*>> resolve(const Json& r, const std::string& path) {
+    if (!r.is_string()) return invalid(path, "$ref must be a string");
+    const std::string target = r.get<std::string>();
     if (target.empty() || target[0] != '#')
       return unsupported("$ref", path, "only references inside the schema (\"#...\") are supported, not " + target);
     const Json* at = doc;
-    std::string last = doc_name;
     if (target.size() > 1) {
       if (target[1] != '/') return unsupported("$ref", path, "anchors are not supported: " + target);
       size_t pos = 2;
@@ -405,19 +673,10 @@ struct JsonGrammarBuilder::Impl {
         } else {
           return invalid(path, "$ref " + target + " does not resolve");
         }
-        last = tok;
         pos = end + 1;
       }
     }
-    // Name the rule first, so that the target may refer to itself.
-    const std::string name = unique_name(doc_name + "-" + last);
-    ref_rules.emplace(target, name);
-    const size_t slot = rules.size();
-    rules.emplace_back(name, "");
-    auto body = schema(*at, target, name, 0);
-    if (!body.ok()) return body;
-    rules[slot].second = *body;
-    return name;
+    return std::pair<std::string, const Json*>(target, at);
   }
 };
 

@@ -2,18 +2,24 @@
 // the schema, for OpenAI-style structured output (response_format json_schema / json_object) and tool
 // call arguments.
 //
-// Supported (the OpenAI strict structured-output subset and a little more):
+// Supported (what llama.cpp's json-schema-to-grammar supports; docs/grammar.md has the table):
 //   type (one name or an array of them): object, array, string, number, integer, boolean, null
 //   object: properties, required, additionalProperties (false; true or a schema alongside
 //           properties generates the declared properties only, which still validates; with no
-//           properties a schema gives objects whose every value is of that schema)
-//   array:  items (one schema), minItems, maxItems
-//   string: minLength, maxLength (in code points, escapes counting as one)
-//   enum, const, anyOf, $ref to "#", "#/$defs/...", "#/definitions/..." (any local JSON pointer),
-//   boolean schemas (true: any value; false: an error)
+//           properties a schema gives objects whose every value is of that schema),
+//           propertyNames {"type": "string"} (zod's records)
+//   array:  items (one schema), prefixItems (or draft 7's items array with additionalItems),
+//           minItems, maxItems
+//   string: minLength, maxLength (in code points, escapes counting as one), pattern (a regex subset),
+//           format (date, time, date-time, uuid, email): engine/constrained/json_schema_leaves.h
+//   integer, number: minimum, maximum, exclusiveMinimum, exclusiveMaximum (digit-range grammars;
+//           numbers: see json_schema_leaves.h for the fractions written)
+//   enum, const, anyOf, oneOf (as anyOf: its alternatives should be disjoint), allOf (merged into one
+//   schema), $ref to "#", "#/$defs/...", "#/definitions/..." (any local JSON pointer; beside other
+//   keywords it is merged like allOf), boolean schemas (true: any value; false: an error)
 //   annotations, ignored: title, description, default, examples, $schema, $id, $comment,
 //   deprecated, readOnly, writeOnly; uniqueItems: false
-// Anything else (pattern, format, minimum, oneOf, allOf, prefixItems, uniqueItems: true, ...) is an
+// Anything else (not, if/then/else, multipleOf, patternProperties, uniqueItems: true, ...) is an
 // InvalidArgument naming the keyword and where it is: never silently dropped.
 //
 // What the grammar generates, a subset of the valid instances chosen so that generation cannot run

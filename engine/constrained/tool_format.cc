@@ -293,8 +293,13 @@ Result<std::string> tool_call_gbnf(ToolFormat format, std::span<const ToolDefini
     return b.gbnf(call + " | " + text);
   }
   const std::string tagged = b.add_rule("tagged-call", "\"<tool_call>\" " + ws + " " + call + " " + ws + " \"</tool_call>\"");
-  const std::string list = b.add_rule(
-      "calls", tagged + (max_calls > 1 ? " ( " + ws + " " + tagged + " ){0," + std::to_string(max_calls - 1) + "}" : ""));
+  // After a call: the end of the turn, or one "\n" (the template's separator) and then the end or the
+  // next call. Whitespace never commits the model to another call (a model that likes line breaks
+  // would otherwise be walked into call after call up to max_tokens), and after the max_calls-th
+  // call only the end is left.
+  std::string list = b.add_rule("calls-1", tagged);
+  for (int k = 2; k <= max_calls; ++k)
+    list = b.add_rule("calls-" + std::to_string(k), tagged + " ( \"\\n\" " + list + "? )?");
   if (choice.mode != ToolChoice::Mode::Auto) return b.gbnf(list);
   auto free = text_without(b, kCallOpen);
   if (!free.ok()) return free.status();
@@ -561,12 +566,12 @@ Result<std::vector<ToolCallParser::Event>> ToolCallParser::finish() {
   return std::exchange(impl_->events, {});
 }
 
-Result<ParsedReply> parse_tool_reply(ToolFormat format, std::string_view text) {
+Result<ParsedReply> parse_tool_reply(ToolFormat format, std::string_view text, bool as_streamed) {
   ToolCallParser p(format, true);
   std::vector<ToolCallParser::Event> events = p.feed(text);
   auto tail = p.finish();
-  if (!tail.ok()) return tail.status();
-  events.insert(events.end(), tail->begin(), tail->end());
+  if (!tail.ok() && !as_streamed) return tail.status();
+  if (tail.ok()) events.insert(events.end(), tail->begin(), tail->end());
   ParsedReply r;
   for (const auto& e : events) {
     switch (e.kind) {

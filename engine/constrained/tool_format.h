@@ -24,7 +24,8 @@
 // still rendered); Auto lets the model's first tokens choose between text and a call (Llama3Json: a
 // reply starting with "{" is a call; Hermes: any text that does not contain "<tool_call>", then
 // optionally calls); Required: one or more calls (Llama3Json: exactly one); Named: exactly one call of
-// that function. Every call the grammar allows has arguments valid against the tool's parameters
+// that function. Hermes calls are separated by one "\n"; after a call the turn may end (also after
+// that "\n"), and after the last call max_calls allows only the end. Every call the grammar allows has arguments valid against the tool's parameters
 // schema (engine/constrained/json_schema.h lists the supported keywords; others are an error at request time).
 #pragma once
 #include <memory>
@@ -114,11 +115,13 @@ class ToolCallParser {
 };
 
 // The whole reply at once: the concatenated events of a ToolCallParser (content: the text before the
-// calls, without the whitespace just before the first one).
+// calls, without the whitespace just before the first one). A reply cut short (max_tokens) is an
+// error, or with `as_streamed` what a stream of it gave: the calls so far (the last one's arguments
+// unfinished) and the content not held back, so that a whole reply and a streamed one agree.
 struct ParsedReply {
   std::string content;
   std::vector<ToolCall> tool_calls;
 };
-Result<ParsedReply> parse_tool_reply(ToolFormat format, std::string_view text);
+Result<ParsedReply> parse_tool_reply(ToolFormat format, std::string_view text, bool as_streamed = false);
 
 }  // namespace towers

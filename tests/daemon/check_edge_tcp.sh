@@ -5,6 +5,7 @@
 # The Unix socket is unaffected. --listen sets the same listener from the command line. Config
 # values are checked whole (issue 13 item 6): a port above 65535, a non-loopback address, a key
 # file others can read, an origin with a path: each stops towerd with exit status 2 and the key.
+# CORS for server.allowed_origins: preflights answered, replies readable (issue 23).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 towerd_setup "$1" "$2" "$3"
@@ -48,6 +49,35 @@ expect 200 "the Unix socket needs neither token nor JSON type" --unix-socket "$s
   http://localhost/v1/policy
 www="$(curl -s -D - -o /dev/null "$base/healthz" | tr -d '\r' | awk -F': ' 'tolower($1) == "www-authenticate" { print $2 }')"
 [ "$www" = Bearer ] || fail "a 401 must carry WWW-Authenticate: Bearer, got '$www'"
+
+# CORS (issue 23): a page on an allowed origin gets its preflight answered (without the key, which
+# browsers do not send with it) and can read every reply; another origin's preflight is refused.
+header() {  # NAME CURL-ARGS...: the value of a response header ("" when absent)
+  local name="$1"; shift
+  curl -s -D - -o /dev/null "$@" | tr -d '\r' | awk -F': ' -v n="$name" 'tolower($1) == tolower(n) { print $2 }'
+}
+preflight=(-X OPTIONS -H "Access-Control-Request-Method: POST" -H "Access-Control-Request-Headers: authorization, content-type")
+expect 204 "a preflight from the allowed origin" "${preflight[@]}" -H "Origin: http://localhost:3000" "$base/v1/chat/completions"
+[ "$(header Access-Control-Allow-Origin "${preflight[@]}" -H "Origin: http://localhost:3000" "$base/v1/chat/completions")" = \
+  http://localhost:3000 ] || fail "the preflight does not allow the origin"
+methods="$(header Access-Control-Allow-Methods "${preflight[@]}" -H "Origin: http://localhost:3000" "$base/v1/chat/completions")"
+[[ "$methods" == *POST* ]] || fail "the preflight does not allow POST: '$methods'"
+[ "$(header Access-Control-Allow-Headers "${preflight[@]}" -H "Origin: http://localhost:3000" "$base/v1/chat/completions")" = \
+  "authorization, content-type" ] || fail "the preflight does not allow the headers asked for"
+expect 403 "a preflight from another origin" "${preflight[@]}" -H "Origin: http://attacker.example" "$base/v1/chat/completions"
+[ -z "$(header Access-Control-Allow-Origin "${preflight[@]}" -H "Origin: http://attacker.example" "$base/v1/chat/completions")" ] || \
+  fail "a refused origin got Access-Control-Allow-Origin"
+expect 403 "a preflight from the allowed origin naming another host" "${preflight[@]}" -H "Origin: http://localhost:3000" \
+  -H "Host: attacker.example" "$base/v1/chat/completions"
+[ "$(header Access-Control-Allow-Origin "${auth[@]}" -H "Origin: http://localhost:3000" "$base/healthz")" = http://localhost:3000 ] || \
+  fail "a reply to the allowed origin lacks Access-Control-Allow-Origin"
+[ "$(header Access-Control-Allow-Origin -H "Origin: http://localhost:3000" "$base/healthz")" = http://localhost:3000 ] || \
+  fail "a 401 to the allowed origin lacks Access-Control-Allow-Origin (the page could not read why)"
+[ "$(header Access-Control-Allow-Origin -N "${auth[@]}" -H "Origin: http://localhost:3000" -H "Content-Type: application/json" \
+     -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"stream":true}' "$base/v1/chat/completions")" = \
+  http://localhost:3000 ] || fail "a stream to the allowed origin lacks Access-Control-Allow-Origin"
+[ -z "$(header Access-Control-Allow-Origin "${auth[@]}" "$base/healthz")" ] || fail "a request without Origin got CORS headers"
+expect 405 "OPTIONS without a preflight's header is an ordinary request" "${auth[@]}" -X OPTIONS "$base/v1/chat/completions"
 stop
 
 # --listen: the same listener from the command line (no key: the log says so; Host still checked).

@@ -88,7 +88,7 @@ expect_error 400 invalid_request_error response_format "$chat" \
 expect_error 400 invalid_request_error 'messages[1].tool_calls[0].function.arguments' "$chat" \
   -d '{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{nope"}}]}]}'
 expect_error 400 unsupported_parameter tools "$chat" -d "{$msg,\"bot\":\"bot\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
-expect_error 400 unsupported_parameter 'messages[0].name' "$chat" -d '{"messages":[{"role":"user","content":"x","name":"bob"}]}'
+expect_error 400 unsupported_parameter 'messages[0].audio' "$chat" -d '{"messages":[{"role":"user","content":"x","audio":{"id":"a"}}]}'
 expect_error 400 unsupported_parameter tools http://localhost/v1/sessions/nope/messages -d '{"content":"x","tools":[{"type":"function"}]}'
 # Honoured sampling fields with bad values: 400 naming the field.
 expect_error 400 invalid_request_error top_logprobs "$chat" -d "{$msg,\"top_logprobs\":2}"
@@ -104,7 +104,7 @@ expect_error 400 invalid_request_error n "$chat" -d "{$msg,\"n\":9}"
 expect_error 400 invalid_request_error response_format.type "$chat" -d "{$msg,\"response_format\":{\"type\":\"yaml\"}}"
 expect_error 400 invalid_request_error response_format.json_schema.schema "$chat" -d "{$msg,\"response_format\":{\"type\":\"json_schema\"}}"
 expect_error 400 invalid_request_error response_format.json_schema.schema "$chat" \
-  -d "{$msg,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}"
+  -d "{$msg,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"integer\",\"multipleOf\":2}}}}"
 expect_error 400 unsupported_parameter n http://localhost/v1/sessions/nope/messages -d '{"content":"x","n":2}'
 expect_error 400 unknown_parameter stream_options.colour "$chat" -d "{$msg,\"stream\":true,\"stream_options\":{\"colour\":1}}"
 # Client errors are 4xx naming the rule, never 500 (these were 500, or accepted): a conversation that
