@@ -396,3 +396,29 @@ TEST_CASE("context: a generation stops at the model's context, a prompt that fil
   CHECK(b->out.error.message().find("context") != std::string::npos);
   CHECK(!b->admitted);
 }
+
+TEST_CASE("prefilled tokens by cause: a segment built, frozen to the cold tier, then thawed") {
+  Harness h;
+  std::vector<int32_t> text(100);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = h.fake.candidates[(i * 11) % 500];
+  auto id = h.pool.add_cold(kNoSegment, text);
+  REQUIRE(id.ok());
+  int built = 0;
+  auto count = [&](const Status& st) {
+    CHECK(st.ok());
+    ++built;
+  };
+  h.sched->build(id.value(), count);
+  for (int i = 0; i < 100 && built < 1; ++i) h.sched->run_one_round();
+  REQUIRE(built == 1);
+  REQUIRE(h.pool.freeze(id.value(), {1, 2, 3}).ok());  // its tokens "coded": a thaw computes it again
+  h.sched->build(id.value(), count);
+  for (int i = 0; i < 100 && built < 2; ++i) h.sched->run_one_round();
+  REQUIRE(built == 2);
+  CHECK(h.pool.info(id.value())->tier == Tier::Hot);
+  const auto p = h.sched->prefilled();
+  CHECK(p[static_cast<size_t>(daemon::PrefillCause::Build)] == 100);
+  CHECK(p[static_cast<size_t>(daemon::PrefillCause::Thaw)] == 100);
+  CHECK(p[static_cast<size_t>(daemon::PrefillCause::Prompt)] == 0);
+  CHECK(p[static_cast<size_t>(daemon::PrefillCause::ExactRebuild)] == 0);
+}
