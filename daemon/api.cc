@@ -1,8 +1,6 @@
-// Request routing, the shared JSON helpers, and the operator endpoints:
-//   GET /healthz            {"status":"ok"|"starting"|"stopping", model, queue, sessions, uptime_s}
-//   GET /v1/pool            segments by tier and depth, bytes, hits, sessions warm/cold, latency
-//   GET/PUT /v1/policy      {"eviction":"lru"|"lindy"|"token-lru","ram_budget":"2G"|bytes} (runtime; SIGHUP rereads the file)
-//   GET /metrics            Prometheus text format
+// Request dispatch through the route table (daemon/routes.h), the shared JSON helpers, and the
+// operator endpoints (docs/api.md, "Routes"): /healthz, /v1/pool, /v1/policy (runtime eviction and
+// RAM budget; SIGHUP rereads the file's [policy]) and /metrics.
 #include <algorithm>
 
 #include "daemon/log.h"

@@ -1,19 +1,7 @@
-// The Towers API: hierarchy segments and sessions.
-//   GET    /v1/segments                 list (platform, community, bot order)
-//   GET    /v1/segments/{name}
-//   PUT    /v1/segments/{name}          {"level": "platform|community|bot", "parent": "...", "text": "..."}
-//   POST   /v1/segments                 same, with "name" in the body
-//   DELETE /v1/segments/{name}          refused (409) while it has child segments or sessions
-//   POST   /v1/segments/{name}/compress move its KV to the cold tier now (arithmetic-coded tokens); it
-//                                        also restarts cold (its coded bytes go to the state log)
-//   POST   /v1/segments/{name}/thaw     bring it back to RAM now (one prefill); it restarts hot
-//   POST   /v1/compress                 {"idle_seconds": N}: every segment idle that long goes cold
-//   GET    /v1/sessions                 list
-//   POST   /v1/sessions                 {"bot": "...", "id": optional}
-//   GET    /v1/sessions/{id}            summary; ?transcript=1 adds the messages
-//   GET    /v1/sessions/{id}/transcript
-//   DELETE /v1/sessions/{id}
-//   POST   /v1/sessions/{id}/messages   {"content": "...", "stream": bool, sampling fields as OpenAI}
+// The Towers API's handlers: hierarchy segments (define, link, compress, thaw, delete) and sessions
+// (create, message, transcript, delete). daemon/routes.cc routes to them; docs/api.md ("Routes") lists
+// each route with its body. A segment's compress also makes it restart cold (its coded bytes go to the
+// state log); a thaw makes it restart hot.
 #include "daemon/api_views.h"
 #include "daemon/service.h"
 
