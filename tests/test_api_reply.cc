@@ -97,14 +97,38 @@ TEST_CASE("streamed tool calls arrive as OpenAI deltas and rebuild the whole rep
   CHECK(msg["tool_calls"][0]["function"]["arguments"].get<std::string>() == arguments);
 }
 
-TEST_CASE("a tool reply cut by max_tokens stays text with finish_reason length") {
+TEST_CASE("a tool reply cut by max_tokens keeps the call it began, whole as streamed, finish_reason length") {
   const std::string cut = kReply.substr(0, kReply.size() / 2);
   ReplyBuilder whole(ReplyApi::Chat, "m", tool_params(false), 10, json::object());
   (void)whole.add(0, cut, {});
   const json r = whole.whole(finished(FinishReason::Length));
   CHECK(r["choices"][0]["finish_reason"] == "length");
-  CHECK(r["choices"][0]["message"]["content"] == cut);
-  CHECK_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+  const json& msg = r["choices"][0]["message"];
+  CHECK(msg["content"] == "Let me look.");
+  REQUIRE(msg["tool_calls"].size() == 1);
+  CHECK(msg["tool_calls"][0]["function"]["name"] == "get_weather");
+  // The same text streamed: the same content, name and (unfinished) arguments.
+  ReplyBuilder streamed(ReplyApi::Chat, "m", tool_params(true), 10, json::object());
+  std::string events = streamed.start_events() + streamed.add(0, cut, {}) + streamed.end_events(finished("length"));
+  std::string content, name, arguments, finish;
+  for (size_t at = 0; (at = events.find("data: {", at)) != std::string::npos;) {
+    const size_t end = events.find("\n\n", at);
+    const json c = json::parse(events.substr(at + 6, end - at - 6));
+    at = end;
+    for (const json& ch : c["choices"]) {
+      const json& d = ch["delta"];
+      if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
+      for (const json& call : d.value("tool_calls", json::array())) {
+        if (call["function"].contains("name")) name += call["function"]["name"].get<std::string>();
+        arguments += call["function"].value("arguments", "");
+      }
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+  }
+  CHECK(content == msg["content"]);
+  CHECK(name == "get_weather");
+  CHECK(arguments == msg["tool_calls"][0]["function"]["arguments"]);
+  CHECK(finish == "length");
 
   // Without tools, the same text is content, and finishes as "stop".
   GenParams plain;

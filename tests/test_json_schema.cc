@@ -376,6 +376,28 @@ TEST_CASE("unsupported or broken schemas are errors that say what and where") {
   CHECK(err(deep).find("nested deeper") != std::string::npos);
 }
 
+TEST_CASE("malformed patterns and self-referring merges are errors, never crashes or broken grammars") {
+  const char* const patterns[] = {"(", ")", "[", "]", "\\", "a{", "{1}", "[z-a]", "(?", "(?<n", "a|*", "^*", "a{2,1}",
+                                  "a{99999999}", "[\\d-z]", "\\u12", "\\x", "()", "(|)", "^$", "$", "^", "[^\\s\\S]",
+                                  "a\\"};
+  for (const char* p : patterns) {
+    const std::string pattern = p;
+    CAPTURE(pattern);
+    auto r = json_schema_to_gbnf(json({{"type", "string"}, {"pattern", pattern}}).dump());
+    if (r.ok()) CHECK_MESSAGE(Grammar::parse(*r).ok(), *r);
+    else CHECK(r.status().is_invalid_argument());
+  }
+  for (const char* schema : {R"({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"})",
+                             R"({"$ref": "#", "minimum": 1})", R"({"allOf": []})", R"({"allOf": [false]})",
+                             R"({"allOf": [{"$ref": "#/nope"}]})"}) {
+    const std::string text = schema;
+    CAPTURE(text);
+    auto r = json_schema_to_gbnf(schema);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().is_invalid_argument());
+  }
+}
+
 TEST_CASE("a builder holds several schemas with their own $ref scopes") {
   JsonGrammarBuilder b;
   auto a = b.add_schema(R"({"$defs": {"x": {"type": "integer"}}, "$ref": "#/$defs/x"})", "a");
