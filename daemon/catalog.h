@@ -20,8 +20,8 @@
 // so the socket opens after O(number of files) work; a file that fails a check is logged, its segment
 // added cold and rebuilt (hierarchy segments in the background, transcripts on the session's next
 // message), with the same boundaries and bytes: the next reply is the one the daemon would have
-// given without the restart. The log is then rewritten to name only files that exist, so the next
-// start does not find (and log) the same damage again.
+// given without the restart. A session whose transcript file cannot be used is recorded again naming
+// no file for it (and the ones after it), so the next start does not find (and log) the same damage.
 //
 // The lock: the catalog is in-memory state. Its one mutex (a NoWaitMutex, engine/base/no_wait_lock.h)
 // is held only to decide: never across a record's fsync, a compaction, a file operation, a pool call
@@ -143,9 +143,10 @@ class Catalog {
   // Startup, after apply and before any other thread uses the catalog (it reads files, so it runs
   // without the lock): puts every segment in the pool from its file (adopt: header checks only) or,
   // when its file is missing or fails a check (logged), cold. Returns the hierarchy segments to
-  // recompute in the background. Runs no model. When it found damage (a session's transcript file
-  // missing or bad, sessions cut, another model) it rewrites the log to the state it serves, once:
-  // the next start finds nothing to repair.
+  // recompute in the background. Runs no model. What it repaired is recorded, once: sessions cut at
+  // a damaged record or another model's log rewrite the log to the state served; a session whose
+  // transcript file cannot be used gets a session_snapshot naming no file from that segment on. The
+  // next start finds nothing to repair.
   struct Restored {
     size_t adopted = 0, cold = 0, sessions_cut = 0;
     size_t sessions_repaired = 0;    // sessions whose log named a transcript file that cannot be used

@@ -21,8 +21,9 @@
 //                                          transcript segment ending at seals[i]
 //   session_delete    {id}
 //   session_snapshot  {id, bot, created, updated, messages, transcript, seals, segments?, turns?,
-//                      turn_ends?}   (compaction; turns: numbered so far, turn_ends: transcript
-//                      offset where each kept turn ends)
+//                      turn_ends?}   (compaction, and a session repaired at start; turns: numbered so
+//                      far, turn_ends: transcript offset where each kept turn ends; a segment id 0:
+//                      no file, the segment is recomputed from the tokens)
 #pragma once
 #include <cstdint>
 #include <optional>
