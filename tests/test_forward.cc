@@ -219,9 +219,10 @@ TEST_CASE("synthetic models of every file type load and run, quantized logits tr
       for (size_t i = 0; i < ref.size(); ++i) num += (l[i] - ref[i]) * (l[i] - ref[i]), den += ref[i] * ref[i];
       CAPTURE(type);
       const std::string t = type;
-      MESSAGE(shape << " " << type << ": relative logit error against f16 " << std::sqrt(num / den));
-      // Q2_K files hold 2.6 bits per weight: their weights alone are off by 28% RMS (test_quant).
-      CHECK(std::sqrt(num / den) < (t == "q8_0" ? 0.02 : t == "q2_k" ? 0.5 : 0.25));
+      MESSAGE(std::string(shape) << " " << t << ": relative logit error against f16 " << std::sqrt(num / den));
+      // Measured: tiny q2_k 0.48, q4_0 0.20, q3_k_m 0.19, iq4_nl 0.17, iq4_xs 0.17, q5_1 0.09; tiny-qwen2
+      // all <= 0.11. Q2_K files hold 2.6 bits per weight: their weights alone are off by 28% RMS.
+      CHECK(std::sqrt(num / den) < (t == "q8_0" ? 0.02 : t == "q2_k" ? 0.6 : 0.25));
     }
   }
 }
