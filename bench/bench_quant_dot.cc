@@ -56,8 +56,11 @@ int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 1.0;
   if (argc > 2 && std::string(argv[2]) == "noavx3dl") hwy::DisableTargets(HWY_AVX3_DL);
   const size_t rows = 2048, n = 8192, T8 = 8;
-  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
-                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+  // Each newer type after the nearest older one (Q5_1 after Q5_0, IQ4_NL after Q4_0, Q2_K/Q3_K/IQ4_XS
+  // after Q4_K).
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ4_XS, GgmlType::Q3_K, GgmlType::Q2_K,
+                            GgmlType::Q5_K, GgmlType::Q6_K};
   std::printf("Highway target: %s (quant_dot: %s)   matrix %zu x %zu, 1 thread, %.1f s per measurement\n",
               simd::target_name(), simd::quant_dot_target(), rows, n, secs);
   std::printf("%-5s %8s | %-27s | %-27s | %-17s | %-21s | %s\n", "type", "MiB", "gemv T=1 hot",
@@ -132,7 +135,7 @@ int main(int argc, char** argv) {
       g_sink = static_cast<float>(act[0]);
     });
     const double gb = static_cast<double>(mat) / 1e9;
-    std::printf("%-5s %8.2f | %8.2f %8.1f %7.2fx | %8.2f %8.1f %7.2fx | %8.2f %8.1f | %8.1f %12.1f | %.2f\n",
+    std::printf("%-6s %7.2f | %8.2f %8.1f %7.2fx | %8.2f %8.1f %7.2fx | %8.2f %8.1f | %8.1f %12.1f | %.2f\n",
                 std::string(ggml_type_name(t)).c_str(), mat / 1048576.0, gb / t_hot, t_hot / rows * 1e9,
                 t_ref / t_hot, gb / t_cold, t_cold / rows * 1e9, t_ref / t_cold, gb / t_ref,
                 t_ref / rows * 1e9, t_8 / rows * 1e9, t_8 / rows / T8 * 1e9, t_q * 1e6);

@@ -10,6 +10,8 @@
 #define TOWERS_SIMD_GEMM_Q_LOWBIT_INL_H_
 #endif
 
+#include <cstring>
+
 #include <hwy/highway.h>
 
 #include "simd/ggml_blocks.h"
@@ -27,17 +29,37 @@ HWY_INLINE hn::Vec<D16> Iq4Values(D16 d16, hn::Vec<hn::Rebind<uint8_t, D16>> idx
 #if HWY_TARGET == HWY_SCALAR
   return hn::Set(d16, static_cast<int16_t>(kIq4nlValues[hn::GetLane(idx)]));
 #else
-  // A table vector of twice as many bytes as D16 has lanes (at least 16: the whole table in every
-  // 128-bit block); the lookup returns the indices' (partial) vector type.
-  const hn::Repartition<int8_t, D16> d8;
   const hn::Rebind<int8_t, D16> di8;
-  return hn::PromoteTo(d16, hn::BitCast(di8, hn::TableLookupBytes(hn::LoadDup128(d8, kIq4nlValues), idx)));
+  if constexpr (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) {
+    // 16 indices, 16 table bytes: one 128-bit pshufb.
+    return hn::PromoteTo(d16, hn::TableLookupBytes(hn::LoadDup128(di8, kIq4nlValues), hn::BitCast(di8, idx)));
+  } else {
+    // A table vector of twice as many bytes as D16 has lanes (at least 16: the whole table in every
+    // 128-bit block); the lookup returns the indices' (partial) vector type.
+    const hn::Repartition<int8_t, D16> d8;
+    return hn::PromoteTo(d16, hn::BitCast(di8, hn::TableLookupBytes(hn::LoadDup128(d8, kIq4nlValues), idx)));
+  }
 #endif
 }
 
 // Up to 4 activation rows: their int16 quants from element e, and the int32 accumulator pairs.
 #define TOWERS_LB_MAC(i) s##i = hn::ReorderWidenMulAccumulate(d32, wv, hn::LoadU(d16, A[i].q + e), s##i, u##i);
 #define TOWERS_LB_MACS TOWERS_EACH_R(TOWERS_LB_MAC)
+// With one activation row, a second accumulator pair (t0, v0) halves the madd dependency chain;
+// the int32 sums are exact, so how they are grouped does not change them.
+#define TOWERS_LB_MAC_ALT(i)                                                                     \
+  if constexpr (R == 1) {                                                                        \
+    t0 = hn::ReorderWidenMulAccumulate(d32, wv, hn::LoadU(d16, A[0].q + e), t0, v0);             \
+  } else {                                                                                       \
+    TOWERS_LB_MAC(i)                                                                             \
+  }
+#define TOWERS_LB_MACS_ALT TOWERS_EACH_R(TOWERS_LB_MAC_ALT)
+// Folds (t0, v0) into (s0, u0) at the end of a block.
+#define TOWERS_LB_FOLD                                                                          \
+  if constexpr (R == 1) {                                                                        \
+    s0 = hn::Add(hn::RearrangeToOddPlusEven(s0, u0), hn::RearrangeToOddPlusEven(t0, v0));       \
+    u0 = hn::Zero(d32);                                                                          \
+  }
 // After block b: acc_i += (scale * d_x) * (row i's exact int32 sums s_i + u_i).
 #define TOWERS_LB_ACC1(acc, s, u, scale, i)                                                         \
   acc##i = hn::MulAdd(hn::Set(df, (scale) * A[i].d[b]),                                           \
@@ -61,50 +83,57 @@ HWY_NOINLINE void RowQ23K(const BlockOf<kType>* HWY_RESTRICT w, const qd::ActRow
   auto acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   auto macc0 = acc0, macc1 = acc0, macc2 = acc0, macc3 = acc0;  // Q2_K's min terms
   const auto k3 = hn::Set(du16, uint16_t{3});
-  const auto k1 = hn::Set(du16, uint16_t{1});
   const auto k4 = hn::Set(du16, uint16_t{4});
-  (void)k1, (void)k4;
+  (void)k4;
 
   for (size_t b = 0; b < nb; ++b) {
     const BlockOf<kType>& blk = w[b];
     const float d = LoadF16(blk.d);
-    HWY_ALIGN int8_t sc[16];
-    HWY_ALIGN uint8_t mn[16];
+    // The 16 scales as int8 (Q2_K: scale & 15; Q3_K: code - 32), written as two 64-bit words.
+    uint64_t words[2];
     if constexpr (kQ2) {
-      for (size_t s = 0; s < 16; ++s) {
-        sc[s] = static_cast<int8_t>(blk.scales[s] & 15);
-        mn[s] = static_cast<uint8_t>(blk.scales[s] >> 4);
-      }
+      std::memcpy(words, blk.scales, 16);
+      words[0] &= 0x0F0F0F0F0F0F0F0Full;
+      words[1] &= 0x0F0F0F0F0F0F0F0Full;
     } else {
-      uint8_t u[16];
-      unpack_scales_q3k(blk.scales, u);
-      for (size_t s = 0; s < 16; ++s) sc[s] = static_cast<int8_t>(u[s] - 32);
+      unpack_scales_q3k_words(blk.scales, words);
+      words[0] = minus32_codes(words[0]);
+      words[1] = minus32_codes(words[1]);
     }
+    HWY_ALIGN int8_t sc[16];
+    std::memcpy(sc, words, 16);
     HWY_ALIGN uint32_t sc2[16];
     ScalePairs<16>(sc, sc2);
     const size_t e0 = b * 256;
     auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
     auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+    auto t0 = s0, v0 = s0;
+    (void)t0, (void)v0;
     for (size_t h = 0; h < 2; ++h) {
       for (size_t k = 0; k < 2; ++k) {
         for (size_t l = 0; l < 16; l += N) {
           const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, blk.qs + 32 * h + 16 * k + l));
-          auto hm = bytes;  // Q3_K: the high bits of these elements, bit 4h + j for part j
-          if constexpr (!kQ2) hm = hn::ShiftRightSame(hn::PromoteTo(du16, hn::LoadU(du8, blk.hmask + 16 * k + l)), static_cast<int>(4 * h));
-          auto part = [&](size_t j, auto q2) HWY_ATTR {
-            auto q = q2;
-            if constexpr (!kQ2) q = hn::Sub(hn::Or(q2, hn::ShiftLeft<2>(hn::And(hn::ShiftRightSame(hm, static_cast<int>(j)), k1))), k4);
+          // Q3_K: the high bits of these elements, bit 4h + j for part j, moved to bit j + 2.
+          auto hm4 = bytes;
+          if constexpr (!kQ2) {
+            hm4 = hn::ShiftLeft<2>(hn::PromoteTo(du16, hn::LoadU(du8, blk.hmask + 16 * k + l)));
+            hm4 = hn::ShiftRightSame(hm4, static_cast<int>(4 * h));
+          }
+          _Pragma("GCC unroll 4") for (size_t j = 0; j < 4; ++j) {
+            auto q = hn::And(hn::ShiftRightSame(bytes, static_cast<int>(2 * j)), k3);
+            if constexpr (!kQ2) q = hn::Sub(hn::Or(q, hn::And(hn::ShiftRightSame(hm4, static_cast<int>(j)), k4)), k4);
             const auto wv = hn::Mul(hn::BitCast(d16, q), SetPair(d16, sc2[8 * h + 2 * j + k]));
             const size_t e = e0 + 128 * h + 32 * j + 16 * k + l;
-            TOWERS_LB_MACS
-          };
-          part(0, hn::And(bytes, k3));
-          part(1, hn::And(hn::ShiftRight<2>(bytes), k3));
-          part(2, hn::And(hn::ShiftRight<4>(bytes), k3));
-          part(3, hn::ShiftRight<6>(bytes));
+            if (j % 2 == 0) {
+              TOWERS_LB_MACS
+            } else {
+              TOWERS_LB_MACS_ALT
+            }
+          }
         }
       }
     }
+    TOWERS_LB_FOLD
     TOWERS_EACH_R(TOWERS_LB_ACC)
     if constexpr (kQ2) {
       // sum_s mn[s] * bs16[s], exact int32 lanes.
@@ -112,7 +141,7 @@ HWY_NOINLINE void RowQ23K(const BlockOf<kType>* HWY_RESTRICT w, const qd::ActRow
       auto ms0 = hn::Zero(d32), ms1 = ms0, ms2 = ms0, ms3 = ms0;
       auto mu0 = ms0, mu1 = ms0, mu2 = ms0, mu3 = ms0;
       for (size_t g = 0; g < 16; g += N) {
-        const auto mv = hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(du8, mn + g)));
+        const auto mv = hn::BitCast(d16, hn::ShiftRight<4>(hn::PromoteTo(du16, hn::LoadU(du8, blk.scales + g))));
 #define TOWERS_MIN(i) ms##i = hn::ReorderWidenMulAccumulate(d32, mv, hn::LoadU(d16, A[i].bs16 + 16 * b + g), ms##i, mu##i);
         TOWERS_EACH_R(TOWERS_MIN)
 #undef TOWERS_MIN
@@ -142,13 +171,16 @@ HWY_NOINLINE void RowIQ4XS(const BlockIQ4_XS* HWY_RESTRICT w, const qd::ActRow* 
   auto acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   for (size_t b = 0; b < nb; ++b) {
     const BlockIQ4_XS& blk = w[b];
+    const uint64_t codes = minus32_codes(iq4xs_scale_codes(blk));
     HWY_ALIGN int8_t sc[8];
-    for (int j = 0; j < 8; ++j) sc[j] = static_cast<int8_t>(iq4xs_scale(blk, j) - 32);
+    std::memcpy(sc, &codes, 8);
     HWY_ALIGN uint32_t sc2[8];
     ScalePairs<8>(sc, sc2);
     const size_t e0 = b * 256;
     auto s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
     auto u0 = s0, u1 = s0, u2 = s0, u3 = s0;
+    auto t0 = s0, v0 = s0;
+    (void)t0, (void)v0;
     for (size_t j = 0; j < 8; ++j) {
       const auto vs = SetPair(d16, sc2[j]);
       for (size_t l = 0; l < 16; l += N) {
@@ -161,11 +193,12 @@ HWY_NOINLINE void RowIQ4XS(const BlockIQ4_XS* HWY_RESTRICT w, const qd::ActRow* 
         {
           const auto wv = hn::Mul(Iq4Values(d16, hn::ShiftRight<4>(bytes)), vs);
           const size_t e = e0 + 32 * j + 16 + l;
-          TOWERS_LB_MACS
+          TOWERS_LB_MACS_ALT
         }
       }
     }
     const float d = LoadF16(blk.d);
+    TOWERS_LB_FOLD
     TOWERS_EACH_R(TOWERS_LB_ACC)
   }
 #define TOWERS_OUT(i) out[i] = hn::GetLane(hn::SumOfLanes(df, acc##i));
@@ -175,6 +208,9 @@ HWY_NOINLINE void RowIQ4XS(const BlockIQ4_XS* HWY_RESTRICT w, const qd::ActRow* 
 
 #undef TOWERS_LB_ACC
 #undef TOWERS_LB_ACC1
+#undef TOWERS_LB_FOLD
+#undef TOWERS_LB_MACS_ALT
+#undef TOWERS_LB_MAC_ALT
 #undef TOWERS_LB_MACS
 #undef TOWERS_LB_MAC
 

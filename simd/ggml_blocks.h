@@ -288,15 +288,23 @@ inline void pack_scale_min_k4(const uint8_t* scale, const uint8_t* min, uint8_t*
 // Q3_K: the 16 six-bit scales (0..63; the scale is the value - 32) packed in 12 bytes, as ggml's
 // dequantize_row_q3_K unpacks them: the low 4 bits of scale j in q[j % 8] (low nibble for j < 8, high
 // for j >= 8), its top 2 bits at bits 2 (j / 4) of q[8 + j % 4].
+// As two little-endian 64-bit words (scales 0..7, 8..15): whole-word stores, so that a kernel's 8-byte
+// loads of them are forwarded from the store.
+inline void unpack_scales_q3k_words(const uint8_t* q, uint64_t* w) {
+  uint64_t lo;
+  uint32_t top;
+  std::memcpy(&lo, q, 8);
+  std::memcpy(&top, q + 8, 4);
+  constexpr uint64_t k4 = 0x0F0F0F0F0F0F0F0Full;
+  constexpr uint32_t k2 = 0x03030303u;
+  const auto spread = [](uint32_t a, uint32_t b) { return (uint64_t{a} | uint64_t{b} << 32) << 4; };
+  w[0] = (lo & k4) | spread(top & k2, (top >> 2) & k2);
+  w[1] = ((lo >> 4) & k4) | spread((top >> 4) & k2, (top >> 6) & k2);
+}
 inline void unpack_scales_q3k(const uint8_t* q, uint8_t* scale) {
-  uint32_t a[3], s[4];
-  std::memcpy(a, q, 12);
-  constexpr uint32_t k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
-  s[0] = (a[0] & k4) | ((a[2] & k2) << 4);
-  s[1] = (a[1] & k4) | (((a[2] >> 2) & k2) << 4);
-  s[2] = ((a[0] >> 4) & k4) | (((a[2] >> 4) & k2) << 4);
-  s[3] = ((a[1] >> 4) & k4) | (((a[2] >> 6) & k2) << 4);
-  std::memcpy(scale, s, 16);
+  uint64_t w[2];
+  unpack_scales_q3k_words(q, w);
+  std::memcpy(scale, w, 16);
 }
 
 // The inverse: packs 16 scales (each in [0, 63]) into 12 bytes.
@@ -312,6 +320,26 @@ inline void pack_scales_q3k(const uint8_t* scale, uint8_t* q) {
 inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
   const int h = b.scales_h[0] | b.scales_h[1] << 8;
   return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((h >> (2 * j)) & 3) << 4;
+}
+// All 8 codes, byte j of a little-endian 64-bit word (the nibbles of scales_l and the 2-bit fields of
+// scales_h spread to one byte each).
+inline uint64_t iq4xs_scale_codes(const BlockIQ4_XS& b) {
+  uint32_t l;
+  std::memcpy(&l, b.scales_l, 4);
+  uint64_t lo = l;  // byte i to 16-bit slot i, then its two nibbles to bytes 2i, 2i + 1
+  lo = (lo | lo << 16) & 0x0000FFFF0000FFFFull;
+  lo = (lo | lo << 8) & 0x00FF00FF00FF00FFull;
+  lo = (lo | lo << 4) & 0x0F0F0F0F0F0F0F0Full;
+  uint64_t hi = static_cast<uint64_t>(b.scales_h[0] | b.scales_h[1] << 8);  // 2-bit field j to byte j
+  hi = (hi | hi << 24) & 0x000000FF000000FFull;
+  hi = (hi | hi << 12) & 0x000F000F000F000Full;
+  hi = (hi | hi << 6) & 0x0303030303030303ull;
+  return lo | hi << 4;
+}
+// Bytes of 6-bit codes c (0..63) to the int8 bytes of c - 32, all 8 at once.
+inline uint64_t minus32_codes(uint64_t codes) {
+  const uint64_t s = codes ^ 0x2020202020202020ull;  // c - 32 as 6-bit two's complement
+  return s | (s & 0x2020202020202020ull) * 6;         // sign bit 5 copied to bits 6, 7
 }
 
 }  // namespace towers::simd

@@ -190,7 +190,7 @@ TEST_CASE("context overflow and bad token ids are errors, not crashes") {
 TEST_CASE("synthetic models of every file type load and run, quantized logits track f16") {
   std::map<std::string, std::vector<float>> logits_by_type;
   for (const char* shape : {"tiny", "tiny-qwen2"}) {
-    for (const char* type : {"f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"}) {
+    for (const char* type : {"f16", "q8_0", "q4_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "iq4_nl", "iq4_xs"}) {
       CAPTURE(shape);
       CAPTURE(type);
       SynthOptions o;
@@ -213,12 +213,16 @@ TEST_CASE("synthetic models of every file type load and run, quantized logits tr
     }
     // Same seed → same underlying weights; the quantized files' logits stay close to f16's.
     const auto& ref = logits_by_type[std::string(shape) + "f16"];
-    for (const char* type : {"q8_0", "q4_0", "q4_k_m", "q5_k_m"}) {
+    for (const char* type : {"q8_0", "q4_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "iq4_nl", "iq4_xs"}) {
       const auto& l = logits_by_type[std::string(shape) + type];
       double num = 0, den = 0;
       for (size_t i = 0; i < ref.size(); ++i) num += (l[i] - ref[i]) * (l[i] - ref[i]), den += ref[i] * ref[i];
       CAPTURE(type);
-      CHECK(std::sqrt(num / den) < (std::string(type) == "q8_0" ? 0.02 : 0.25));
+      const std::string t = type;
+      MESSAGE(std::string(shape) << " " << t << ": relative logit error against f16 " << std::sqrt(num / den));
+      // Measured: tiny q2_k 0.48, q4_0 0.20, q3_k_m 0.19, iq4_nl 0.17, iq4_xs 0.17, q5_1 0.09; tiny-qwen2
+      // all <= 0.11. Q2_K files hold 2.6 bits per weight: their weights alone are off by 28% RMS.
+      CHECK(std::sqrt(num / den) < (t == "q8_0" ? 0.02 : t == "q2_k" ? 0.6 : 0.25));
     }
   }
 }
@@ -263,7 +267,7 @@ TEST_CASE("batched decode of several sequences equals evaluating each alone, bit
 }
 
 TEST_CASE("fast kernels track the reference kernels on every quantized file type") {
-  for (const char* type : {"q8_0", "q4_0", "q4_k_m", "q5_k_m"}) {
+  for (const char* type : {"q8_0", "q4_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "iq4_nl", "iq4_xs"}) {
     CAPTURE(type);
     SynthOptions o;
     o.shape = "tiny";

@@ -170,6 +170,17 @@ TEST_CASE("ggml_blocks: iq4xs_scale reads ggml's scales_l and scales_h") {
   b.scales_h[0] = static_cast<uint8_t>(h);
   b.scales_h[1] = static_cast<uint8_t>(h >> 8);
   for (int j = 0; j < 8; ++j) CHECK(iq4xs_scale(b, j) == 10 + 7 * j);
+  // All codes at once, and their int8 values minus 32, over random bytes.
+  std::mt19937 rng(8);
+  for (int trial = 0; trial < 20000; ++trial) {
+    for (auto& v : b.scales_l) v = static_cast<uint8_t>(rng());
+    for (auto& v : b.scales_h) v = static_cast<uint8_t>(rng());
+    const uint64_t codes = iq4xs_scale_codes(b), signed_codes = minus32_codes(codes);
+    for (int j = 0; j < 8; ++j) {
+      REQUIRE(static_cast<int>((codes >> (8 * j)) & 0xFF) == iq4xs_scale(b, j));
+      REQUIRE(static_cast<int8_t>(signed_codes >> (8 * j)) == iq4xs_scale(b, j) - 32);
+    }
+  }
   CHECK(kIq4nlValues[0] == -127);
   CHECK(kIq4nlValues[15] == 113);
 }
