@@ -289,13 +289,90 @@ HWY_NOINLINE void DotManyT(const float* HWY_RESTRICT qv, const uint8_t* HWY_REST
 }
 
 // ---------------------------------------------------------------------------------------------
+// Weighted sums. Tiled by block (up to 4 groups of 8 kept in registers) over a chunk of vectors, so
+// each acc element sees the vectors in ascending order and only acc carries state between them.
+
+// One block (NG groups of 8 starting at element e0), lanes [h, h + Lanes), vectors [j0, j1).
+// F32/F16: w[j] = p[j]. Q8: w[j] = p[j] * d. Q6/Q4: w[j] = (p[j] * d, p[j] * m).
+template <KvQuant kQ, int NG>
+HWY_INLINE void AccBlock(const float* HWY_RESTRICT w, int wstride, const uint8_t* HWY_RESTRICT v,
+                         size_t stride, int j0, int j1, size_t hdr, size_t D, size_t e0, size_t h,
+                         float* HWY_RESTRICT acc) {
+  const DF df;
+  auto a0 = hn::LoadU(df, acc + e0 + h);
+  auto a1 = a0, a2 = a0, a3 = a0;
+  if constexpr (NG > 1) a1 = hn::LoadU(df, acc + e0 + 8 + h);
+  if constexpr (NG > 2) a2 = hn::LoadU(df, acc + e0 + 16 + h);
+  if constexpr (NG > 3) a3 = hn::LoadU(df, acc + e0 + 24 + h);
+  for (int j = j0; j < j1; ++j) {
+    const uint8_t* HWY_RESTRICT c = v + size_t(j) * stride + hdr;
+    const float* wj = w + (j - j0) * wstride;
+    const auto vs = hn::Set(df, wj[0]);
+    VF x0, x1, x2, x3;
+    DecodeBlock<kQ, NG>(c, c + D / 2, e0, h, x0, x1, x2, x3);
+    if constexpr (params_per_block(kQ) == 2) {
+      const auto vm = hn::Set(df, wj[1]);
+      a0 = hn::Add(a0, hn::MulAdd(vs, x0, vm));
+      if constexpr (NG > 1) a1 = hn::Add(a1, hn::MulAdd(vs, x1, vm));
+      if constexpr (NG > 2) a2 = hn::Add(a2, hn::MulAdd(vs, x2, vm));
+      if constexpr (NG > 3) a3 = hn::Add(a3, hn::MulAdd(vs, x3, vm));
+    } else {
+      a0 = hn::MulAdd(vs, x0, a0);
+      if constexpr (NG > 1) a1 = hn::MulAdd(vs, x1, a1);
+      if constexpr (NG > 2) a2 = hn::MulAdd(vs, x2, a2);
+      if constexpr (NG > 3) a3 = hn::MulAdd(vs, x3, a3);
+    }
+  }
+  hn::StoreU(a0, df, acc + e0 + h);
+  if constexpr (NG > 1) hn::StoreU(a1, df, acc + e0 + 8 + h);
+  if constexpr (NG > 2) hn::StoreU(a2, df, acc + e0 + 16 + h);
+  if constexpr (NG > 3) hn::StoreU(a3, df, acc + e0 + 24 + h);
+}
+
+template <KvQuant kQ>
+HWY_NOINLINE void AccumulateT(const float* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT v, size_t stride,
+                              int n, int dim, float* HWY_RESTRICT acc) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t D = static_cast<size_t>(dim);
+  constexpr int P = params_per_block(kQ);
+  const int nb = n_blocks(dim);
+  const size_t hdr = header_bytes(kQ, dim);
+  // Per vector of the chunk: the weights of every block (P per block; F32/F16: p[j] alone).
+  constexpr int kW = P == 0 ? 1 : 2 * kMaxBlocks;
+  HWY_ALIGN float w[kChunk * kW];
+  for (int j0 = 0; j0 < n; j0 += kChunk) {
+    const int j1 = std::min(n, j0 + kChunk);
+    if constexpr (P == 0) {
+      std::memcpy(w, p + j0, sizeof(float) * size_t(j1 - j0));
+    } else {
+      for (int j = j0; j < j1; ++j) {
+        float* wj = w + (j - j0) * kW;
+        F16ToF32(v + size_t(j) * stride, P * nb, wj);
+        for (int i = 0; i < P * nb; ++i) wj[i] = p[j] * wj[i];
+      }
+    }
+    for (int b = 0; b < nb; ++b) {
+      const size_t e0 = size_t(b) * kKvBlock;
+      const float* wb = w + (P == 0 ? 0 : P * b);
+      for (size_t h = 0; h < 8; h += N) {
+        switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
+          case 4: AccBlock<kQ, 4>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+          case 3: AccBlock<kQ, 3>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+          case 2: AccBlock<kQ, 2>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+          default: AccBlock<kQ, 1>(wb, kW, v, stride, j0, j1, hdr, D, e0, h, acc); break;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Group kernels: up to four query heads (G) that share one KV head, in one pass over the vectors.
 // Each vector (or block of it) is loaded and decoded once for the G queries instead of once per query.
 // Every (vector, query) score and every (query, element) sum goes through exactly the operations, in
-// the same order, of the single-query score kernel above (Dot4), so the results are the same bits;
-// only which independent chains run side by side changes. Weighted sums have one kernel for any G
-// (a single query is G = 1): tiled by block (up to 4 groups of 8 kept in registers) over a chunk of
-// vectors, so each acc element sees the vectors in ascending order and only acc carries state.
+// the same order, of the single-query kernels above (Dot4 / AccBlock), so the results are the same
+// bits; only which independent chains run side by side changes.
 
 #define TOWERS_KV_G4(X) X(0) X(1) X(2) X(3)
 
@@ -441,9 +518,8 @@ HWY_NOINLINE void DotGroupT(const float* const* HWY_RESTRICT qp, const uint8_t* 
   }
 }
 
-// G queries over groups [K0, K1) of block (e0, NG), lanes [h, h + Lanes), vectors [j0, j1): each
-// vector's groups are decoded once and added to the G accumulators.
-// F32/F16: w_g[j] = p_g[j]. Q8: w_g[j] = p_g[j] * d. Q6/Q4: w_g[j] = (p_g[j] * d, p_g[j] * m).
+// AccBlock for G queries over groups [K0, K1) of block (e0, NG), lanes [h, h + Lanes), vectors [j0, j1):
+// each vector's groups are decoded once and added to the G accumulators (w_g as in AccBlock).
 template <KvQuant kQ, int NG, int K0, int K1, int G>
 HWY_INLINE void AccBlockG(const float* const* HWY_RESTRICT wp, int wstride, const uint8_t* HWY_RESTRICT v,
                           size_t stride, int j0, int j1, size_t hdr, size_t D, size_t e0, size_t h,
@@ -517,7 +593,7 @@ constexpr bool kWholeBlockG = false;
 template <KvQuant kQ, int NG, int G>
 HWY_INLINE void AccBlockPasses(const float* const* wp, int wstride, const uint8_t* v, size_t stride, int j0,
                                int j1, size_t hdr, size_t D, size_t e0, size_t h, float* const* ap) {
-  if constexpr (kWholeBlockG || NG <= 2 || G == 1) {
+  if constexpr (kWholeBlockG || NG <= 2) {
     AccBlockG<kQ, NG, 0, NG, G>(wp, wstride, v, stride, j0, j1, hdr, D, e0, h, ap);
   } else {
     AccBlockG<kQ, NG, 0, 2, G>(wp, wstride, v, stride, j0, j1, hdr, D, e0, h, ap);
@@ -525,7 +601,7 @@ HWY_INLINE void AccBlockPasses(const float* const* wp, int wstride, const uint8_
   }
 }
 
-// acc_g[i] += sum_j p_g[j] * dequant(vector j)[i] for g < G.
+// acc_g[i] += sum_j p_g[j] * dequant(vector j)[i] for g < G; AccumulateT's operations per query.
 template <KvQuant kQ, int G>
 HWY_NOINLINE void AccumulateGroupT(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v,
                                    size_t stride, int n, int n_ahead, int dim, float* const* HWY_RESTRICT ap) {
@@ -606,7 +682,7 @@ void AccumulateGroupQ(const float* p, size_t p_stride, int n_q, const uint8_t* v
       case 4: AccumulateGroupT<kQ, 4>(pp, v, stride, n, n_ahead, dim, ap); break;
       case 3: AccumulateGroupT<kQ, 3>(pp, v, stride, n, n_ahead, dim, ap); break;
       case 2: AccumulateGroupT<kQ, 2>(pp, v, stride, n, n_ahead, dim, ap); break;
-      default: AccumulateGroupT<kQ, 1>(pp, v, stride, n, n_ahead, dim, ap); break;
+      default: AccumulateT<kQ>(pp[0], v, stride, n, dim, ap[0]); break;
     }
   }
 }
@@ -646,9 +722,15 @@ void DotMany(KvQuant q, const float* qv, const void* k, size_t stride, int n, in
   }
 }
 
-// One query: the group kernel with G = 1 (the same operations in the same order per element).
 void Accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, int dim, float* acc) {
-  AccumulateGroup(q, p, /*p_stride=*/0, /*n_q=*/1, v, stride, n, /*n_ahead=*/0, dim, acc);
+  const auto* vb = static_cast<const uint8_t*>(v);
+  switch (q) {
+    case KvQuant::F32: return AccumulateT<KvQuant::F32>(p, vb, stride, n, dim, acc);
+    case KvQuant::F16: return AccumulateT<KvQuant::F16>(p, vb, stride, n, dim, acc);
+    case KvQuant::Q8: return AccumulateT<KvQuant::Q8>(p, vb, stride, n, dim, acc);
+    case KvQuant::Q6: return AccumulateT<KvQuant::Q6>(p, vb, stride, n, dim, acc);
+    case KvQuant::Q4: return AccumulateT<KvQuant::Q4>(p, vb, stride, n, dim, acc);
+  }
 }
 
 }  // namespace HWY_NAMESPACE
