@@ -24,7 +24,7 @@ case "${1:-}" in
   "") ;;
   --release) legs=(release) ;;
   --check) legs=(check) ;;
-  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
   *) echo "test.sh: unknown option '$1' (--release, --check)" >&2; exit 2 ;;
 esac
 jobs="$(nproc 2>/dev/null || echo 2)"
@@ -40,7 +40,7 @@ check_leg() {
   "$root/scripts/build.sh" --check
   # Leaks are findings too; UBSan's reports stop the process (it is also built not to recover).
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-    ctest --test-dir "$build" --output-on-failure -j "$jobs" -R '^(test_[a-z_]+/|daemon/(kill9|long_session_kill9)$)'
+    ctest --test-dir "$build" --output-on-failure -j "$jobs" -R '^(test_[a-z0-9_]+/|daemon/(kill9|long_session_kill9)$)'
   "$root/tests/fuzz/run.sh" "$build" "${TOWERS_FUZZ_SECONDS:-60}"
 }
 
