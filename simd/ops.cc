@@ -41,18 +41,11 @@ void AxpyF32(float alpha, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, si
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
-// out = silu(g) * u = g / (1 + e^-g) * u, with Highway's Exp. A short tail goes through the same
-// vector code via a padded copy, so every element gets the same arithmetic.
-void SwigluF32(const float* g, const float* u, float* out, size_t n) {
-  const hn::ScalableTag<float> d;
+// Runs step(g, u, out) over whole vectors of the gate's inputs, then over a zero-padded copy of the
+// short tail, so that every element gets the same arithmetic.
+template <class D, class Step>
+HWY_INLINE void GateLoop(D d, const float* g, const float* u, float* out, size_t n, Step step) {
   const size_t N = hn::Lanes(d);
-  const auto one = hn::Set(d, 1.0f), lo = hn::Set(d, -87.0f), hi = hn::Set(d, 88.0f);
-  auto step = [&](const float* gp, const float* up, float* op) {
-    const auto gv = hn::LoadU(d, gp);
-    // Exp's valid range is bounded: e^-87 is already ~1e-38 (silu(g) = g) and e^88 ~ 2e38 (silu ~ 0).
-    const auto e = hn::Exp(d, hn::Min(hn::Max(hn::Neg(gv), lo), hi));
-    hn::StoreU(hn::Mul(hn::Div(gv, hn::Add(one, e)), hn::LoadU(d, up)), d, op);
-  };
   size_t i = 0;
   for (; i + N <= n; i += N) step(g + i, u + i, out + i);
   if (i < n) {
@@ -63,26 +56,30 @@ void SwigluF32(const float* g, const float* u, float* out, size_t n) {
   }
 }
 
-// out = gelu_tanh(g) * u; the tail through the same vector code as SwigluF32's.
+// out = silu(g) * u = g / (1 + e^-g) * u, with Highway's Exp.
+void SwigluF32(const float* g, const float* u, float* out, size_t n) {
+  const hn::ScalableTag<float> d;
+  const auto one = hn::Set(d, 1.0f), lo = hn::Set(d, -87.0f), hi = hn::Set(d, 88.0f);
+  GateLoop(d, g, u, out, n, [&](const float* gp, const float* up, float* op) {
+    const auto gv = hn::LoadU(d, gp);
+    // Exp's valid range is bounded: e^-87 is already ~1e-38 (silu(g) = g) and e^88 ~ 2e38 (silu ~ 0).
+    const auto e = hn::Exp(d, hn::Min(hn::Max(hn::Neg(gv), lo), hi));
+    hn::StoreU(hn::Mul(hn::Div(gv, hn::Add(one, e)), hn::LoadU(d, up)), d, op);
+  });
+}
+
+// out = gelu_tanh(g) * u. 0.5 (1 + tanh(z)) is computed as 1 / (1 + e^-2z), the same function without
+// the cancellation of 1 + tanh(z) for negative z (where it would lose every digit below g ~ -5).
 void GegluF32(const float* g, const float* u, float* out, size_t n) {
   const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
-  const auto k0 = hn::Set(d, 0.7978845608028654f), k1 = hn::Set(d, 0.044715f);  // sqrt(2/pi)
-  auto step = [&](const float* gp, const float* up, float* op) {
+  const auto one = hn::Set(d, 1.0f), lo = hn::Set(d, -87.0f), hi = hn::Set(d, 88.0f);
+  const auto k0 = hn::Set(d, -2.0f * 0.7978845608028654f), k1 = hn::Set(d, 0.044715f);  // -2 sqrt(2/pi)
+  GateLoop(d, g, u, out, n, [&](const float* gp, const float* up, float* op) {
     const auto gv = hn::LoadU(d, gp);
-    const auto inner = hn::Mul(k0, hn::MulAdd(hn::Mul(k1, gv), hn::Mul(gv, gv), gv));
-    const auto gelu = hn::Mul(hn::Mul(half, gv), hn::Add(one, hn::Tanh(d, inner)));
-    hn::StoreU(hn::Mul(gelu, hn::LoadU(d, up)), d, op);
-  };
-  size_t i = 0;
-  for (; i + N <= n; i += N) step(g + i, u + i, out + i);
-  if (i < n) {
-    HWY_ALIGN float gt[hn::MaxLanes(d)] = {}, ut[hn::MaxLanes(d)] = {}, ot[hn::MaxLanes(d)];
-    for (size_t j = i; j < n; ++j) gt[j - i] = g[j], ut[j - i] = u[j];
-    step(gt, ut, ot);
-    for (size_t j = i; j < n; ++j) out[j] = ot[j - i];
-  }
+    const auto minus_2z = hn::Mul(k0, hn::MulAdd(hn::Mul(k1, gv), hn::Mul(gv, gv), gv));
+    const auto e = hn::Exp(d, hn::Min(hn::Max(minus_2z, lo), hi));
+    hn::StoreU(hn::Mul(hn::Div(gv, hn::Add(one, e)), hn::LoadU(d, up)), d, op);
+  });
 }
 
 void SoftcapF32(float* x, size_t n, float scale, float cap) {

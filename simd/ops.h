@@ -14,7 +14,7 @@ void axpy_f32(float alpha, const float* x, float* y, size_t n);
 // alias g or u.
 void swiglu_f32(const float* g, const float* u, float* out, size_t n);
 // out[i] = gelu_tanh(g[i]) * u[i] = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u[i] (GeGLU's gate,
-// the tanh approximation Gemma uses; Highway's Tanh). out may alias g or u.
+// the tanh approximation Gemma uses; evaluated as g / (1 + e^-2z), Highway's Exp). out may alias g or u.
 void geglu_f32(const float* g, const float* u, float* out, size_t n);
 // x[i] = cap * tanh(x[i] * scale / cap): logit soft-capping (Gemma 2), after scaling by `scale`.
 void softcap_f32(float* x, size_t n, float scale, float cap);

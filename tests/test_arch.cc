@@ -195,3 +195,53 @@ TEST_CASE("architectures: gemma3's local layers rotate with base 10000, its glob
     CHECK(test::max_abs_diff(v, want) <= 1e-5);
   }
 }
+
+TEST_CASE("architectures: the table's traits as loaded, and a gemma file without its window is refused by name") {
+  auto gemma2 = load(synth_file("tiny-gemma2", "f16"));
+  const ModelConfig& g2 = gemma2->config();
+  CHECK(g2.head_dim == 32);
+  CHECK(g2.q_dim() == 128);  // != n_embd 64
+  CHECK(g2.embd_scale == doctest::Approx(8.0));
+  CHECK(g2.attn_scale == doctest::Approx(1.0 / std::sqrt(32.0)));
+  CHECK(g2.attn_softcap == 2.0f);
+  CHECK(g2.final_softcap == 3.0f);
+  CHECK(g2.ffn_gate == FfnGate::GeluTanh);
+  CHECK(g2.post_norms);
+  CHECK_FALSE(g2.qk_norm);
+  CHECK(g2.rope_base == 10000.0f);  // gemma2 files carry no base
+  for (int l = 0; l < g2.n_layer; ++l) CHECK(g2.is_swa(l) == (l % 2 == 0));
+
+  auto gemma3 = load(synth_file("tiny-gemma3", "f16"));
+  const ModelConfig& g3 = gemma3->config();
+  for (int l = 0; l < g3.n_layer; ++l) CHECK(g3.is_swa(l) == (l != 5));
+  CHECK(g3.attn_softcap == 0.0f);
+  CHECK(g3.final_softcap == 0.0f);
+  CHECK(g3.rope_base_swa == 10000.0f);
+  CHECK(g3.qk_norm);
+
+  auto qwen3 = load(synth_file("tiny-qwen3", "f16"));
+  CHECK(qwen3->config().qk_norm);
+  CHECK_FALSE(qwen3->config().qkv_bias);
+  CHECK_FALSE(qwen3->config().post_norms);
+  CHECK(qwen3->config().swa_layer.empty());
+
+  GgufWriter w;
+  w.set_string("general.architecture", "gemma2");
+  for (const char* key : {"embedding_length", "block_count", "feed_forward_length"}) w.set_u32(std::string("gemma2.") + key, 64);
+  w.set_u32("gemma2.attention.head_count", 4);
+  const auto path = test::temp_dir() / "arch-gemma2-no-window.gguf";
+  REQUIRE(w.write(path.string()).ok());
+  auto m = Model::load(path.string());
+  REQUIRE_FALSE(m.ok());
+  CAPTURE(m.error());
+  CHECK(m.error().find("gemma2.attention.sliding_window") != std::string::npos);
+
+  GgufWriter phi;
+  phi.set_string("general.architecture", "phi3");
+  const auto phi_path = test::temp_dir() / "arch-phi3.gguf";
+  REQUIRE(phi.write(phi_path.string()).ok());
+  auto refused = Model::load(phi_path.string());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().find("unsupported architecture 'phi3' (supported: llama, qwen2, qwen3, gemma2, gemma3)") !=
+        std::string::npos);
+}

@@ -1,5 +1,6 @@
-// simd/ops: swiglu_f32 against a double reference on every compiled target; its result for an
-// element does not depend on the element's position (tails) or on aliasing. rmsnorm_f32 and
+// simd/ops: swiglu_f32 and geglu_f32 against a double reference on every compiled target; their result
+// for an element does not depend on the element's position (tails) or on aliasing. softcap_f32 against
+// its formula. rmsnorm_f32 and
 // rope_f32 give exactly the bits of their plain scalar formulas.
 #include <cmath>
 #include <cstring>
@@ -14,28 +15,33 @@ using namespace towers;
 
 namespace {
 
-void check_swiglu(std::mt19937& rng) {
+using GateFn = void (*)(const float*, const float*, float*, size_t);
+
+double silu_ref(double g) { return g / (1.0 + std::exp(-g)); }
+double gelu_tanh_ref(double g) { return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))); }
+
+void check_gate(std::mt19937& rng, GateFn gate, double (*act)(double)) {
   std::uniform_real_distribution<float> dist(-12.0f, 12.0f);
   for (size_t n : {1, 3, 7, 8, 15, 16, 17, 33, 100, 8192}) {
     CAPTURE(n);
     std::vector<float> g(n), u(n), out(n);
     for (size_t i = 0; i < n; ++i) g[i] = dist(rng), u[i] = dist(rng);
     if (n > 4) g[0] = -200.0f, g[1] = 200.0f, g[2] = 0.0f, g[3] = -0.0f;  // exp overflow / underflow
-    simd::swiglu_f32(g.data(), u.data(), out.data(), n);
+    gate(g.data(), u.data(), out.data(), n);
     for (size_t i = 0; i < n; ++i) {
-      const double gd = g[i], ref = gd / (1.0 + std::exp(-gd)) * u[i];
+      const double ref = act(g[i]) * u[i];
       CHECK(std::isfinite(out[i]));
       CHECK(std::abs(out[i] - ref) <= 4e-6 * std::abs(ref) + 1e-30);
     }
     // Element i gets the same bits whether it sits in a full vector or in the tail.
     for (size_t k = 1; k < n && k < 20; ++k) {
       std::vector<float> part(n - k);
-      simd::swiglu_f32(g.data() + k, u.data() + k, part.data(), n - k);
+      gate(g.data() + k, u.data() + k, part.data(), n - k);
       CHECK(std::memcmp(part.data(), out.data() + k, (n - k) * sizeof(float)) == 0);
     }
     // In place (out == g), as the forward pass calls it.
     std::vector<float> inplace = g;
-    simd::swiglu_f32(inplace.data(), u.data(), inplace.data(), n);
+    gate(inplace.data(), u.data(), inplace.data(), n);
     CHECK(std::memcmp(inplace.data(), out.data(), n * sizeof(float)) == 0);
   }
 }
@@ -85,6 +91,32 @@ TEST_CASE("ops: rmsnorm_f32 and rope_f32 are their scalar formulas, bit for bit,
   towers::test::for_each_target([&](int64_t) {
     check_rmsnorm(rng);
     check_rope(rng);
+  });
+}
+
+void check_swiglu(std::mt19937& rng) { check_gate(rng, simd::swiglu_f32, silu_ref); }
+
+void check_softcap(std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-200.0f, 200.0f);
+  for (size_t n : {1, 7, 16, 33, 1000}) {
+    CAPTURE(n);
+    std::vector<float> x(n);
+    for (float& v : x) v = dist(rng);
+    std::vector<float> capped = x;
+    simd::softcap_f32(capped.data(), n, 0.125f, 5.0f);
+    for (size_t i = 0; i < n; ++i) {
+      const double ref = 5.0 * std::tanh(double(x[i]) * 0.125 / 5.0);
+      CHECK(std::abs(capped[i] - ref) <= 4e-6 * std::abs(ref) + 1e-7);
+      CHECK(std::abs(capped[i]) <= 5.0f);
+    }
+  }
+}
+
+TEST_CASE("ops: geglu_f32 against a double reference, tails and in-place give the same bits; softcap_f32") {
+  std::mt19937 rng(11);
+  towers::test::for_each_target([&](int64_t) {
+    check_gate(rng, simd::geglu_f32, gelu_tanh_ref);
+    check_softcap(rng);
   });
 }
 

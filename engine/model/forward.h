@@ -1,5 +1,7 @@
-// The reference forward pass: a whole Llama/Qwen2 transformer step, written to be read in one sitting
-// (in the spirit of llama2.c's run.c). Batched: T tokens per call (prefill) or one (decode).
+// The reference forward pass: a whole transformer step, written to be read in one sitting (in the
+// spirit of llama2.c's run.c), for every supported family: what Qwen3 and Gemma 2/3 do differently
+// from Llama is a few flags of ModelConfig read in the one loop (q/k norms, post-norms, GeGLU,
+// soft-caps, sliding windows). Batched: T tokens per call (prefill) or one (decode).
 // Every output element is computed by one thread in a fixed order, so logits are bit-identical for any
 // thread count and for any way of splitting a prompt into batches (docs/numerics.md).
 #pragma once
