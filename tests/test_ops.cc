@@ -112,7 +112,7 @@ void check_softcap(std::mt19937& rng) {
   }
 }
 
-TEST_CASE("ops: geglu_f32 against a double reference, tails and in-place give the same bits; softcap_f32") {
+TEST_CASE("ops: geglu_f32 against a double reference, tails and in-place give the same bits, and softcap_f32") {
   std::mt19937 rng(11);
   towers::test::for_each_target([&](int64_t) {
     check_gate(rng, simd::geglu_f32, gelu_tanh_ref);
