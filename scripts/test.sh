@@ -6,6 +6,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install-deps.sh" --dev
+# The ARM64 leg: a cross build for aarch64 and a subset of the unit tests under qemu (README.md, "ARM64").
+"$root/scripts/test-arm64.sh"
 "$root/scripts/build.sh"
 build="${TOWERS_BUILD_DIR:-$root/build}"
 cd "$build"
