@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: install what building, the tests, fuzzing,
-# benchmarks and packaging need (install-deps.sh --dev), then two legs:
+# benchmarks and packaging need (install-deps.sh --dev), then its legs:
 #   release  build everything (RelWithDebInfo, gcc) into build/ and run every test;
+#   arm64    cross-compile the libraries and a subset of the unit tests for aarch64 and run them under
+#            qemu (scripts/test-arm64.sh; README.md "ARM64"; ~3 min on two idle cores);
 #   check    the checking build (clang, Debug so assert() and the debug-only checks are compiled in:
-#            Mutex::assert_held, the segment pool's invariant after every change) with ASan and UBSan
-#            halting on the first finding, in build-check/, without benchmarks: it runs the unit tests
-#            and the kill -9 checks (daemon/kill9, daemon/long_session_kill9), then every libFuzzer
-#            target for TOWERS_FUZZ_SECONDS (default 60) each, two at a time (tests/fuzz/run.sh).
-#   scripts/test.sh              both legs (what .ci/run runs)
-#   scripts/test.sh --release    only the release leg
-#   scripts/test.sh --check      only the checking leg
-# Time of the check leg: the fuzzing is 11 targets x 60 s, two at a time (~6 min). Its build was not
-# measured to the end: on the 2-core machine of 2026-11-26, shared at load average ~19, one
-# instrumented simd/ file took over 13 minutes, so the checking build only compiles Highway's AVX2
-# and baseline targets (CMakeLists.txt). Time it on CI with `time scripts/test.sh --check`.
+#            Mutex::assert_held, the segment pool's invariant after every change, the catalog's
+#            no-wait lock) with ASan and UBSan halting on the first finding, in build-check/, without
+#            benchmarks: it runs the unit tests and the kill -9 checks (daemon/kill9,
+#            daemon/long_session_kill9), then every libFuzzer target for TOWERS_FUZZ_SECONDS (default
+#            60) each, two at a time (tests/fuzz/run.sh).
+#   scripts/test.sh              the legs CI runs (.ci/run): TOWERS_TEST_LEGS, default "release arm64 check"
+#   scripts/test.sh --release    only the release leg (likewise --arm64, --check)
+# Time of the check leg: the fuzzing is 11 targets x 60 s, two at a time (~6 min); the build compiles
+# only Highway's AVX2 and baseline targets (CMakeLists.txt) to bound its time.
 # Tests that need ../shared (models, reference outputs, tokenizer vectors) skip with a message when it
 # is absent; point TOWERS_SHARED at it when it lives elsewhere. TOWERS_BUILD_DIR and
 # TOWERS_CHECK_BUILD_DIR move the build directories.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-legs=(release check)
+read -r -a legs <<< "${TOWERS_TEST_LEGS:-release arm64 check}"
 case "${1:-}" in
   "") ;;
   --release) legs=(release) ;;
+  --arm64) legs=(arm64) ;;
   --check) legs=(check) ;;
   -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-  *) echo "test.sh: unknown option '$1' (--release, --check)" >&2; exit 2 ;;
+  *) echo "test.sh: unknown option '$1' (--release, --arm64, --check)" >&2; exit 2 ;;
 esac
 jobs="$(nproc 2>/dev/null || echo 2)"
 "$root/scripts/install-deps.sh" --dev
@@ -33,6 +34,10 @@ jobs="$(nproc 2>/dev/null || echo 2)"
 release_leg() {
   "$root/scripts/build.sh"
   (cd "${TOWERS_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j "$jobs")
+}
+
+arm64_leg() {
+  "$root/scripts/test-arm64.sh"
 }
 
 check_leg() {
