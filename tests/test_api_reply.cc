@@ -109,7 +109,7 @@ TEST_CASE("a tool reply cut by max_tokens keeps the call it began, whole as stre
   CHECK(msg["tool_calls"][0]["function"]["name"] == "get_weather");
   // The same text streamed: the same content, name and (unfinished) arguments.
   ReplyBuilder streamed(ReplyApi::Chat, "m", tool_params(true), 10, json::object());
-  std::string events = streamed.start_events() + streamed.add(0, cut, {}) + streamed.end_events(finished("length"));
+  std::string events = streamed.start_events() + streamed.add(0, cut, {}) + streamed.end_events(finished(FinishReason::Length));
   std::string content, name, arguments, finish;
   for (size_t at = 0; (at = events.find("data: {", at)) != std::string::npos;) {
     const size_t end = events.find("\n\n", at);
