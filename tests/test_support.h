@@ -1,5 +1,6 @@
 // Helpers shared by the tests: where ../shared is, and skipping when it is absent.
 #pragma once
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <span>
@@ -32,6 +33,17 @@ template <class T>
 std::vector<std::remove_const_t<T>> to_vec(std::span<T> s) {
   return {s.begin(), s.end()};
 }
+
+// splitmix64: the same integers on every machine (std::*_distribution is not specified bit for bit).
+struct SplitMix64 {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+};
 
 inline std::filesystem::path temp_dir() {
   auto p = std::filesystem::path(TOWERS_BINARY_DIR) / "test-tmp";
