@@ -47,15 +47,8 @@ void check_equal(const std::vector<float>& got, const std::vector<float>& want) 
   CHECK(bad == 0);
 }
 
-// splitmix64: deterministic on every platform (unlike std::normal_distribution).
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+// Deterministic on every platform (unlike std::normal_distribution).
+struct Rng : test::SplitMix64 {
   float uniform() { return static_cast<float>(next() >> 40) * 0x1.0p-24f; }  // [0, 1), exact
   double gauss() {  // Box-Muller
     const double u1 = (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53;

@@ -1,7 +1,7 @@
 // Helpers shared by the tests: where ../shared is, and skipping when it is absent.
 #pragma once
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
 #include <random>
@@ -49,6 +49,17 @@ inline std::vector<int32_t> concat(std::initializer_list<std::span<const int32_t
   for (auto p : parts) out.insert(out.end(), p.begin(), p.end());
   return out;
 }
+
+// splitmix64: the same integers on every machine (std::*_distribution is not specified bit for bit).
+struct SplitMix64 {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+};
 
 inline std::filesystem::path temp_dir() {
   auto p = std::filesystem::path(TOWERS_BINARY_DIR) / "test-tmp";
