@@ -171,6 +171,8 @@ double Scheduler::stalled_seconds() const {
 
 void Scheduler::fail(std::shared_ptr<GenJob> job, Status st) {
   GenOutcome out;
+  // Cancelled before admission (a client gone while queued): a cancelled sequence that ran no step.
+  if (st.code() == Status::Code::kCancelled) metrics_.steps_after_cancel(0);
   out.error = std::move(st);
   out.finish_reason = FinishReason::Error;
   if (job->on_finish) job->on_finish(out, nullptr);
