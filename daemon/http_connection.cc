@@ -404,7 +404,7 @@ void Connection::close(bool disconnected) {
     closed_ = true;
     if (out_ == Out::Pending || out_ == Out::Streaming) {
       callbacks.swap(on_close_);
-      if (disconnected) edge_->client_disconnects++;
+      if (disconnected && !counted_disconnect_) edge_->client_disconnects++;
     }
     on_close_.clear();
     outbox_.clear();
@@ -503,7 +503,12 @@ bool Connection::gone(uint64_t) const {
   std::lock_guard lock(out_mu_);
   if (closed_) return true;
   pollfd p{fd_, POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  const bool hung_up = ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  if (hung_up && !counted_disconnect_ && (out_ == Out::Pending || out_ == Out::Streaming)) {
+    counted_disconnect_ = true;
+    edge_->client_disconnects++;
+  }
+  return hung_up;
 }
 
 // ---- Exchange ----

@@ -130,6 +130,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t queued_bytes_ = 0;
   bool flush_posted_ = false;
   bool closed_ = false;
+  // gone() saw the peer hang up while a response was being produced: counted there once, so that a
+  // generation cancelled (and finished) before the read side sees the EOF is still counted.
+  mutable bool counted_disconnect_ = false;
   uint64_t seq_ = 0;                  // current request
   Out out_ = Out::Idle;
   bool keep_alive_ = false, must_close_ = false;
