@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs libFuzzer targets, two at a time, each for SECONDS from its committed seed corpus.
-#   tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET...]    (no TARGET: every target in tests/fuzz/corpus/)
+#   tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET...]    (no TARGET: every target in tests/fuzz/corpus/
+#                                                      and every target that writes its own seeds)
 # BUILD_DIR was configured with -DTOWERS_FUZZ=ON (scripts/test.sh --check, bench/fuzz.sh build it).
 # New inputs go to BUILD_DIR/fuzz/corpus/<target>/ (kept between runs), the seeds in
 # tests/fuzz/corpus/<target>/ are only read. A finding (crash, sanitizer report, leak, timeout, a
@@ -10,8 +11,12 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="$(cd "$1" && pwd)"; seconds="$2"; shift 2
 targets=("$@")
+# Targets whose seeds are made by code and not committed: GGUF files stay out of git (tests build
+# their models in code), so gguf_fuzz writes its seeds (`--write-seeds=DIR`) before each run.
+seeded_by_code=(gguf_fuzz)
 if [ ${#targets[@]} -eq 0 ]; then
   for d in "$here"/corpus/*/; do targets+=("$(basename "$d")"); done
+  targets+=("${seeded_by_code[@]}")
 fi
 mkdir -p "$build/fuzz/findings" "$build/fuzz/logs"
 export TMPDIR="${TMPDIR:-/tmp}"
@@ -23,10 +28,16 @@ run_one() {
   local t="$1" exe="$build/tests/fuzz/$1"
   [ -x "$exe" ] || { echo "fuzz $t: $exe not built"; return 1; }
   mkdir -p "$build/fuzz/corpus/$t"
+  local seeds=()
+  if [[ " ${seeded_by_code[*]} " == *" $t "* ]]; then
+    "$exe" --write-seeds="$build/fuzz/corpus/$t" >/dev/null || { echo "fuzz $t: could not write its seeds"; return 1; }
+  else
+    seeds=("$here/corpus/$t")
+  fi
   # -max_len: inputs of the size the parsers meet in practice (requests, headers, records, schemas);
   # -timeout: one input taking this long is a finding (a hang); -rss_limit_mb: so is this much memory.
   if "$exe" -max_total_time="$seconds" -max_len=16384 -timeout=30 -rss_limit_mb=3072 -print_final_stats=1 \
-        -artifact_prefix="$build/fuzz/findings/$t-" "$build/fuzz/corpus/$t" "$here/corpus/$t" \
+        -artifact_prefix="$build/fuzz/findings/$t-" "$build/fuzz/corpus/$t" "${seeds[@]}" \
         >"$build/fuzz/logs/$t.log" 2>&1; then
     echo "fuzz $t: ${seconds} s, $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$build/fuzz/logs/$t.log" |
                                     grep -o '[0-9]*$') inputs, no finding"
