@@ -1,13 +1,14 @@
 // OpenAI-compatible endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}]
 // (each request's body parsed once into a GenerationRequest); and the table of the
 // generation fields towerd honours, knowingly ignores, or refuses. The generation itself runs and
-// answers in daemon/api_generation.cc.
+// answers as a Turn (daemon/turns.h).
 #include <algorithm>
 #include <charconv>
 
 #include "daemon/log.h"
 #include "daemon/random_id.h"
 #include "daemon/service.h"
+#include "daemon/turns.h"
 #include "engine/constrained/grammar.h"
 #include "engine/constrained/grammar_matcher.h"
 #include "engine/constrained/json_schema.h"
@@ -476,35 +477,6 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, ReplyApi api, GenP
   return {};
 }
 
-ApiStatus begin_session_turn(Service& svc, const std::string& session, const std::string& message,
-                             const GenParams& params, const std::string& session_param, GenerationSpec* spec) {
-  // Room for the reply: what it asks for, up to half the prompt limit (a long max_tokens must not
-  // drop most of a session's history).
-  const size_t n_ctx = static_cast<size_t>(svc.model.config().n_ctx_train);
-  const size_t limit = svc.config.max_prompt_tokens > 0 ? std::min<size_t>(svc.config.max_prompt_tokens, n_ctx) : n_ctx;
-  const size_t reserve = std::min<size_t>(static_cast<size_t>(std::max(1, params.max_tokens)), limit / 2);
-  auto turn = svc.catalog.begin_turn(session, message, reserve);
-  if (!turn.ok()) {
-    if (turn.status().code() == Status::Code::kResourceExhausted) {
-      return ApiStatus(turn.status(), "messages", "context_length_exceeded");
-    }
-    return not_found_as(turn.status(), "session_not_found", session_param);
-  }
-  auto t = std::make_shared<Catalog::Turn>(std::move(turn.value()));
-  spec->params = params;
-  spec->prompt_tokens = t->prompt_estimate;
-  spec->dropped_turns = t->drop_turns;
-  spec->dropped_tokens = t->drop_tokens;
-  spec->prepare = [&svc, t] { return svc.catalog.prepare_turn(*t); };
-  spec->on_finish = [&svc, t](GenOutcome& o, Lease* l, const std::string& text, Settled settled) {
-    svc.catalog.finish_turn(*t, o, l, text, std::move(settled));
-  };
-  spec->on_rejected = [&svc, t] { svc.catalog.abort_turn(t->session); };
-  spec->extra = {{"session", t->session}};
-  spec->not_found_code = "session_not_found";
-  return {};
-}
-
 ApiStatus no_tools_with_session(const json& body) {
   for (const char* k : {"tools", "tool_choice"}) {
     if (body.contains(k) && !body[k].is_null() && !is_empty(body[k]) && body[k] != "none" && body[k] != "auto") {
@@ -527,20 +499,6 @@ namespace {
 json model_json(const Service& svc) {
   return {{"id", svc.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "towerd"},
           {"context_length", svc.model.config().n_ctx_train}, {"aliases", svc.config.aliases}};
-}
-
-// A session-less generation: the catalog's prefix-reusing path (the prompt is sealed for reuse).
-GenerationSpec stateless_spec(Service& svc, Catalog::Stateless stateless) {
-  auto st = std::make_shared<Catalog::Stateless>(std::move(stateless));
-  GenerationSpec spec;
-  spec.prompt_tokens = st->prompt_estimate;
-  spec.prepare = [&svc, st] { return svc.catalog.prepare_stateless(*st); };
-  spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&, Settled settled) {
-    svc.catalog.finish_stateless(o, l);
-    settled(Status::Ok());
-  };
-  spec.not_found_code = "segment_not_found";
-  return spec;
 }
 
 ApiStatus model_not_found(const std::string& name, const char* param) {
@@ -586,7 +544,7 @@ ApiStatus tool_generation(Service& svc, const std::string& session, const std::s
   st.base = std::move(conv.value().base);
   st.rest = std::move(conv.value().rest);
   st.prompt_estimate = st.base.size() + st.rest.size();
-  *spec = stateless_spec(svc, std::move(st));
+  *spec = stateless_spec(std::move(st));
   return {};
 }
 
@@ -702,7 +660,7 @@ ApiStatus handle_chat_completions(Service& svc, const HttpRequest& req, HttpResp
     for (auto& m : r.messages) chat.push_back({std::move(m.role), std::move(m.content)});
     auto begun = svc.catalog.begin_stateless(r.bot, std::move(chat));
     if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");
-    spec = stateless_spec(svc, std::move(begun.value()));
+    spec = stateless_spec(std::move(begun.value()));
     if (!r.bot.empty()) spec.extra = {{"bot", r.bot}};
   }
   spec.params = std::move(r.params);
@@ -719,7 +677,7 @@ ApiStatus handle_completions(Service& svc, const HttpRequest& req, HttpResponder
   st.rest = tok.encode(r.prompt, tok.add_bos_default(), /*parse_special=*/false);
   if (st.rest.empty()) return invalid_field("prompt", "\"prompt\" is empty and this model adds no BOS token");
   st.prompt_estimate = st.rest.size();
-  GenerationSpec spec = stateless_spec(svc, std::move(st));
+  GenerationSpec spec = stateless_spec(std::move(st));
   spec.api = ReplyApi::Completions;
   spec.params = std::move(r.params);
   return run_generation(svc, out, std::move(spec));

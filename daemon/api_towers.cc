@@ -4,6 +4,7 @@
 // state log); a thaw makes it restart hot.
 #include "daemon/api_views.h"
 #include "daemon/service.h"
+#include "daemon/turns.h"
 
 namespace towers::daemon::api {
 
@@ -199,15 +200,18 @@ ApiStatus handle_sessions(Service& svc, const HttpRequest& req, HttpResponder& o
   if (b.contains("id") && !b["id"].is_null() && id.empty()) {
     return invalid_field("id", "\"id\" is empty: give 1-64 characters of letters, digits, '-', '_', '.', or leave it out");
   }
-  // Its record is fsynced before the answer: on the offload thread.
-  return answer_offloaded(svc, out, [&svc, bot, id](HttpResponder& o) -> ApiStatus {
-    auto created = svc.catalog.create_session(bot, id);
-    if (created.ok()) return reply(o, session_json(created.value()));
-    if (created.status().code() == Status::Code::kResourceExhausted) {
-      return ApiStatus(created.status(), "", "session_limit_reached");
+  // Answered once its record is durable, from the log's completion thread: a storm of creations
+  // shares its fsyncs and holds no thread while it waits.
+  svc.catalog.create_session_async(bot, id, [o = out.shared_from_this()](Result<SessionView> created) {
+    if (created.ok()) {
+      reply(*o, session_json(created.value()));
+    } else if (created.status().code() == Status::Code::kResourceExhausted) {
+      send_error(*o, ApiStatus(created.status(), "", "session_limit_reached"));
+    } else {
+      send_error(*o, not_found_as(created.status(), "segment_not_found", "bot"));
     }
-    return not_found_as(created.status(), "segment_not_found", "bot");
   });
+  return {};
 }
 
 ApiStatus handle_session(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string& id) {

@@ -183,13 +183,18 @@ class Catalog {
 
   // Sessions. id "" = a random one. create and delete return once their record is durable.
   Result<SessionView> create_session(const std::string& bot, const std::string& id);
+  // create_session without waiting: `done` runs once the record is durable (the session) or not (the
+  // error; the session is gone again), on the log's completion thread; or at once on a refusal. Many
+  // creations at once share their fsyncs (the log's group commit) and hold no thread meanwhile.
+  using SessionCreated = std::function<void(Result<SessionView>)>;
+  void create_session_async(const std::string& bot, const std::string& id, SessionCreated done);
   Status delete_session(const std::string& id);
   Result<SessionView> session(const std::string& id, bool with_transcript) const;
   std::vector<SessionView> sessions() const;
 
   // A session turn: begin (any thread; marks it busy and returns the new user turn's tokens), prepare
   // (scheduler thread, at admission: the whole prompt; missing segments go in the pool cold), finish
-  // (scheduler thread, on_finish: seals and queues the turn's record unless the turn failed or was
+  // (scheduler thread, when the model is done: seals and queues the turn's record unless it failed or was
   // cancelled; never waits). `done` runs once the turn is settled — recorded durably (ok) or not (the
   // error) — on whichever thread that happens; only then is the turn part of the session and busy
   // cleared, and the segments the session no longer uses (after a drop) leave the pool.

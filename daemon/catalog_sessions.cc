@@ -2,6 +2,7 @@
 // reply, recording the turn, moving the kept transcript up when old turns are dropped, letting go of
 // the segments the session no longer uses), and session-less requests (the prompt cache).
 #include <algorithm>
+#include <future>
 #include <set>
 
 #include "daemon/catalog.h"
@@ -21,38 +22,51 @@ SegmentOptions Catalog::transcript_options(const Session& s) const {
   return o;
 }
 
-Result<SessionView> Catalog::create_session(const std::string& bot, const std::string& id_in) {
-  std::future<Status> durable;
-  SessionView view;
-  std::string id;
-  int64_t created = 0;
+Result<SessionView> Catalog::create_session(const std::string& bot, const std::string& id) {
+  std::promise<Result<SessionView>> created;
+  auto f = created.get_future();
+  create_session_async(bot, id, [&created](Result<SessionView> r) { created.set_value(std::move(r)); });
+  return f.get();
+}
+
+void Catalog::create_session_async(const std::string& bot, const std::string& id_in, SessionCreated done) {
+  Status refused;
   {
     std::lock_guard lock(mu_);
-    const SegmentDef* b = find_def(bot);
-    if (!b) return Status::NotFound("bot \"" + bot + "\" does not exist");
-    if (b->level != Level::Bot) {
-      return Status::InvalidArgument("segment \"" + bot + "\" is a " + std::string(to_string(b->level)) + ", not a bot");
-    }
-    if (static_cast<int>(sessions_.size()) >= config_.max_sessions) {
-      return Status::ResourceExhausted("the session limit (limits.max_sessions = " + std::to_string(config_.max_sessions) +
-                                       ") is reached");
-    }
-    id = id_in.empty() ? random_hex_id("s-") : id_in;
-    if (!valid_name(id)) return Status::InvalidArgument("session id must be 1-64 characters of letters, digits, '-', '_', '.'");
-    if (sessions_.count(id)) return Status::Conflict("session \"" + id + "\" exists already");
-    Session s;
-    s.id = id, s.bot = bot, s.created = s.updated = created = now_s();
-    durable = queue_record_locked(record::SessionCreate{id, bot, s.created});
-    view = view_locked(sessions_[id] = s, false);
+    refused = [&]() -> Status {
+      const SegmentDef* b = find_def(bot);
+      if (!b) return Status::NotFound("bot \"" + bot + "\" does not exist");
+      if (b->level != Level::Bot) {
+        return Status::InvalidArgument("segment \"" + bot + "\" is a " + std::string(to_string(b->level)) + ", not a bot");
+      }
+      if (static_cast<int>(sessions_.size()) >= config_.max_sessions) {
+        return Status::ResourceExhausted("the session limit (limits.max_sessions = " +
+                                         std::to_string(config_.max_sessions) + ") is reached");
+      }
+      const std::string id = id_in.empty() ? random_hex_id("s-") : id_in;
+      if (!valid_name(id)) return Status::InvalidArgument("session id must be 1-64 characters of letters, digits, '-', '_', '.'");
+      if (sessions_.count(id)) return Status::Conflict("session \"" + id + "\" exists already");
+      Session s;
+      s.id = id, s.bot = bot, s.created = s.updated = now_s();
+      SessionView view = view_locked(sessions_[id] = s, false);
+      // Queued under the lock (the log's order is the state's). The callback runs on the log's
+      // completion thread, which nobody waits for, and takes the lock again only to undo.
+      store_.append_async(record::SessionCreate{id, bot, s.created},
+                          [this, id, created = s.created, view = std::move(view), done](const Status& st) {
+                            if (st.ok()) return done(view);
+                            {
+                              std::lock_guard lock(mu_);
+                              if (auto it = sessions_.find(id); it != sessions_.end() && it->second.created == created &&
+                                                                it->second.turns == 0 && !it->second.busy) {
+                                sessions_.erase(it);
+                              }
+                            }
+                            done(not_recorded("the session", st));
+                          });
+      return Status::Ok();
+    }();
   }
-  if (Status st = durable.get(); !st.ok()) {
-    std::lock_guard lock(mu_);
-    if (auto it = sessions_.find(id); it != sessions_.end() && it->second.created == created && it->second.turns == 0 && !it->second.busy) {
-      sessions_.erase(it);
-    }
-    return not_recorded("the session", st);
-  }
-  return view;
+  if (!refused.ok()) done(refused);  // outside the lock: done answers a client
 }
 
 Status Catalog::delete_session(const std::string& id) {

@@ -34,7 +34,7 @@ struct Scheduler::Seq {
   std::shared_ptr<Choices> choices;  // n > 1, once the prompt is in: what the job's choices share
 };
 
-// The choices of one job (n > 1): what on_finish gets once the last of them ends.
+// The choices of one job (n > 1): what the hooks are told (finished) once the last of them ends.
 struct Scheduler::Choices {
   GenOutcome out;
   int running = 0;
@@ -124,6 +124,7 @@ void Scheduler::shutdown(std::chrono::milliseconds grace) {
 }
 
 Status Scheduler::submit(std::shared_ptr<GenJob> job) {
+  if (!job->hooks) return Status::InvalidArgument("a generation job without hooks");
   {
     std::lock_guard lock(mu_);
     if (stopping_) return Status::Unavailable("the daemon is shutting down");
@@ -175,7 +176,7 @@ void Scheduler::fail(std::shared_ptr<GenJob> job, Status st) {
   if (st.code() == Status::Code::kCancelled) metrics_.steps_after_cancel(0);
   out.error = std::move(st);
   out.finish_reason = FinishReason::Error;
-  if (job->on_finish) job->on_finish(out, nullptr);
+  job->hooks->finished(out, nullptr);
 }
 
 void Scheduler::build(SegmentId id, std::function<void(const Status&)> done, bool background) {
@@ -307,7 +308,7 @@ bool Scheduler::round(bool wait) {
 
 void Scheduler::admit(std::shared_ptr<GenJob> job) {
   if (job->cancelled) return fail(job, Status::Cancelled("cancelled before it started"));
-  auto prompt = job->prepare ? job->prepare() : Result<std::vector<int32_t>>(Status::Error("the job has no prompt"));
+  auto prompt = job->hooks->prompt();
   if (!prompt.ok()) return fail(job, prompt.status());
   if (prompt->empty()) return fail(job, Status::InvalidArgument("the prompt is empty"));
   if (const int n_ctx = model_.config().n_ctx_train; n_ctx > 0 && prompt->size() >= static_cast<size_t>(n_ctx)) {
@@ -364,7 +365,7 @@ void Scheduler::resolve() {
     s.out.queue_s = since(s.job->enqueued);
     s.pos = s.lease.cached_tokens;
     s.started = Clock::now();
-    if (s.job->on_admitted) s.job->on_admitted();
+    s.job->hooks->admitted();
   }
   std::erase_if(seqs_, [](const std::unique_ptr<Seq>& s) { return s->done; });
   // Builds: a new build may be appended while resolving (a cold parent), so index, not iterate.
@@ -553,7 +554,7 @@ size_t Scheduler::slots_in_use() const {
 }
 
 bool Scheduler::stopped(Seq& s, Clock::time_point now) {
-  if (!s.job->cancelled && s.job->client_gone && s.job->client_gone()) {
+  if (!s.job->cancelled && s.job->hooks->client_gone()) {
     s.job->cancelled = true;
     log_debug("client went away (seen before a step); its generation is cancelled");
   }
@@ -571,21 +572,21 @@ void Scheduler::finish(Seq& s, FinishReason reason) {
   s.out.finish_reason = reason;
   if (s.decoder) {
     s.out.tokens = s.decoder->tokens();
-    if (keeps_held_text(reason) && s.job->on_text) {
+    if (keeps_held_text(reason)) {
       std::string rest = s.decoder->flush();
       std::vector<Logprobs> logprobs = s.decoder->take_logprobs();
-      if (!rest.empty() || !logprobs.empty()) s.job->on_text(s.choice, rest, std::move(logprobs));
+      if (!rest.empty() || !logprobs.empty()) s.job->hooks->text(s.choice, rest, std::move(logprobs));
     }
   }
   s.out.total_s = since(s.job->enqueued);
   if (!s.choices) {
     metrics_.generation_done(static_cast<int>(s.out.prompt.size()), static_cast<int>(s.out.cached_tokens),
                              static_cast<int>(s.out.tokens.size()), s.out.first_token_s);
-    if (s.job->on_finish) s.job->on_finish(s.out, s.lease.tower ? &s.lease : nullptr);
+    s.job->hooks->finished(s.out, s.lease.tower ? &s.lease : nullptr);
     if (s.lease.tower) pool_.release(s.lease);
     return;
   }
-  // One of several choices: its lease goes now, on_finish waits for the last one.
+  // One of several choices: its lease goes now, finished waits for the last one.
   Choices& c = *s.choices;
   c.out.choices[static_cast<size_t>(s.choice)] = {s.out.tokens, s.out.finish_reason};
   if (!s.out.error.ok()) c.out.error = s.out.error;
@@ -606,7 +607,7 @@ void Scheduler::finish(Seq& s, FinishReason reason) {
   for (const auto& ch : c.out.choices) tokens += ch.tokens.size();
   metrics_.generation_done(static_cast<int>(c.out.prompt.size()), static_cast<int>(c.out.cached_tokens),
                            static_cast<int>(tokens), c.out.first_token_s);
-  if (s.job->on_finish) s.job->on_finish(c.out, nullptr);
+  s.job->hooks->finished(c.out, nullptr);
 }
 
 std::unique_ptr<Decoder> Scheduler::make_decoder(Seq& s, const SamplerConfig& sampling) {
@@ -621,7 +622,7 @@ void Scheduler::advance(Seq& s, std::span<const float> logits) {
   else metrics_.token_interval(since(s.last_token));
   s.last_token = Clock::now();
   std::vector<Logprobs> logprobs = s.decoder->take_logprobs();
-  if ((!d.text.empty() || !logprobs.empty()) && s.job->on_text) s.job->on_text(s.choice, d.text, std::move(logprobs));
+  if (!d.text.empty() || !logprobs.empty()) s.job->hooks->text(s.choice, d.text, std::move(logprobs));
   if (s.job->cancelled) return finish(s, FinishReason::Cancelled);
   if (d.done) return finish(s, d.finish_reason);
   s.next = d.token;

@@ -20,7 +20,7 @@
 // the load.
 //
 // A generation whose client left stops at the next step: the API cancels it when the connection
-// closes, and the scheduler asks every job's client_gone before each step as well (so a disconnect is
+// closes, and the scheduler asks every job's hooks (client_gone) before each step as well (so a disconnect is
 // seen within one step, however busy the I/O threads are); it counts the steps a generation ran after
 // its cancel (Metrics::steps_after_cancel).
 //
@@ -28,8 +28,8 @@
 // warm ones are paged in by the pager thread (map, populate, verify: file I/O off this thread) and
 // cold ones are built first; the generation waits meanwhile without holding up the others. The RAM
 // budget is enforced after every step. Each sequence decodes with a Decoder (engine/generate/decoder.h: the
-// same stop/EOS/UTF-8 rules as generate()) and hands its lease to the job's on_finish hook (which
-// may seal it into a segment) before releasing it.
+// same stop/EOS/UTF-8 rules as generate()) and hands its lease to the job's hooks (GenerationHooks::finished,
+// which may seal it into a segment) before releasing it.
 #pragma once
 #include <array>
 #include <atomic>
@@ -102,15 +102,35 @@ class CancelFlag {
   std::atomic<bool> on_{false};
 };
 
+// What a generation tells whoever asked for it, in this order, all on the scheduler thread: prompt
+// (at admission), admitted, text (any number of times), finished (exactly once, also when the job
+// failed before it ran). daemon/turns.h implements it for the API; tests implement it with a fake.
+class GenerationHooks {
+ public:
+  virtual ~GenerationHooks() = default;
+  // The prompt tokens. Must not run the model or wait: segments it needs go in the pool cold, and the
+  // scheduler builds them. An error fails the job.
+  virtual Result<std::vector<int32_t>> prompt() = 0;
+  // Before every step until the job ends: true when its client is gone (then it is cancelled). Must not
+  // block: a look at the socket, no I/O.
+  virtual bool client_gone() { return false; }
+  // The prompt's tower is assembled: the model is about to run.
+  virtual void admitted() {}
+  // A choice's text as it becomes final, with the logprobs of the tokens it completes
+  // (sampling.logprobs >= 0; engine/generate/decoder.h).
+  virtual void text(int choice, std::string_view text, std::vector<Logprobs> logprobs) = 0;
+  // After every choice ended. lease is null when the job failed before it had one, and for n > 1; it
+  // is released after finished returns.
+  virtual void finished(GenOutcome& out, Lease* lease) = 0;
+};
+
 struct GenJob {
-  // On the scheduler thread, at admission: the prompt tokens (must not run the model or wait: segments
-  // it needs go in the pool cold, and the scheduler builds them). An error fails the job.
-  std::function<Result<std::vector<int32_t>>()> prepare;
+  std::shared_ptr<GenerationHooks> hooks;
   SamplerConfig sampling;
   // Choices (OpenAI's n): the prompt is prefilled once and sealed into a segment; then n sequences,
   // each with a private tail over it, sample their first token from the same logits and decode in the
   // same steps. Choice i samples with seed + i (choice 0 is what n = 1 gives, up to the sealed
-  // prompt's KV format). on_finish then gets a null lease (each choice's is released as it ends).
+  // prompt's KV format). finished then gets a null lease (each choice's is released as it ends).
   int n = 1;
   // Constrained decoding (response_format, tools): every choice's tokens follow this grammar
   // (engine/constrained/grammar_matcher.h); null: unconstrained.
@@ -119,17 +139,6 @@ struct GenJob {
   std::vector<std::string> stop;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   CancelFlag cancelled;
-  // On the scheduler thread, before every step until the job ends (may be empty): true when its
-  // client is gone (then it is cancelled). Must not block: a look at the socket, no I/O.
-  std::function<bool()> client_gone;
-  // On the scheduler thread, once prepare succeeded and its tower is assembled: the model is about to run.
-  std::function<void()> on_admitted;
-  // On the scheduler thread: a choice's text as it becomes final, with the logprobs of the tokens it
-  // completes (sampling.logprobs >= 0; engine/generate/decoder.h); then on_finish exactly once, after every
-  // choice ended. lease is null when the job failed before it had one, and for n > 1; it is released
-  // after on_finish returns.
-  std::function<void(int choice, std::string_view text, std::vector<Logprobs> logprobs)> on_text;
-  std::function<void(GenOutcome&, Lease*)> on_finish;
   std::chrono::steady_clock::time_point enqueued;
 };
 

@@ -97,33 +97,6 @@ ApiStatus check_generation_fields(const nlohmann::json& body, std::initializer_l
 // Refuses tools and tool_choice (param "tools"): a session's transcript holds text turns only.
 ApiStatus no_tools_with_session(const nlohmann::json& body);
 
-// Runs a generation through the scheduler and answers, from the scheduler thread as the model runs:
-// a chat.completion object, or SSE chat.completion.chunk events ending in "data: [DONE]"
-// (daemon/api_generation.cc). Returns at once; an error only when the job could not be queued. The
-// client's disconnect cancels the job. prompt_estimate checks the context up front.
-// on_finish runs on the scheduler thread before the lease is released (seal, queue the record); it
-// must call `settled` exactly once, from any thread, when the reply may be acknowledged (its record is
-// durable) or with the error that stops it.
-using Settled = std::function<void(const Status&)>;
-struct GenerationSpec {
-  ReplyApi api = ReplyApi::Chat;
-  GenParams params;
-  size_t prompt_tokens = 0;
-  std::function<Result<std::vector<int32_t>>()> prepare;
-  std::function<void(GenOutcome&, Lease*, const std::string& text, Settled settled)> on_finish;
-  std::function<void()> on_rejected;  // the job never ran (queue full, shutting down, bad size)
-  nlohmann::json extra;               // extra fields for the response ("session", "bot")
-  std::string not_found_code;         // what a NotFound from prepare is about ("session_not_found", ...)
-  size_t dropped_turns = 0, dropped_tokens = 0;  // a session turn's oldest turns left out (usage says so)
-};
-ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec);
-// A session's next message: Catalog::begin_turn with room kept for the reply, as a generation
-// (prepare, finish and abort through the catalog). Errors are the API's (a session that cannot fit
-// its message even without its earlier turns: 400 context_length_exceeded). session_param: the request
-// field that named the session ("" when the path did).
-ApiStatus begin_session_turn(Service& svc, const std::string& session, const std::string& message,
-                             const GenParams& params, const std::string& session_param, GenerationSpec* spec);
-
 // The handlers of the route table (daemon/routes.cc), which has checked the method; path_param is what
 // the route's "{...}" matched. Operator routes (daemon/api.cc):
 ApiStatus handle_healthz(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);

@@ -3,10 +3,13 @@
 //   happens: the record log, the model, the pool's I/O;
 // - a catalog driven through every kind of change (definitions, an edit, sessions, turns past the
 //   context, compaction, the cold tier, removals) never waits under its lock;
+// - session creations answer once their record is durable, from the log's thread (no thread waits);
 // - a session driven past its context holds only the segments (and files) its transcript uses.
+#include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "catalog_fixtures.h"
 #include "daemon/catalog.h"
@@ -143,6 +146,50 @@ TEST_CASE("a catalog driven through every kind of change never waits under its l
   CHECK(c.segment("c").status().code() == Status::Code::kNotFound);
   const auto seen = broken.take();
   CHECK_MESSAGE(seen.empty(), "first: " << (seen.empty() ? "" : seen.front()));
+}
+
+TEST_CASE("session creations answer once durable, from the log's thread; refusals answer at once") {
+  Rig rig("create-async", Config{});
+  Catalog& c = rig.catalog;
+  REQUIRE(c.put_segment("p", Level::Platform, "", "You are a storyteller.").ok());
+  REQUIRE(c.put_segment("b", Level::Bot, "p", "Tell short stories.").ok());
+  constexpr int kCreations = 40;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> created;
+  int answered_here = 0;
+  const auto caller = std::this_thread::get_id();
+  for (int i = 0; i < kCreations; ++i) {
+    c.create_session_async("b", "s" + std::to_string(i), [&](Result<daemon::SessionView> r) {
+      std::lock_guard lock(mu);
+      REQUIRE_MESSAGE(r.ok(), r.error());
+      answered_here += std::this_thread::get_id() == caller;
+      created.push_back(r->id);
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return created.size() == kCreations; });
+  }
+  CHECK(answered_here == 0);  // every answer came from the log's completion thread
+  std::sort(created.begin(), created.end());
+  CHECK(std::unique(created.begin(), created.end()) == created.end());
+  CHECK(c.sessions().size() == kCreations);
+  // Refusals answer on the caller's thread before create_session_async returns.
+  std::vector<Status::Code> refused;
+  for (auto [bot, id] : {std::pair{"nobody", "x"}, {"p", "y"}, {"b", "s0"}, {"b", "bad id"}}) {
+    c.create_session_async(bot, id, [&](Result<daemon::SessionView> r) { refused.push_back(r.status().code()); });
+  }
+  CHECK(refused == std::vector<Status::Code>{Status::Code::kNotFound, Status::Code::kInvalidArgument,
+                                             Status::Code::kConflict, Status::Code::kInvalidArgument});
+  // They are durable: the log names every one of them.
+  size_t logged = 0;
+  REQUIRE(read_record_log(rig.dir / "towerd.log", [&](const LogRecord& r) {
+            auto rec = daemon::parse_record(static_cast<daemon::RecordType>(r.type), r.payload);
+            logged += rec.ok() && std::holds_alternative<daemon::record::SessionCreate>(rec.value());
+          }).ok());
+  CHECK(logged == kCreations);
 }
 
 TEST_CASE("a session driven past its context holds only the segments and files its transcript uses") {

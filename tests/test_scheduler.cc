@@ -86,6 +86,26 @@ struct Run {
   bool admitted = false, finished = false;
   GenOutcome out;
   std::atomic<bool> gone{false};  // what client_gone answers
+  std::function<void()> on_admitted, on_finished;  // run after the hooks noted it
+};
+
+// What the scheduler tells a Run (the job owns it; it points back at the Run, which outlives the job's
+// time in the scheduler as the tests are written).
+struct RunHooks : daemon::GenerationHooks {
+  explicit RunHooks(Run* run) : run(run) {}
+  Result<std::vector<int32_t>> prompt() override { return run->prompt; }
+  bool client_gone() override { return run->gone.load(); }
+  void admitted() override {
+    run->admitted = true;
+    if (run->on_admitted) run->on_admitted();
+  }
+  void text(int, std::string_view, std::vector<Logprobs>) override {}
+  void finished(GenOutcome& o, Lease*) override {
+    run->finished = true;
+    run->out = o;
+    if (run->on_finished) run->on_finished();
+  }
+  Run* run;
 };
 
 struct Harness {
@@ -107,17 +127,8 @@ struct Harness {
     r->prompt[0] = fake.candidates[300 + static_cast<size_t>(index)];
     r->job->max_tokens = max_tokens;
     r->job->sampling.temperature = 0;
-    Run* raw = r.get();
-    r->job->prepare = [raw] { return Result<std::vector<int32_t>>(raw->prompt); };
-    r->job->on_admitted = [this, raw, index] {
-      raw->admitted = true;
-      admissions.push_back(index);
-    };
-    r->job->on_finish = [raw](GenOutcome& o, Lease*) {
-      raw->finished = true;
-      raw->out = o;
-    };
-    r->job->client_gone = [raw] { return raw->gone.load(); };
+    r->on_admitted = [this, index] { admissions.push_back(index); };
+    r->job->hooks = std::make_shared<RunHooks>(r.get());
     return r;
   }
   std::shared_ptr<Run> submit(int index, size_t prompt_len, int max_tokens) {
@@ -320,10 +331,7 @@ TEST_CASE("cancellation from another thread during a step: the step in flight is
     in_step.set_value();
     cancel_set_f.wait();  // the model is busy while the other thread cancels
   };
-  a->job->on_finish = [&](GenOutcome& o, Lease*) {
-    a->out = o;
-    ended.set_value();
-  };
+  a->on_finished = [&] { ended.set_value(); };
   h.sched->start();
   REQUIRE(h.sched->submit(a->job).ok());
   in_step.get_future().wait();
