@@ -20,6 +20,7 @@ void add_segments(CLI::App& app);  // segments ls, show, add, rm
 void add_sessions(CLI::App& app);  // sessions ls, show, create, rm
 void add_cold(CLI::App& app);      // compress, thaw (cold tier: a running towerd, or its stopped state)
 void add_chat(CLI::App& app);
+void add_ui(CLI::App& app);        // the page, through a loopback TCP port
 
 // Print "towerctl: <message>" to stderr and return the exit status: fail() 1 (something failed),
 // usage_error() 2 (the command line asks for something impossible).

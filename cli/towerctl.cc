@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
   towers::cli::add_sessions(app);
   towers::cli::add_cold(app);
   towers::cli::add_chat(app);
+  towers::cli::add_ui(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 #include "daemon/metrics_text.h"
 #include "daemon/routes.h"
 #include "daemon/service.h"
+#include "daemon/ui_page.h"
 
 namespace towers::daemon {
 
@@ -204,6 +205,17 @@ ApiStatus handle_healthz(Service& svc, const HttpRequest&, HttpResponder& out, c
   return {};
 }
 
+// The page is served while starting too (it shows "offline" until the API answers). Its script is
+// inline and it loads nothing from elsewhere: the policy says so to the browser.
+ApiStatus handle_ui(Service&, const HttpRequest&, HttpResponder& out, const std::string&) {
+  out.send(200, "text/html; charset=utf-8", std::string(ui_page_html()),
+           {{"Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                        "img-src 'self' data:; frame-ancestors 'none'"},
+            {"X-Content-Type-Options", "nosniff"},
+            {"Cache-Control", "no-cache"}});
+  return {};
+}
+
 ApiStatus handle_pool(Service& svc, const HttpRequest&, HttpResponder& out, const std::string&) {
   return reply(out, pool_json(svc));
 }
@@ -229,7 +241,7 @@ ApiStatus dispatch(Service& svc, const HttpRequest& req, HttpResponder& out) {
   std::string param;
   const Route* route = match_route(req.path, &param);
   if (!route) return ApiStatus(Status::NotFound("no such endpoint: " + req.method + " " + req.path), "", "endpoint_not_found");
-  if (!svc.ready && route->handler != handle_healthz) {
+  if (!svc.ready && route->handler != handle_healthz && route->handler != handle_ui) {
     return Status::Unavailable("the daemon is starting (restoring its state); retry shortly");
   }
   if (!route_allows(*route, req.method)) return not_allowed(*route);

@@ -11,6 +11,7 @@ namespace {
 using namespace api;
 
 constexpr std::array kRoutes = {
+    Route{"/", "GET", handle_ui},
     Route{"/healthz", "GET", handle_healthz},
     Route{"/metrics", "GET", handle_metrics},
     Route{"/v1/pool", "GET", handle_pool},

@@ -99,6 +99,7 @@ ApiStatus no_tools_with_session(const nlohmann::json& body);
 
 // The handlers of the route table (daemon/routes.cc), which has checked the method; path_param is what
 // the route's "{...}" matched. Operator routes (daemon/api.cc):
+ApiStatus handle_ui(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);  // the page
 ApiStatus handle_healthz(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_metrics(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_pool(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);

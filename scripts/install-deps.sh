@@ -26,6 +26,7 @@ DEV=(
   libdnnl-dev                    # bench/bench_onednn.cc only: oneDNN as a baseline for our kernels
   python3-prometheus-client      # tests/daemon/check_edge_metrics.sh parses /metrics with a real parser
   systemd                        # systemd-analyze: tests/packaging/check_unit_security.sh
+  chromium                       # tests/daemon/check_ui.sh loads towerd's page in a real browser (headless)
   zstd                           # tests/cli/check_codec.sh compares the codec with zstd -19 (not linked)
 )
 # The ARM64 leg (Debian multiarch): a cross compiler, qemu to run the tests, and the :arm64 builds of

@@ -148,7 +148,7 @@ TEST_CASE("a catalog driven through every kind of change never waits under its l
   CHECK_MESSAGE(seen.empty(), "first: " << (seen.empty() ? "" : seen.front()));
 }
 
-TEST_CASE("session creations answer once durable, from the log's thread; refusals answer at once") {
+TEST_CASE("session creations answer once durable, from the log's thread, and refusals at once") {
   Rig rig("create-async", Config{});
   Catalog& c = rig.catalog;
   REQUIRE(c.put_segment("p", Level::Platform, "", "You are a storyteller.").ok());
