@@ -502,7 +502,21 @@ ApiStatus begin_session_turn(Service& svc, const std::string& session, const std
   spec->on_rejected = [&svc, t] { svc.catalog.abort_turn(t->session); };
   spec->extra = {{"session", t->session}};
   spec->not_found_code = "session_not_found";
+  spec->session_turn = t->number;
   return {};
+}
+
+GenerationSpec stateless_spec(Service& svc, Catalog::Stateless stateless) {
+  auto st = std::make_shared<Catalog::Stateless>(std::move(stateless));
+  GenerationSpec spec;
+  spec.prompt_tokens = st->prompt_estimate;
+  spec.prepare = [&svc, st] { return svc.catalog.prepare_stateless(*st); };
+  spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&, Settled settled) {
+    svc.catalog.finish_stateless(o, l);
+    settled(Status::Ok());
+  };
+  spec.not_found_code = "segment_not_found";
+  return spec;
 }
 
 ApiStatus no_tools_with_session(const json& body) {
@@ -527,20 +541,6 @@ namespace {
 json model_json(const Service& svc) {
   return {{"id", svc.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "towerd"},
           {"context_length", svc.model.config().n_ctx_train}, {"aliases", svc.config.aliases}};
-}
-
-// A session-less generation: the catalog's prefix-reusing path (the prompt is sealed for reuse).
-GenerationSpec stateless_spec(Service& svc, Catalog::Stateless stateless) {
-  auto st = std::make_shared<Catalog::Stateless>(std::move(stateless));
-  GenerationSpec spec;
-  spec.prompt_tokens = st->prompt_estimate;
-  spec.prepare = [&svc, st] { return svc.catalog.prepare_stateless(*st); };
-  spec.on_finish = [&svc](GenOutcome& o, Lease* l, const std::string&, Settled settled) {
-    svc.catalog.finish_stateless(o, l);
-    settled(Status::Ok());
-  };
-  spec.not_found_code = "segment_not_found";
-  return spec;
 }
 
 ApiStatus model_not_found(const std::string& name, const char* param) {
@@ -603,13 +603,6 @@ struct GenerationRequest {
   std::string prompt;
 };
 
-// "model": absent, or a name of the served model (Service::serves).
-ApiStatus check_model(const Service& svc, const json& body) {
-  std::string model;
-  if (ApiStatus e = string_field(body, "model", false, &model); !e.ok()) return e;
-  return svc.serves(model) ? ApiStatus() : model_not_found(model, "model");
-}
-
 ApiStatus parse_chat_request(const Service& svc, const HttpRequest& req, GenerationRequest* r) {
   json body;
   if (ApiStatus e = parse_body(req, &body); !e.ok()) return e;
@@ -671,6 +664,12 @@ ApiStatus parse_completion_request(const Service& svc, const HttpRequest& req, G
 }
 
 }  // namespace
+
+ApiStatus check_model(const Service& svc, const json& body) {
+  std::string model;
+  if (ApiStatus e = string_field(body, "model", false, &model); !e.ok()) return e;
+  return svc.serves(model) ? ApiStatus() : model_not_found(model, "model");
+}
 
 ApiStatus handle_models(Service& svc, const HttpRequest&, HttpResponder& out, const std::string& name) {
   if (name.empty()) return reply(out, {{"object", "list"}, {"data", json::array({model_json(svc)})}});

@@ -67,7 +67,8 @@ ApiStatus string_field(const nlohmann::json& body, const char* key, bool require
 // Refuses a field not in `known` (400 unknown_parameter naming it).
 ApiStatus known_fields(const nlohmann::json& body, std::initializer_list<std::string_view> known);
 
-enum class ReplyApi { Chat, Completions };  // chat.completion or text_completion (daemon/api_reply.h)
+// chat.completion, text_completion (daemon/api_reply.h) or response (daemon/api_response_reply.h)
+enum class ReplyApi { Chat, Completions, Responses };
 
 // Sampling and limits of a generation request (OpenAI field names), validated.
 struct GenParams {
@@ -87,6 +88,8 @@ struct GenParams {
 // api: whose "logprobs" (chat: a boolean with "top_logprobs"; completions: a count).
 ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, ReplyApi api, GenParams* params,
                            std::string_view raw_body = {});
+// "model": absent, or a name of the served model (Service::serves); else 404 model_not_found.
+ApiStatus check_model(const Service& svc, const nlohmann::json& body);
 // Refuses n > 1 (param "n"): a session continues one transcript.
 ApiStatus one_choice(const GenParams& params);
 // Refuses what a generation request may not hold: a field that is neither one of `own` (the
@@ -115,6 +118,7 @@ struct GenerationSpec {
   nlohmann::json extra;               // extra fields for the response ("session", "bot")
   std::string not_found_code;         // what a NotFound from prepare is about ("session_not_found", ...)
   size_t dropped_turns = 0, dropped_tokens = 0;  // a session turn's oldest turns left out (usage says so)
+  uint64_t session_turn = 0;  // a session turn's number once recorded (1, 2, ...): a response's id names it
 };
 ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec);
 // A session's next message: Catalog::begin_turn with room kept for the reply, as a generation
@@ -123,6 +127,8 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec);
 // field that named the session ("" when the path did).
 ApiStatus begin_session_turn(Service& svc, const std::string& session, const std::string& message,
                              const GenParams& params, const std::string& session_param, GenerationSpec* spec);
+// A session-less generation: the catalog's prefix-reusing path (the prompt is sealed for reuse).
+GenerationSpec stateless_spec(Service& svc, Catalog::Stateless stateless);
 
 // The handlers of the route table (daemon/routes.cc), which has checked the method; path_param is what
 // the route's "{...}" matched. Operator routes (daemon/api.cc):
@@ -134,6 +140,9 @@ ApiStatus handle_policy(Service&, const HttpRequest&, HttpResponder&, const std:
 ApiStatus handle_models(Service&, const HttpRequest&, HttpResponder&, const std::string& name);
 ApiStatus handle_chat_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+// OpenAI's Responses API on sessions (daemon/api_responses.cc):
+ApiStatus handle_responses(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+ApiStatus handle_response(Service&, const HttpRequest&, HttpResponder&, const std::string& id);
 // Towers' (daemon/api_towers.cc):
 ApiStatus handle_compress(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_segments(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);

@@ -289,6 +289,44 @@ const checks = {
     for (let i = 1; i < l.text_offset.length; ++i) assert.ok(l.text_offset[i] >= l.text_offset[i - 1]);
   },
 
+  // The Responses API (docs/api.md, "Responses"): three turns chained by previous_response_id are one
+  // session's turns, and each turn's cached_tokens covers the turn before (its prompt and all but the
+  // reply's last token); the SDK's own stream helper sees the typed events and the final response;
+  // retrieve reads a response back, delete removes its chain.
+  async responses() {
+    const base = { model, temperature: 0, max_output_tokens: 10, instructions: 'Tell a story.' };
+    const r1 = await client.responses.create({ ...base, input: 'Once upon a time' });
+    assert.equal(r1.object, 'response');
+    assert.ok(r1.output_text.length > 0);
+    let prev = r1;
+    for (const input of ['The cat', 'The dog']) {
+      const r = await client.responses.create({ ...base, input, previous_response_id: prev.id });
+      assert.equal(r.previous_response_id, prev.id);
+      assert.equal(r.session, r1.session);
+      assert.ok(r.usage.input_tokens_details.cached_tokens >= prev.usage.input_tokens + prev.usage.output_tokens - 1,
+        `cached ${r.usage.input_tokens_details.cached_tokens} < ${prev.usage.input_tokens} + ${prev.usage.output_tokens} - 1`);
+      prev = r;
+    }
+    const stream = client.responses.stream({ ...base, input: 'A bird', previous_response_id: prev.id });
+    const types = [];
+    let deltas = '';
+    for await (const e of stream) {
+      types.push(e.type);
+      if (e.type === 'response.output_text.delta') deltas += e.delta;
+    }
+    const last = await stream.finalResponse();
+    assert.equal(types[0], 'response.created');
+    assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)), types.join(' '));
+    assert.equal(last.output_text, deltas);
+    assert.equal(last.previous_response_id, prev.id);
+    const got = await client.responses.retrieve(last.id);
+    assert.equal(got.output_text, last.output_text);
+    assert.equal(got.previous_response_id, prev.id);
+    await client.responses.delete(r1.id);
+    await expectApiError(client.responses.retrieve(last.id), 404, 'response_not_found');
+    await expectApiError(client.responses.create({ ...base, input: 'x', tools: [{ type: 'function', name: 'f', parameters: {}, strict: true }] }),
+      400, 'unsupported_parameter', 'tools');
+  },
   async errors() {
     await expectApiError(client.chat.completions.create({ model: 'no-such-model', messages: user('Hi') }), 404, 'model_not_found', 'model');
     const audio = await expectApiError(client.chat.completions.create({ ...greedy, messages: user('Hi'), audio: { voice: 'alloy', format: 'wav' } }),
