@@ -47,6 +47,12 @@ std::string instructions_bot(const std::string& instructions) {
   return std::string(kResponsesPlatform) + "." + hex;
 }
 
+std::optional<ResponseRef> parse_item_id(std::string_view id) {
+  constexpr std::string_view prefix = "msg_";
+  if (!id.starts_with(prefix)) return std::nullopt;
+  return parse_response_id("resp_" + std::string(id.substr(prefix.size())));
+}
+
 bool is_instructions_bot(std::string_view bot) {
   return bot.size() == kResponsesPlatform.size() + 17 && bot.starts_with(kResponsesPlatform) &&
          bot[kResponsesPlatform.size()] == '.';
@@ -100,8 +106,12 @@ ApiStatus parse_message_item(const json& item, const std::string& at, std::vecto
   }
   std::string text;
   if (ApiStatus e = message_text(item, at, &text); !e.ok()) return e;
-  if (role == "system" || role == "developer") system->push_back(std::move(text));
-  else out->messages.push_back({role, std::move(text)});
+  if (role == "system" || role == "developer") {
+    system->push_back(std::move(text));
+  } else {
+    out->messages.push_back({role, std::move(text)});
+    out->references.emplace_back();
+  }
   return {};
 }
 
@@ -117,6 +127,7 @@ ApiStatus parse_response_input(const json& body, ResponseInput* out) {
   const json& input = body["input"];
   if (input.is_string()) {
     out->messages.push_back({"user", input.get<std::string>()});
+    out->references.emplace_back();
   } else if (input.is_array()) {
     for (size_t i = 0; i < input.size(); ++i) {
       const std::string at = "input[" + std::to_string(i) + "]";
@@ -128,8 +139,13 @@ ApiStatus parse_response_input(const json& body, ResponseInput* out) {
       } else if (type == "function_call" || type == "function_call_output") {
         return unsupported(at + ".type", at + ".type \"" + type + "\" is not supported: " + std::string(kNoToolsRule));
       } else if (type == "item_reference") {
-        return unsupported(at + ".type", at + ": item references are not supported: continue a conversation with "
-                                             "\"previous_response_id\" (the session keeps it)");
+        if (!item.contains("id") || !item["id"].is_string()) return invalid_field(at + ".id", at + ".id must be a string");
+        const std::string id = item["id"].get<std::string>();
+        if (!parse_item_id(id)) {
+          return unsupported(at + ".id", at + ".id \"" + id + "\": only the message items of towerd's responses (msg_<session>_<turn>) can be referenced");
+        }
+        out->messages.push_back({"assistant", ""});
+        out->references.push_back(id);
       } else {
         return unsupported(at + ".type", at + ".type \"" + type + "\" is not supported (message items with text)");
       }
@@ -286,8 +302,10 @@ ApiStatus responses_chat_body(const ojson& body, ojson* chat) {
 }
 
 ApiStatus as_responses_error(ApiStatus e) {
-  auto rename = [](std::string s) {
-    for (auto [from, to] : {std::pair<std::string_view, std::string_view>{"max_tokens", "max_output_tokens"},
+  // The field as a param, and as the message quotes it ("limits.max_tokens", a config key, stays).
+  auto rename = [](std::string s, bool quoted) {
+    const std::string q = quoted ? "\"" : "";
+    for (auto [from, to] : {std::pair<std::string, std::string>{q + "max_tokens" + q, q + "max_output_tokens" + q},
                             {"response_format.json_schema.", "text.format."},
                             {"response_format", "text.format"}}) {
       for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
@@ -295,7 +313,7 @@ ApiStatus as_responses_error(ApiStatus e) {
     return s;
   };
   if (e.ok()) return e;
-  return ApiStatus(Status::WithCode(e.status.code(), rename(e.status.message())), rename(e.param), e.code);
+  return ApiStatus(Status::WithCode(e.status.code(), rename(e.status.message(), true)), rename(e.param, false), e.code);
 }
 
 namespace {
@@ -511,17 +529,66 @@ ApiStatus unstored_response(Service& svc, HttpResponder& out, ResponsesRequest r
   return run_generation(svc, out, std::move(spec));
 }
 
+// Item references: each referenced message gets its text from the session turn the id names.
+ApiStatus resolve_references(Service& svc, ResponseInput* input) {
+  for (size_t i = 0; i < input->messages.size(); ++i) {
+    const std::string& id = input->references[i];
+    if (id.empty()) continue;
+    Located at;
+    if (ApiStatus e = locate_response(svc, "resp_" + id.substr(4), "input", &at); !e.ok()) {
+      return ApiStatus(Status::NotFound("item_reference \"" + id + "\": " + e.status.message()), "input", "response_not_found");
+    }
+    input->messages[i].content = (*at.session.transcript)[at.at + 1].content;
+  }
+  return {};
+}
+
+// A stored response whose input is a whole conversation ending in a reference to a session's reply
+// and a new user message (what the AI SDK sends when responses are stored): the conversation so far
+// must be that session's (its kept turns up to the reference, the earlier ones may be longer gone),
+// and the response continues it as previous_response_id would. Another conversation is left as it is
+// (and refused by the caller).
+ApiStatus continue_referenced(Service& svc, ResponsesRequest* r) {
+  auto& messages = r->input.messages;
+  const size_t n = messages.size();
+  if (n < 3 || messages[n - 1].role != "user" || r->input.references[n - 2].empty()) return {};
+  const std::string previous = "resp_" + r->input.references[n - 2].substr(4);
+  Located at;
+  if (ApiStatus e = locate_response(svc, previous, "input", &at); !e.ok()) return e;
+  const auto& kept = *at.session.transcript;
+  const size_t upto = at.at + 2;  // the session's messages up to the referenced reply
+  bool same = n - 1 >= upto;
+  for (size_t i = 0; same && i < upto; ++i) {
+    const ChatMessage& m = messages[n - 1 - upto + i];
+    same = m.role == kept[i].role && m.content == kept[i].content;
+  }
+  if (!same) {
+    return invalid_field("input", "the conversation before item_reference \"" + r->input.references[n - 2] + "\" is not the one its "
+                                  "session holds: send only the new message with \"previous_response_id\"");
+  }
+  r->previous = previous;
+  r->base["previous_response_id"] = previous;
+  messages.erase(messages.begin(), messages.end() - 1);
+  r->input.references.erase(r->input.references.begin(), r->input.references.end() - 1);
+  return {};
+}
+
 }  // namespace
 
 ApiStatus handle_responses(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string&) {
   ResponsesRequest r;
   if (ApiStatus e = parse_responses_request(svc, req, &r); !e.ok()) return e;
+  if (ApiStatus e = resolve_references(svc, &r.input); !e.ok()) return e;
   if (!r.store) return unstored_response(svc, out, std::move(r));
+  if (r.previous.empty()) {
+    if (ApiStatus e = continue_referenced(svc, &r); !e.ok()) return e;
+  }
   if (r.input.messages.size() != 1 || r.input.messages[0].role != "user") {
     return invalid_field("input", "a stored response is the next turn of a towerd session, so \"input\" holds exactly one user "
                                   "message (got " + std::to_string(r.input.messages.size()) + " user/assistant messages): the "
-                                  "session keeps the history; continue with \"previous_response_id\", or send \"store\": false "
-                                  "with a whole conversation");
+                                  "session keeps the history; continue with \"previous_response_id\" (or end the conversation "
+                                  "with an item_reference to the session's last reply and the new message), or send "
+                                  "\"store\": false with a whole conversation");
   }
   if (r.previous.empty()) return first_response(svc, out, std::move(r));
   Located at;

@@ -33,13 +33,20 @@ inline constexpr std::string_view kResponsesPlatform = "responses";
 std::string instructions_bot(const std::string& instructions);
 bool is_instructions_bot(std::string_view bot);
 
+// The session turn an output item id names: "msg_<session>_<turn>" (response_item_id).
+std::optional<ResponseRef> parse_item_id(std::string_view id);
+
 // "input" (a string, or items) with "instructions": the system text (instructions, then the text of
 // system and developer messages, joined by blank lines; nullopt when there is none) and the user and
-// assistant messages in order. Function calls and their outputs, item references and non-text parts
-// are refused by name (param "input[i]..."): they need tools, which sessions do not have yet.
+// assistant messages in order. An item_reference ({"type": "item_reference", "id": "msg_..."}, what
+// the AI SDK sends for an earlier reply when responses are stored) is an assistant message whose
+// text the handler reads from the session (references[i] = the id; "" for a message sent whole).
+// Function calls and their outputs and non-text parts are refused by name (param "input[i]..."):
+// they need tools, which sessions do not have yet.
 struct ResponseInput {
   std::optional<std::string> system;
   std::vector<ChatMessage> messages;
+  std::vector<std::string> references;  // one per message
 };
 ApiStatus parse_response_input(const nlohmann::json& body, ResponseInput* out);
 

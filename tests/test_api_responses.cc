@@ -105,7 +105,26 @@ TEST_CASE("input: a string, or message items with text parts, system texts joine
   CHECK(items.messages[2].content == "three");
 }
 
-TEST_CASE("input: function calls, item references, images and unknown fields are refused by name") {
+TEST_CASE("input: an item reference to a response's message is an assistant message to fill in") {
+  ResponseInput in;
+  REQUIRE(input_of({{"input", json::array({{{"role", "user"}, {"content", "a"}},
+                                           {{"type", "item_reference"}, {"id", "msg_s-1_1"}},
+                                           {{"role", "user"}, {"content", "b"}}})}},
+                   &in)
+              .ok());
+  REQUIRE(in.messages.size() == 3);
+  REQUIRE(in.references.size() == 3);
+  CHECK(in.messages[1].role == "assistant");
+  CHECK(in.references[0].empty());
+  CHECK(in.references[1] == "msg_s-1_1");
+  auto ref = parse_item_id(in.references[1]);
+  REQUIRE(ref);
+  CHECK(ref->session == "s-1");
+  CHECK(ref->turn == 1);
+  CHECK(!parse_item_id("resp_s-1_1"));
+}
+
+TEST_CASE("input: function calls, foreign item references, images and unknown fields are refused by name") {
   struct Case {
     json input;
     std::string param;
@@ -115,7 +134,8 @@ TEST_CASE("input: function calls, item references, images and unknown fields are
       {json::array({{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}, {"arguments", "{}"}}}), "input[0].type", Status::Code::kUnimplemented},
       {json::array({{{"role", "user"}, {"content", "a"}}, {{"type", "function_call_output"}, {"call_id", "c"}, {"output", "1"}}}),
        "input[1].type", Status::Code::kUnimplemented},
-      {json::array({{{"type", "item_reference"}, {"id", "msg_1"}}}), "input[0].type", Status::Code::kUnimplemented},
+      {json::array({{{"type", "item_reference"}, {"id", "fc_1"}}}), "input[0].id", Status::Code::kUnimplemented},
+      {json::array({{{"type", "item_reference"}}}), "input[0].id", Status::Code::kInvalidArgument},
       {json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_image"}, {"image_url", "x"}}})}}}),
        "input[0].content[0].type", Status::Code::kUnimplemented},
       {json::array({{{"role", "user"}, {"content", "a"}, {"audio", "x"}}}), "input[0].audio", Status::Code::kUnimplemented},
@@ -219,6 +239,9 @@ TEST_CASE("the chat path's errors name the Responses field") {
   CHECK(s.param == "text.format.schema");
   CHECK(s.status.message() == "text.format: unsupported keyword 'not'");
   CHECK(as_responses_error(invalid_field("temperature", "t")).param == "temperature");
+  // A config key in the message is not a request field.
+  const ApiStatus limit = as_responses_error(invalid_field("max_tokens", "\"max_tokens\" of 9 exceeds this server's limit of 8 (limits.max_tokens)"));
+  CHECK(limit.status.message() == "\"max_output_tokens\" of 9 exceeds this server's limit of 8 (limits.max_tokens)");
 }
 
 TEST_CASE("a streamed response: the typed events in OpenAI's order, numbered, rebuilding the whole response") {

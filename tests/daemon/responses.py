@@ -134,6 +134,24 @@ def main():
         check("".join(d["delta"] for d in deltas) == text_of(r4), "deltas != the completed text")
         covers(r3, r4, "turn 4 (streamed)")
         check(text_of(call(sock, "GET", RESP + "/" + r4["id"])) == text_of(r4), "GET r4")
+        # -- the AI SDK's shape with stored responses: the whole conversation, earlier replies as item
+        # references; it continues the session (only the new message prefilled) when it is that session's
+        conv = [{"role": "system", "content": "Tell a short story."}]
+        for r, said in ((r1, "Once upon a time"), (r2, "The cat"), (r3, "The dog")):
+            conv += [{"role": "user", "content": [{"type": "input_text", "text": said}]},
+                     {"type": "item_reference", "id": r["output"][0]["id"]}]
+        expect_error(sock, {"input": conv + [{"role": "user", "content": "x"}]}, 400, "previous_response_id")  # r3 is not the latest
+        conv += [{"role": "user", "content": [{"type": "input_text", "text": "A bird"}]},
+                 {"type": "item_reference", "id": r4["output"][0]["id"]}]
+        edited = [dict(m) for m in conv]
+        edited[3] = {"role": "user", "content": "The mouse"}
+        expect_error(sock, {"input": edited + [{"role": "user", "content": "x"}]}, 400, "input")
+        expect_error(sock, {"input": conv[:-1] + [{"type": "item_reference", "id": "msg_nosuch_1"}, {"role": "user", "content": "x"}]},
+                     404, "input", "response_not_found")
+        r5 = call(sock, "POST", RESP, {"input": conv + [{"role": "user", "content": "The sun"}], "max_output_tokens": 12, "temperature": 0})
+        check(r5["id"] == "resp_%s_5" % session and r5["previous_response_id"] == r4["id"], "item references: %s" % r5["id"])
+        c5 = covers(r4, r5, "turn 5 (item references)")
+        print("item references: turn 5 cached_tokens %d of %d" % (c5, r5["usage"]["input_tokens"]))
         # -- errors
         expect_error(sock, {"input": "x", "temprature": 1}, 400, "temprature", "unknown_parameter")
         expect_error(sock, {"input": "x", "max_tokens": 4}, 400, "max_tokens", "unknown_parameter")
@@ -145,7 +163,7 @@ def main():
         expect_error(sock, {"input": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                                       {"role": "user", "content": "c"}]}, 400, "input")
         expect_error(sock, {"input": "x", "previous_response_id": r2["id"]}, 400, "previous_response_id")
-        expect_error(sock, {"input": "x", "previous_response_id": r4["id"], "instructions": "Be rude."}, 400, "instructions")
+        expect_error(sock, {"input": "x", "previous_response_id": r5["id"], "instructions": "Be rude."}, 400, "instructions")
         expect_error(sock, {"input": "x", "previous_response_id": "resp_nosuch_1"}, 404, "previous_response_id",
                      "response_not_found")
         expect_error(sock, {"input": "x", "previous_response_id": "resp_%s_9" % session}, 404, "previous_response_id")
@@ -154,7 +172,7 @@ def main():
         expect_error(sock, {"input": "x", "model": "gpt-9"}, 404, "model", "model_not_found")
         expect_error(sock, None, 404, None, "response_not_found", "GET", RESP + "/resp_nosuch_1")
         expect_error(sock, None, 405, None, "method_not_allowed", "GET", RESP)
-        check(call(sock, "GET", "/v1/sessions/" + session)["messages"] == 8, "the errors changed the session")
+        check(call(sock, "GET", "/v1/sessions/" + session)["messages"] == 10, "the errors changed the session")
         # -- a bot of the hierarchy
         call(sock, "PUT", "/v1/segments/acme", {"level": "platform", "text": "Stories for children."})
         call(sock, "PUT", "/v1/segments/teller", {"level": "bot", "parent": "acme", "text": "You tell stories."})
@@ -180,21 +198,21 @@ def main():
                                        "max_output_tokens": 8, "temperature": 0})
         check(u2["previous_response_id"] == r2["id"] and text_of(u2), "store false from turn 2: %s" % u2)
         check(len(call(sock, "GET", "/v1/sessions")["data"]) == before, "store false made a session")
-        check(call(sock, "GET", "/v1/sessions/" + session)["messages"] == 8, "store false changed the session")
+        check(call(sock, "GET", "/v1/sessions/" + session)["messages"] == 10, "store false changed the session")
         # -- restart: the chain continues, its turns still served from segments
         stop_towerd(p)
         p, sock = start_towerd(towerd, model, tmp, 2, CONFIG)
-        r5 = call(sock, "POST", RESP, {"input": "The sun", "previous_response_id": r4["id"], "max_output_tokens": 12,
+        r6 = call(sock, "POST", RESP, {"input": "The moon", "previous_response_id": r5["id"], "max_output_tokens": 12,
                                        "temperature": 0})
-        check(r5["id"] == "resp_%s_5" % session, "after the restart: %s" % r5["id"])
-        c5 = covers(r4, r5, "turn 5 after the restart")
-        print("after a restart: turn 5 cached_tokens %d of %d" % (c5, r5["usage"]["input_tokens"]))
+        check(r6["id"] == "resp_%s_6" % session, "after the restart: %s" % r6["id"])
+        c6 = covers(r5, r6, "turn 6 after the restart")
+        print("after a restart: turn 6 cached_tokens %d of %d" % (c6, r6["usage"]["input_tokens"]))
         check(text_of(call(sock, "GET", RESP + "/" + r1["id"])) == text_of(r1), "GET r1 after the restart")
         # -- DELETE: the chain's session goes
         d = call(sock, "DELETE", RESP + "/" + r3["id"])
         check(d == {"id": r3["id"], "object": "response", "deleted": True, "session": session}, "DELETE: %s" % d)
         expect_error(sock, None, 404, None, "response_not_found", "GET", RESP + "/" + r1["id"])
-        expect_error(sock, {"input": "x", "previous_response_id": r5["id"]}, 404, "previous_response_id", "response_not_found")
+        expect_error(sock, {"input": "x", "previous_response_id": r6["id"]}, 404, "previous_response_id", "response_not_found")
         expect_error(sock, None, 404, None, "session_not_found", "GET", "/v1/sessions/" + session)
         print("responses: OK")
     finally:
