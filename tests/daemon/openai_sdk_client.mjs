@@ -4,27 +4,8 @@
 // check; exits 1 when one failed.
 //   node openai_sdk_client.mjs SOCKET
 import assert from 'node:assert/strict';
-import http from 'node:http';
-import { Readable } from 'node:stream';
 import OpenAI from 'openai';
-
-// The SDK talks through fetch(); this one sends the request over a Unix socket with node:http and
-// hands back a standard Response whose body streams (SSE replies arrive as they are written).
-function unixSocketFetch(socketPath) {
-  return (url, init = {}) => new Promise((resolve, reject) => {
-    const u = new URL(url);
-    const headers = {};
-    new Headers(init.headers).forEach((v, k) => { headers[k] = v; });
-    const req = http.request({ socketPath, path: u.pathname + u.search, method: init.method ?? 'GET', headers }, (res) => {
-      const h = new Headers();
-      for (const [k, v] of Object.entries(res.headers)) h.set(k, Array.isArray(v) ? v.join(', ') : v);
-      resolve(new Response(Readable.toWeb(res), { status: res.statusCode, statusText: res.statusMessage, headers: h }));
-    });
-    req.on('error', reject);
-    init.signal?.addEventListener('abort', () => req.destroy(new Error('aborted')));
-    req.end(init.body ?? undefined);
-  });
-}
+import { runChecks, unixSocketFetch } from './node_client.mjs';
 
 const client = new OpenAI({
   apiKey: 'unused', baseURL: 'http://towerd/v1', fetch: unixSocketFetch(process.argv[2]), maxRetries: 0, timeout: 120000,
@@ -344,17 +325,4 @@ const checks = {
   },
 };
 
-const only = process.argv.slice(3);
-let failed = 0;
-for (const [name, check] of Object.entries(checks)) {
-  if (only.length && !only.includes(name)) continue;
-  const t0 = Date.now();
-  try {
-    await check();
-    console.log(`ok ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e.stack ?? e}${e.cause ? `\n  cause: ${e.cause.stack ?? e.cause}` : ""}`);
-  }
-}
-process.exit(failed ? 1 : 0);
+await runChecks(checks, process.argv.slice(3));
