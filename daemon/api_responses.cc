@@ -420,6 +420,15 @@ ApiStatus same_system(Service& svc, const ResponsesRequest& r, const SessionView
   return {};
 }
 
+// run_generation for a response: a prompt past the context is the input's fault (run_generation names
+// the chat and completions fields).
+ApiStatus run_response(Service& svc, HttpResponder& out, GenerationSpec spec) {
+  spec.api = ReplyApi::Responses;
+  ApiStatus e = run_generation(svc, out, std::move(spec));
+  if (e.code == "context_length_exceeded") e.param = "input";
+  return e;
+}
+
 // The response's session turn: the user's message prefilled after the session's transcript, the reply
 // answered as a response. expect_turn: the turn number the response id was promised (a continuation
 // whose previous response is no longer the latest is refused).
@@ -453,10 +462,9 @@ ApiStatus run_turn(Service& svc, HttpResponder& out, const std::string& session,
   r.base["session"] = session;
   r.base["bot"] = bot;
   if (!r.input.system) r.base["instructions"] = instructions_json(session_instructions(svc, bot));
-  spec.api = ReplyApi::Responses;
   spec.params = std::move(r.params);
   spec.extra = std::move(r.base);
-  return run_generation(svc, out, std::move(spec));
+  return run_response(svc, out, std::move(spec));
 }
 
 // The bot a first response without "bot" runs under: its instructions' own (kResponsesPlatform and
@@ -521,12 +529,11 @@ ApiStatus unstored_response(Service& svc, HttpResponder& out, ResponsesRequest r
     return not_found_as(begun.status(), "segment_not_found", "bot");
   }
   GenerationSpec spec = stateless_spec(svc, std::move(begun.value()));
-  spec.api = ReplyApi::Responses;
   r.base["id"] = random_hex_id("resp_");
   if (!bot.empty()) r.base["bot"] = bot;
   spec.params = std::move(r.params);
   spec.extra = std::move(r.base);
-  return run_generation(svc, out, std::move(spec));
+  return run_response(svc, out, std::move(spec));
 }
 
 // Item references: each referenced message gets its text from the session turn the id names.

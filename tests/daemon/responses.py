@@ -170,6 +170,11 @@ def main():
         expect_error(sock, {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": {"not": {}}}}},
                      400, "text.format.schema")
         expect_error(sock, {"input": "x", "model": "gpt-9"}, 404, "model", "model_not_found")
+        # a first response that cannot run leaves no session behind
+        sessions = len(call(sock, "GET", "/v1/sessions")["data"])
+        expect_error(sock, {"input": "Once upon a time " * 1200}, 400, "input", "context_length_exceeded")
+        expect_error(sock, {"input": "x", "bot": "nosuch"}, 404, "bot", "segment_not_found")
+        check(len(call(sock, "GET", "/v1/sessions")["data"]) == sessions, "a refused first response left a session")
         expect_error(sock, None, 404, None, "response_not_found", "GET", RESP + "/resp_nosuch_1")
         expect_error(sock, None, 405, None, "method_not_allowed", "GET", RESP)
         check(call(sock, "GET", "/v1/sessions/" + session)["messages"] == 10, "the errors changed the session")
