@@ -109,7 +109,7 @@ std::string ReplyBuilder::tool_events(int choice, const std::vector<ToolCallPars
   return out;
 }
 
-std::string ReplyBuilder::start_events() const {
+std::string ReplyBuilder::start_events() {
   if (response_) return response_->start_events();
   if (api_ != ReplyApi::Chat) return {};
   std::string out;

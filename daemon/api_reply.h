@@ -33,7 +33,7 @@ class ReplyBuilder {
   std::string add(int choice, std::string_view text, std::vector<Logprobs> logprobs);
   // SSE events: the stream's start (chat: the role deltas), and its end from the outcome (finish
   // chunks, usage if asked, [DONE]).
-  std::string start_events() const;
+  std::string start_events();
   std::string end_events(const GenOutcome& o);
   // The whole reply (not streamed).
   nlohmann::json whole(const GenOutcome& o) const;
