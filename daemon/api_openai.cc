@@ -561,13 +561,6 @@ struct GenerationRequest {
   std::string prompt;
 };
 
-// "model": absent, or a name of the served model (Service::serves).
-ApiStatus check_model(const Service& svc, const json& body) {
-  std::string model;
-  if (ApiStatus e = string_field(body, "model", false, &model); !e.ok()) return e;
-  return svc.serves(model) ? ApiStatus() : model_not_found(model, "model");
-}
-
 ApiStatus parse_chat_request(const Service& svc, const HttpRequest& req, GenerationRequest* r) {
   json body;
   if (ApiStatus e = parse_body(req, &body); !e.ok()) return e;
@@ -629,6 +622,12 @@ ApiStatus parse_completion_request(const Service& svc, const HttpRequest& req, G
 }
 
 }  // namespace
+
+ApiStatus check_model(const Service& svc, const json& body) {
+  std::string model;
+  if (ApiStatus e = string_field(body, "model", false, &model); !e.ok()) return e;
+  return svc.serves(model) ? ApiStatus() : model_not_found(model, "model");
+}
 
 ApiStatus handle_models(Service& svc, const HttpRequest&, HttpResponder& out, const std::string& name) {
   if (name.empty()) return reply(out, {{"object", "list"}, {"data", json::array({model_json(svc)})}});

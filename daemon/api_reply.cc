@@ -43,6 +43,7 @@ ReplyBuilder::ReplyBuilder(ReplyApi api, std::string model_id, const GenParams& 
   if (tool_format_ && stream_) {
     for (Choice& c : choices_) c.tools = std::make_unique<ToolCallParser>(*tool_format_, /*tools_active=*/true);
   }
+  if (api == ReplyApi::Responses) response_ = std::make_unique<ResponseReply>(params, prompt_tokens, extra_);
 }
 
 std::string ReplyBuilder::event(const json& j) { return "data: " + dump(j) + "\n\n"; }
@@ -64,6 +65,7 @@ json ReplyBuilder::logprobs_json(std::span<const Logprobs> lps, size_t* text_off
 }
 
 std::string ReplyBuilder::add(int choice, std::string_view text, std::vector<Logprobs> logprobs) {
+  if (response_) return response_->add(text);
   Choice& c = choices_.at(static_cast<size_t>(choice));
   c.text.append(text);
   if (!stream_) {
@@ -107,7 +109,8 @@ std::string ReplyBuilder::tool_events(int choice, const std::vector<ToolCallPars
   return out;
 }
 
-std::string ReplyBuilder::start_events() const {
+std::string ReplyBuilder::start_events() {
+  if (response_) return response_->start_events();
   if (api_ != ReplyApi::Chat) return {};
   std::string out;
   for (size_t i = 0; i < choices_.size(); ++i) {
@@ -141,13 +144,14 @@ json ReplyBuilder::usage(const GenOutcome& o) const {
   return u;
 }
 
-json ReplyBuilder::timings(const GenOutcome& o) const {
+json towers_timings(const GenOutcome& o, uint64_t seed) {
   return {{"queue_ms", o.queue_s * 1000}, {"prefill_ms", o.prefill_s * 1000},
           {"first_token_ms", o.first_token_s * 1000}, {"total_ms", o.total_s * 1000}, {"finish", to_string(o.finish_reason)},
-          {"seed", seed_}};
+          {"seed", seed}};
 }
 
 std::string ReplyBuilder::end_events(const GenOutcome& o) {
+  if (response_) return response_->end_events(o);
   std::string out;
   const auto finishes = outcome_choices(o);
   for (size_t i = 0; i < choices_.size() && i < finishes.size(); ++i) {
@@ -162,7 +166,7 @@ std::string ReplyBuilder::end_events(const GenOutcome& o) {
                   ? json{{"index", i}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish}}
                   : json{{"index", i}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish}};
     json c = chunk(json::array({std::move(ch)}));
-    if (i + 1 == choices_.size()) c["towers"] = timings(o);
+    if (i + 1 == choices_.size()) c["towers"] = towers_timings(o, seed_);
     out += event(c);
   }
   if (include_usage_) {
@@ -174,6 +178,7 @@ std::string ReplyBuilder::end_events(const GenOutcome& o) {
 }
 
 json ReplyBuilder::whole(const GenOutcome& o) const {
+  if (response_) return response_->whole(o);
   const auto finishes = outcome_choices(o);
   json choices = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
@@ -213,7 +218,7 @@ json ReplyBuilder::whole(const GenOutcome& o) const {
             {"model", model_id_},
             {"choices", std::move(choices)},
             {"usage", usage(o)},
-            {"towers", timings(o)}};
+            {"towers", towers_timings(o, seed_)}};
   for (auto& [k, v] : extra_.items()) r[k] = v;
   return r;
 }

@@ -1,6 +1,6 @@
 // The OpenAI objects of one generation's reply: chat completions (chat.completion, or
-// chat.completion.chunk events) and legacy completions (text_completion, streamed or not), with n
-// choices, logprobs (daemon/api_logprobs.h), finish reasons, usage, and Towers' extra fields.
+// chat.completion.chunk events), legacy completions (text_completion, streamed or not) and responses
+// (handed to daemon/api_response_reply.h's ResponseReply), with n choices, logprobs (daemon/api_logprobs.h), finish reasons, usage, and Towers' extra fields.
 //
 // Streamed, as OpenAI sends it: chat starts with each choice's {"role":"assistant","content":""}
 // delta; every piece of text is a chunk of one choice (its logprobs with it); at the end each choice's
@@ -18,6 +18,7 @@
 #include <optional>
 #include <vector>
 
+#include "daemon/api_response_reply.h"
 #include "daemon/service.h"
 
 namespace towers::daemon::api {
@@ -32,7 +33,7 @@ class ReplyBuilder {
   std::string add(int choice, std::string_view text, std::vector<Logprobs> logprobs);
   // SSE events: the stream's start (chat: the role deltas), and its end from the outcome (finish
   // chunks, usage if asked, [DONE]).
-  std::string start_events() const;
+  std::string start_events();
   std::string end_events(const GenOutcome& o);
   // The whole reply (not streamed).
   nlohmann::json whole(const GenOutcome& o) const;
@@ -41,9 +42,12 @@ class ReplyBuilder {
   void set_dropped(size_t turns, size_t tokens) {
     dropped_turns_ = turns;
     dropped_tokens_ = tokens;
+    if (response_) response_->set_dropped(turns, tokens);
   }
 
-  const std::string& text(int choice = 0) const { return choices_[static_cast<size_t>(choice)].text; }
+  const std::string& text(int choice = 0) const {
+    return response_ ? response_->text() : choices_[static_cast<size_t>(choice)].text;
+  }
 
  private:
   struct Choice {
@@ -57,7 +61,6 @@ class ReplyBuilder {
   std::string tool_events(int choice, const std::vector<ToolCallParser::Event>& events, std::vector<Logprobs>& logprobs);
   nlohmann::json chunk(nlohmann::json choices) const;
   nlohmann::json usage(const GenOutcome& o) const;
-  nlohmann::json timings(const GenOutcome& o) const;
   nlohmann::json logprobs_json(std::span<const Logprobs> lps, size_t* text_offset) const;
   static std::string event(const nlohmann::json& j);
 
@@ -72,7 +75,13 @@ class ReplyBuilder {
   nlohmann::json extra_;
   std::vector<Choice> choices_;
   size_t dropped_turns_ = 0, dropped_tokens_ = 0;
+  // ReplyApi::Responses: the response's objects and events (extra is its base object).
+  std::unique_ptr<ResponseReply> response_;
 };
+
+// Towers' own part of a reply ("towers"): queue, prefill, first token and total in ms, the finish
+// reason, the sampling seed (to replay it).
+nlohmann::json towers_timings(const GenOutcome& o, uint64_t seed);
 
 // What an OpenAI client sees: "stop" (Eos, Stop, Cancelled), "tool_calls" (such a stop after the reply
 // made tool calls), else "length" (Length, and Context, Timeout, Grammar, Error: cut short).

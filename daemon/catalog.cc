@@ -129,6 +129,7 @@ SessionView Catalog::view_locked(const Session& s, bool with_transcript) const {
     v.warm = info && info->tier == Tier::Hot;
   }
   if (with_transcript) v.transcript = s.messages;
+  v.turns = s.turns;
   return v;
 }
 

@@ -129,6 +129,7 @@ struct SessionView {
   size_t messages = 0, transcript_tokens = 0;
   bool busy = false, warm = false;     // warm: its transcript segments are in RAM
   std::optional<std::vector<ChatMessage>> transcript;  // when asked for
+  uint64_t turns = 0;  // completed turns, numbered 1..turns (the kept ones are the last messages / 2)
 };
 
 class Catalog {
@@ -204,6 +205,7 @@ class Catalog {
     std::vector<int32_t> delta;
     size_t prompt_estimate = 0;  // base + transcript + delta tokens (after any drop)
     size_t drop_turns = 0, drop_tokens = 0;  // oldest turns left out so that the reply fits the context
+    uint64_t number = 0;  // the number this turn gets once recorded (1, 2, ...)
   };
   // reserve: tokens to keep free for the reply. When base + transcript + message + reserve pass the
   // prompt limit, the oldest whole turns are dropped ([limits] overflow = "truncate"); the kept

@@ -120,6 +120,7 @@ Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const std:
   Turn t;
   t.session = session;
   t.user = user;
+  t.number = s.turns + 1;
   auto delta = prompts_.last_turn(true, s.messages.size() / 2 + 1, user);
   if (!delta.ok()) return delta.status();
   t.delta = std::move(delta.value());

@@ -67,7 +67,8 @@ ApiStatus string_field(const nlohmann::json& body, const char* key, bool require
 // Refuses a field not in `known` (400 unknown_parameter naming it).
 ApiStatus known_fields(const nlohmann::json& body, std::initializer_list<std::string_view> known);
 
-enum class ReplyApi { Chat, Completions };  // chat.completion or text_completion (daemon/api_reply.h)
+// chat.completion, text_completion (daemon/api_reply.h) or response (daemon/api_response_reply.h)
+enum class ReplyApi { Chat, Completions, Responses };
 
 // Sampling and limits of a generation request (OpenAI field names), validated.
 struct GenParams {
@@ -87,6 +88,8 @@ struct GenParams {
 // api: whose "logprobs" (chat: a boolean with "top_logprobs"; completions: a count).
 ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, ReplyApi api, GenParams* params,
                            std::string_view raw_body = {});
+// "model": absent, or a name of the served model (Service::serves); else 404 model_not_found.
+ApiStatus check_model(const Service& svc, const nlohmann::json& body);
 // Refuses n > 1 (param "n"): a session continues one transcript.
 ApiStatus one_choice(const GenParams& params);
 // Refuses what a generation request may not hold: a field that is neither one of `own` (the
@@ -108,6 +111,9 @@ ApiStatus handle_policy(Service&, const HttpRequest&, HttpResponder&, const std:
 ApiStatus handle_models(Service&, const HttpRequest&, HttpResponder&, const std::string& name);
 ApiStatus handle_chat_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+// OpenAI's Responses API on sessions (daemon/api_responses.cc):
+ApiStatus handle_responses(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+ApiStatus handle_response(Service&, const HttpRequest&, HttpResponder&, const std::string& id);
 // Towers' (daemon/api_towers.cc):
 ApiStatus handle_compress(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_segments(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);

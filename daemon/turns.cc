@@ -20,7 +20,7 @@ class Turn : public GenerationHooks, public std::enable_shared_from_this<Turn> {
   Turn(Service& svc, std::shared_ptr<HttpResponder> out, GenerationSpec spec)
       : svc_(svc), out_(std::move(out)), spec_(std::move(spec)),
         builder_(spec_.api, svc.model_id, spec_.params, spec_.prompt_estimate(), spec_.extra) {
-    if (const auto* t = std::get_if<Catalog::Turn>(&spec_.context)) builder_.set_dropped(t->drop_turns, t->drop_tokens);
+    if (const auto* t = spec_.session_turn()) builder_.set_dropped(t->drop_turns, t->drop_tokens);
   }
 
   // The prompt fits the context; the job joins the scheduler's queue. An error: it never will run.
@@ -58,7 +58,7 @@ class Turn : public GenerationHooks, public std::enable_shared_from_this<Turn> {
 
   // At admission (scheduler thread): the prompt's tokens, from the catalog.
   Result<std::vector<int32_t>> prompt() override {
-    if (const auto* t = std::get_if<Catalog::Turn>(&spec_.context)) return svc_.catalog.prepare_turn(*t);
+    if (const auto* t = spec_.session_turn()) return svc_.catalog.prepare_turn(*t);
     return svc_.catalog.prepare_stateless(std::get<Catalog::Stateless>(spec_.context));
   }
 
@@ -87,7 +87,7 @@ class Turn : public GenerationHooks, public std::enable_shared_from_this<Turn> {
     auto recorded = [self = shared_from_this(), outcome, cancelled](const Status& st) {
       self->recorded(*outcome, cancelled, st);
     };
-    if (const auto* t = std::get_if<Catalog::Turn>(&spec_.context)) {
+    if (const auto* t = spec_.session_turn()) {
       return svc_.catalog.finish_turn(*t, o, lease, builder_.text(), std::move(recorded));
     }
     svc_.catalog.finish_stateless(o, lease);
@@ -97,6 +97,7 @@ class Turn : public GenerationHooks, public std::enable_shared_from_this<Turn> {
  private:
   // The session's record is durable (ok) or not (the error): the reply goes out.
   void recorded(GenOutcome& o, bool cancelled, const Status& st) {
+    if (spec_.remove_session_if_empty) remove_session_if_empty();
     if (!st.ok() && o.error.ok() && o.finish_reason != FinishReason::Cancelled) o.error = st;
     if (o.error.ok() && o.finish_reason == FinishReason::Grammar) {
       // The grammar (response_format's or the tool calls') could not go on (its automaton's limit, or
@@ -118,7 +119,19 @@ class Turn : public GenerationHooks, public std::enable_shared_from_this<Turn> {
 
   // The job never ran: a session turn lets its session go.
   void rejected() {
-    if (const auto* t = std::get_if<Catalog::Turn>(&spec_.context)) svc_.catalog.abort_turn(t->session);
+    if (const auto* t = spec_.session_turn()) svc_.catalog.abort_turn(t->session);
+    if (spec_.remove_session_if_empty) remove_session_if_empty();
+  }
+
+  // The session made for this turn has no turn after all: it goes, on the offload thread (its removal
+  // waits for a record).
+  void remove_session_if_empty() {
+    const auto* t = spec_.session_turn();
+    if (!t || !svc_.offload) return;
+    svc_.offload->post([&svc = svc_, session = t->session] {
+      auto s = svc.catalog.session(session, false);
+      if (s.ok() && s->turns == 0 && !s->busy) (void)svc.catalog.delete_session(session);
+    });
   }
 
   // The connection closed: the model stops at its next step.

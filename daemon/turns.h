@@ -33,8 +33,12 @@ struct GenerationSpec {
   TurnContext context;
   nlohmann::json extra;        // extra fields for the response ("session", "bot")
   std::string not_found_code;  // what a NotFound at admission is about ("session_not_found", ...)
+  // A session made for this turn (a first response, daemon/api_responses.cc): when the turn is not
+  // recorded (failed, cancelled), the session, still empty, goes too.
+  bool remove_session_if_empty = false;
 
   size_t prompt_estimate() const;
+  const Catalog::Turn* session_turn() const { return std::get_if<Catalog::Turn>(&context); }
 };
 
 // Runs the turn: submits it and returns at once; the Turn answers as the model runs (a

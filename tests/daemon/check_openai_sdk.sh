@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Conformance: the official OpenAI Node SDK (npm "openai", pinned below) against towerd (stories260K)
 # over its Unix socket — chat, streaming with and without usage, logprobs, penalties and logit_bias,
-# n choices, /v1/completions, errors (tests/daemon/openai_sdk_client.mjs has the checks). The package
+# n choices, /v1/completions, /v1/responses (create chained by previous_response_id, stream, retrieve,
+# delete), errors (tests/daemon/openai_sdk_client.mjs has the checks). The package
 # is installed from the npm registry into a temporary directory; without node and npm the check is
 # skipped (exit 77).
 #   check_openai_sdk.sh TOWERD SHARED_DIR TMP_ROOT [CHECK...]
@@ -11,11 +12,7 @@ towerd_setup "$1" "$2" "$3"
 shift 3
 # 6.x: the newest line that still runs on Debian 12's Node 18 (7.x wants Node 22).
 OPENAI_NPM_VERSION=6.49.0
-command -v node >/dev/null && command -v npm >/dev/null || { echo "SKIP: node and npm are needed (apt-get install nodejs npm)"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
-npm_dir="$tmp/npm"
-mkdir -p "$npm_dir"
-cp "$(dirname "$0")/openai_sdk_client.mjs" "$npm_dir/"
+node_checks openai_sdk_client.mjs
 t0=$(date +%s)
 (cd "$npm_dir" && npm install --no-audit --no-fund --loglevel=error --cache "$npm_dir/.cache" "openai@$OPENAI_NPM_VERSION" >/dev/null) \
   || fail "npm install openai@$OPENAI_NPM_VERSION failed"

@@ -6,6 +6,8 @@
 #   fail MESSAGE                          prints it and the end of towerd's log, exits 1
 #   api CURL_ARGS...                      curl on towerd's socket
 #   json PY_EXPR                          evaluates PY_EXPR on the JSON read from stdin (as d)
+#   node_checks FILE.mjs                  sets npm_dir ($tmp/npm) holding FILE.mjs and node_client.mjs;
+#                                         exits 77 without node, npm or curl
 # healthy() asks /healthz with curl; a script may redefine it (check_towerctl.sh uses towerctl).
 towerd_setup() {
   towerd="$1"; shared="${TOWERS_SHARED:-$2}"; local tmp_root="$3"
@@ -30,3 +32,10 @@ start() {
   fail "towerd not ready after 10 s"
 }
 stop() { kill -TERM "$pid"; wait "$pid" || fail "towerd exited with $? on SIGTERM"; pid=""; }
+node_checks() {
+  command -v node >/dev/null && command -v npm >/dev/null || { echo "SKIP: node and npm are needed (apt-get install nodejs npm)"; exit 77; }
+  command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
+  npm_dir="$tmp/npm"
+  mkdir -p "$npm_dir"
+  cp "$(dirname "${BASH_SOURCE[0]}")/$1" "$(dirname "${BASH_SOURCE[0]}")/node_client.mjs" "$npm_dir/"
+}

@@ -4,27 +4,8 @@
 // check; exits 1 when one failed.
 //   node openai_sdk_client.mjs SOCKET
 import assert from 'node:assert/strict';
-import http from 'node:http';
-import { Readable } from 'node:stream';
 import OpenAI from 'openai';
-
-// The SDK talks through fetch(); this one sends the request over a Unix socket with node:http and
-// hands back a standard Response whose body streams (SSE replies arrive as they are written).
-function unixSocketFetch(socketPath) {
-  return (url, init = {}) => new Promise((resolve, reject) => {
-    const u = new URL(url);
-    const headers = {};
-    new Headers(init.headers).forEach((v, k) => { headers[k] = v; });
-    const req = http.request({ socketPath, path: u.pathname + u.search, method: init.method ?? 'GET', headers }, (res) => {
-      const h = new Headers();
-      for (const [k, v] of Object.entries(res.headers)) h.set(k, Array.isArray(v) ? v.join(', ') : v);
-      resolve(new Response(Readable.toWeb(res), { status: res.statusCode, statusText: res.statusMessage, headers: h }));
-    });
-    req.on('error', reject);
-    init.signal?.addEventListener('abort', () => req.destroy(new Error('aborted')));
-    req.end(init.body ?? undefined);
-  });
-}
+import { runChecks, unixSocketFetch } from './node_client.mjs';
 
 const client = new OpenAI({
   apiKey: 'unused', baseURL: 'http://towerd/v1', fetch: unixSocketFetch(process.argv[2]), maxRetries: 0, timeout: 120000,
@@ -289,6 +270,44 @@ const checks = {
     for (let i = 1; i < l.text_offset.length; ++i) assert.ok(l.text_offset[i] >= l.text_offset[i - 1]);
   },
 
+  // The Responses API (docs/api.md, "Responses"): three turns chained by previous_response_id are one
+  // session's turns, and each turn's cached_tokens covers the turn before (its prompt and all but the
+  // reply's last token); the SDK's own stream helper sees the typed events and the final response;
+  // retrieve reads a response back, delete removes its chain.
+  async responses() {
+    const base = { model, temperature: 0, max_output_tokens: 10, instructions: 'Tell a story.' };
+    const r1 = await client.responses.create({ ...base, input: 'Once upon a time' });
+    assert.equal(r1.object, 'response');
+    assert.ok(r1.output_text.length > 0);
+    let prev = r1;
+    for (const input of ['The cat', 'The dog']) {
+      const r = await client.responses.create({ ...base, input, previous_response_id: prev.id });
+      assert.equal(r.previous_response_id, prev.id);
+      assert.equal(r.session, r1.session);
+      assert.ok(r.usage.input_tokens_details.cached_tokens >= prev.usage.input_tokens + prev.usage.output_tokens - 1,
+        `cached ${r.usage.input_tokens_details.cached_tokens} < ${prev.usage.input_tokens} + ${prev.usage.output_tokens} - 1`);
+      prev = r;
+    }
+    const stream = client.responses.stream({ ...base, input: 'A bird', previous_response_id: prev.id });
+    const types = [];
+    let deltas = '';
+    for await (const e of stream) {
+      types.push(e.type);
+      if (e.type === 'response.output_text.delta') deltas += e.delta;
+    }
+    const last = await stream.finalResponse();
+    assert.equal(types[0], 'response.created');
+    assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)), types.join(' '));
+    assert.equal(last.output_text, deltas);
+    assert.equal(last.previous_response_id, prev.id);
+    const got = await client.responses.retrieve(last.id);
+    assert.equal(got.output_text, last.output_text);
+    assert.equal(got.previous_response_id, prev.id);
+    await client.responses.delete(r1.id);
+    await expectApiError(client.responses.retrieve(last.id), 404, 'response_not_found');
+    await expectApiError(client.responses.create({ ...base, input: 'x', tools: [{ type: 'function', name: 'f', parameters: {}, strict: true }] }),
+      400, 'unsupported_parameter', 'tools');
+  },
   async errors() {
     await expectApiError(client.chat.completions.create({ model: 'no-such-model', messages: user('Hi') }), 404, 'model_not_found', 'model');
     const audio = await expectApiError(client.chat.completions.create({ ...greedy, messages: user('Hi'), audio: { voice: 'alloy', format: 'wav' } }),
@@ -306,17 +325,4 @@ const checks = {
   },
 };
 
-const only = process.argv.slice(3);
-let failed = 0;
-for (const [name, check] of Object.entries(checks)) {
-  if (only.length && !only.includes(name)) continue;
-  const t0 = Date.now();
-  try {
-    await check();
-    console.log(`ok ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e.stack ?? e}${e.cause ? `\n  cause: ${e.cause.stack ?? e.cause}` : ""}`);
-  }
-}
-process.exit(failed ? 1 : 0);
+await runChecks(checks, process.argv.slice(3));

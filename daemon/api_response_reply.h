@@ -1,0 +1,62 @@
+// The objects of OpenAI's Responses API for one generation (POST /v1/responses, daemon/api_responses.cc):
+// the `response` object, whole, and its typed SSE events when it streams. ReplyBuilder
+// (daemon/api_reply.h) hands a ReplyApi::Responses generation to a ResponseReply, so the generation
+// runner answers a response as it answers a chat completion.
+//
+// Streamed, as OpenAI sends it (every event has an "event:" line, and its data a "type" equal to it
+// and a "sequence_number" counting from 0):
+//   response.created, response.in_progress            the response, status "in_progress", no output
+//   response.output_item.added                        the assistant message item, status "in_progress"
+//   response.content_part.added                       its output_text part, empty
+//   response.output_text.delta ...                    each piece of text
+//   response.output_text.done, response.content_part.done, response.output_item.done   the whole text
+//   response.completed (or response.incomplete)       the response with its output and usage
+// No "data: [DONE]" (the Responses API has none). A reply cut short (max_output_tokens, the context,
+// the deadline) is status "incomplete" with incomplete_details.reason "max_output_tokens" (the item
+// "incomplete" too), as OpenAI reports it.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "daemon/service.h"
+
+namespace towers::daemon::api {
+
+// The message item's id of a response: "msg_" and what follows "resp_" in its id (so that GET
+// /v1/responses/{id} rebuilds the same item).
+std::string response_item_id(const std::string& response_id);
+// The assistant message item holding `text`; status "completed", "in_progress" or "incomplete".
+nlohmann::json response_message_item(const std::string& response_id, std::string_view status, const std::string& text);
+// The response object: `base` (id, created_at, model, instructions, ... as the request set them)
+// with status, output and usage (null: not known, e.g. a stored response read back).
+nlohmann::json response_object(const nlohmann::json& base, std::string_view status, nlohmann::json output,
+                               nlohmann::json usage);
+
+class ResponseReply {
+ public:
+  // base: the response object's fields known before the model runs (its "id" among them).
+  ResponseReply(const GenParams& params, size_t prompt_tokens, nlohmann::json base);
+
+  std::string add(std::string_view text);      // a streamed delta event ("" when not streaming)
+  std::string start_events();                  // created .. content_part.added
+  std::string end_events(const GenOutcome& o);  // output_text.done .. completed/incomplete
+  nlohmann::json whole(const GenOutcome& o) const;  // the response at the end (also the last event's)
+  const std::string& text() const { return text_; }
+  void set_dropped(size_t turns, size_t tokens) { dropped_turns_ = turns, dropped_tokens_ = tokens; }
+
+ private:
+  std::string event(std::string_view type, nlohmann::json data);
+  nlohmann::json usage(const GenOutcome& o) const;
+  const std::string& id() const;
+
+  bool stream_;
+  size_t prompt_tokens_;
+  uint64_t seed_;
+  nlohmann::json base_;
+  std::string text_;
+  uint64_t sequence_ = 0;
+  size_t dropped_turns_ = 0, dropped_tokens_ = 0;
+};
+
+}  // namespace towers::daemon::api

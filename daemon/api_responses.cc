@@ -1,0 +1,629 @@
+// POST /v1/responses, GET and DELETE /v1/responses/{id}: OpenAI's Responses API, where a response is a
+// turn of a towerd session. A first response creates a session (under `bot`, or under the
+// instructions' own bot: api_responses.h), previous_response_id continues the session it names with
+// only the new input prefilled, and "store": false runs on the session-less path and keeps nothing.
+// The request is parsed here into the chat path's GenParams; the generation runs as every other
+// (run_generation) and answers with daemon/api_response_reply.h's objects.
+#include "daemon/api_responses.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+#include "daemon/log.h"
+#include "daemon/random_id.h"
+#include "daemon/service.h"
+#include "daemon/turns.h"
+#include "daemon/api_response_reply.h"
+#include "mmapstore/segment_file.h"
+
+namespace towers::daemon::api {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+std::string response_id(const std::string& session, uint64_t turn) {
+  return "resp_" + session + "_" + std::to_string(turn);
+}
+
+std::optional<ResponseRef> parse_response_id(std::string_view id) {
+  constexpr std::string_view prefix = "resp_";
+  if (!id.starts_with(prefix)) return std::nullopt;
+  id.remove_prefix(prefix.size());
+  const size_t cut = id.rfind('_');
+  if (cut == std::string_view::npos || cut == 0 || cut + 1 == id.size() || id.size() - cut > 20) return std::nullopt;
+  ResponseRef ref{std::string(id.substr(0, cut)), 0};
+  for (char c : id.substr(cut + 1)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    ref.turn = ref.turn * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (ref.turn == 0) return std::nullopt;
+  return ref;
+}
+
+std::string instructions_bot(const std::string& instructions) {
+  const uint64_t h = xxh3_64({reinterpret_cast<const uint8_t*>(instructions.data()), instructions.size()});
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string(kResponsesPlatform) + "." + hex;
+}
+
+std::optional<ResponseRef> parse_item_id(std::string_view id) {
+  constexpr std::string_view prefix = "msg_";
+  if (!id.starts_with(prefix)) return std::nullopt;
+  return parse_response_id("resp_" + std::string(id.substr(prefix.size())));
+}
+
+bool is_instructions_bot(std::string_view bot) {
+  return bot.size() == kResponsesPlatform.size() + 17 && bot.starts_with(kResponsesPlatform) &&
+         bot[kResponsesPlatform.size()] == '.';
+}
+
+namespace {
+
+ApiStatus unsupported(const std::string& param, const std::string& why) {
+  return ApiStatus(Status::Unimplemented(why), param);
+}
+
+// Why a response cannot hold tools or function calls (yet).
+constexpr std::string_view kNoToolsRule =
+    "a response is a turn of a towerd session, and tools on sessions are not there yet (a session's transcript "
+    "holds text turns): use /v1/chat/completions without \"session\" and \"bot\" for tool calls";
+
+// One input message's text: a string, or parts of type input_text / output_text.
+ApiStatus message_text(const json& item, const std::string& at, std::string* out) {
+  if (!item.contains("content") || item["content"].is_null()) return invalid_field(at + ".content", at + ".content is missing");
+  const json& c = item["content"];
+  if (c.is_string()) {
+    *out = c.get<std::string>();
+    return {};
+  }
+  if (!c.is_array()) return invalid_field(at + ".content", at + ".content must be a string or an array of text parts");
+  out->clear();
+  for (size_t j = 0; j < c.size(); ++j) {
+    const std::string pat = at + ".content[" + std::to_string(j) + "]";
+    const json& part = c[j];
+    const std::string type = part.is_object() && part.contains("type") && part["type"].is_string() ? part["type"].get<std::string>() : "";
+    if (type != "input_text" && type != "output_text") {
+      return unsupported(pat + ".type", pat + ".type \"" + type + "\" is not supported: only text parts (input_text, output_text)");
+    }
+    if (!part.contains("text") || !part["text"].is_string()) return invalid_field(pat + ".text", pat + ".text must be a string");
+    *out += part["text"].get<std::string>();
+  }
+  return {};
+}
+
+// A message item: {"type": "message" (or absent), "role", "content", "id"?, "status"?}.
+ApiStatus parse_message_item(const json& item, const std::string& at, std::vector<std::string>* system, ResponseInput* out) {
+  if (!item.contains("role") || !item["role"].is_string()) return invalid_field(at + ".role", at + ".role must be a string");
+  const std::string role = item["role"].get<std::string>();
+  if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
+    return unsupported(at + ".role", at + ".role \"" + role + "\" is not supported (user, assistant, system, developer)");
+  }
+  for (const auto& [k, v] : item.items()) {
+    if (k != "type" && k != "role" && k != "content" && k != "id" && k != "status" && !v.is_null()) {
+      return unsupported(at + "." + k, at + "." + k + " is not supported (a message item has a role and a content)");
+    }
+  }
+  std::string text;
+  if (ApiStatus e = message_text(item, at, &text); !e.ok()) return e;
+  if (role == "system" || role == "developer") {
+    system->push_back(std::move(text));
+  } else {
+    out->messages.push_back({role, std::move(text)});
+    out->references.emplace_back();
+  }
+  return {};
+}
+
+}  // namespace
+
+ApiStatus parse_response_input(const json& body, ResponseInput* out) {
+  std::vector<std::string> system;
+  if (body.contains("instructions") && !body["instructions"].is_null()) {
+    if (!body["instructions"].is_string()) return invalid_field("instructions", "\"instructions\" must be a string");
+    system.push_back(body["instructions"].get<std::string>());
+  }
+  if (!body.contains("input") || body["input"].is_null()) return invalid_field("input", "\"input\" is required");
+  const json& input = body["input"];
+  if (input.is_string()) {
+    out->messages.push_back({"user", input.get<std::string>()});
+    out->references.emplace_back();
+  } else if (input.is_array()) {
+    for (size_t i = 0; i < input.size(); ++i) {
+      const std::string at = "input[" + std::to_string(i) + "]";
+      const json& item = input[i];
+      if (!item.is_object()) return invalid_field(at, at + " must be an object");
+      const std::string type = item.contains("type") && item["type"].is_string() ? item["type"].get<std::string>() : "message";
+      if (type == "message") {
+        if (ApiStatus e = parse_message_item(item, at, &system, out); !e.ok()) return e;
+      } else if (type == "function_call" || type == "function_call_output") {
+        return unsupported(at + ".type", at + ".type \"" + type + "\" is not supported: " + std::string(kNoToolsRule));
+      } else if (type == "item_reference") {
+        if (!item.contains("id") || !item["id"].is_string()) return invalid_field(at + ".id", at + ".id must be a string");
+        const std::string id = item["id"].get<std::string>();
+        if (!parse_item_id(id)) {
+          return unsupported(at + ".id", at + ".id \"" + id + "\": only the message items of towerd's responses (msg_<session>_<turn>) can be referenced");
+        }
+        out->messages.push_back({"assistant", ""});
+        out->references.push_back(id);
+      } else {
+        return unsupported(at + ".type", at + ".type \"" + type + "\" is not supported (message items with text)");
+      }
+    }
+  } else {
+    return invalid_field("input", "\"input\" must be a string or an array of items");
+  }
+  if (out->messages.empty()) return invalid_field("input", "\"input\" holds no user message");
+  if (!system.empty()) {
+    std::string joined;
+    for (const auto& s : system) joined += (joined.empty() ? "" : "\n\n") + s;
+    out->system = std::move(joined);
+  }
+  return {};
+}
+
+namespace {
+
+// What becomes of a field of a Responses body.
+enum class Kind {
+  Chat,     // the chat completions field of the same name (parse_gen_params reads it)
+  Own,      // read here (input, text, ...)
+  Refused,  // not supported unless null or its neutral value
+};
+struct ResponsesField {
+  std::string_view name;
+  Kind kind;
+  bool (*neutral)(const json&) = nullptr;  // Refused: the values accepted (they ask for nothing)
+  std::string_view accepted = "";
+};
+
+bool never(const json&) { return false; }
+bool is_false(const json& v) { return v == false; }
+bool empty_array(const json& v) { return v.is_array() && v.empty(); }
+bool zero(const json& v) { return v == 0; }
+// "reasoning": {} or {"effort": null, "summary": null} (what clients send for a model that does not reason).
+bool no_reasoning(const json& v) {
+  return v.is_object() && std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_null(); });
+}
+
+constexpr ResponsesField kResponsesFields[] = {
+    {"model", Kind::Chat},
+    {"temperature", Kind::Chat},
+    {"top_p", Kind::Chat},
+    {"seed", Kind::Chat},  // a Towers extension, as on chat completions
+    {"stream", Kind::Chat},
+    {"user", Kind::Chat},
+    {"metadata", Kind::Chat},
+    {"safety_identifier", Kind::Chat},
+    {"prompt_cache_key", Kind::Chat},
+    {"service_tier", Kind::Chat},
+    {"input", Kind::Own},
+    {"instructions", Kind::Own},
+    {"previous_response_id", Kind::Own},
+    {"store", Kind::Own},
+    {"bot", Kind::Own},  // a Towers extension: the first response's session is under this bot
+    {"max_output_tokens", Kind::Own},
+    {"text", Kind::Own},
+    {"stream_options", Kind::Own},
+    {"tools", Kind::Own},
+    {"tool_choice", Kind::Own},
+    {"parallel_tool_calls", Kind::Own},
+    {"include", Kind::Refused, empty_array, "[]"},
+    {"reasoning", Kind::Refused, no_reasoning, "{} (the model does not reason)"},
+    {"background", Kind::Refused, is_false, "false"},
+    {"truncation", Kind::Refused, never, "null: a session drops its oldest turns as [limits] overflow says"},
+    {"max_tool_calls", Kind::Refused, never, "null"},
+    {"top_logprobs", Kind::Refused, zero, "0"},
+    {"conversation", Kind::Refused, never, "null: continue with previous_response_id"},
+    {"prompt", Kind::Refused, never, "null"},
+};
+
+// "text": {"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict",
+// "description"}, "verbosity"} -> "response_format".
+ApiStatus text_format(const ojson& text, ojson* chat) {
+  if (!text.is_object()) return invalid_field("text", "\"text\" must be an object");
+  for (const auto& [k, v] : text.items()) {
+    if (k == "verbosity") {
+      if (!v.is_null() && v != "medium") return unsupported("text.verbosity", "\"text.verbosity\" is not supported by towerd (accepted: \"medium\")");
+    } else if (k != "format") {
+      return ApiStatus(Status::InvalidArgument("unknown field \"text." + k + "\""), "text." + k, "unknown_parameter");
+    }
+  }
+  if (!text.contains("format") || text["format"].is_null()) return {};
+  const ojson& f = text["format"];
+  const std::string type = f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
+  if (type == "text" || type == "json_object") {
+    (*chat)["response_format"] = {{"type", type}};
+    return {};
+  }
+  if (type != "json_schema") {
+    return invalid_field("text.format.type", "text.format.type must be \"text\", \"json_object\" or \"json_schema\"");
+  }
+  ojson schema = ojson::object();
+  for (const auto& [k, v] : f.items()) {
+    if (k == "name" || k == "schema" || k == "strict" || k == "description") schema[k] = v;
+    else if (k != "type") return ApiStatus(Status::InvalidArgument("unknown field \"text.format." + k + "\""), "text.format." + k, "unknown_parameter");
+  }
+  (*chat)["response_format"] = {{"type", "json_schema"}, {"json_schema", std::move(schema)}};
+  return {};
+}
+
+// The fields about tools: only what asks for no tool.
+ApiStatus no_tools(const ojson& body) {
+  if (body.contains("tools") && !body["tools"].is_null() && !(body["tools"].is_array() && body["tools"].empty())) {
+    return unsupported("tools", "\"tools\" is not supported on /v1/responses yet: " + std::string(kNoToolsRule));
+  }
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null() && body["tool_choice"] != "none" &&
+      body["tool_choice"] != "auto") {
+    return unsupported("tool_choice", "\"tool_choice\" asks for a tool call: " + std::string(kNoToolsRule));
+  }
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() && !body["parallel_tool_calls"].is_boolean()) {
+    return invalid_field("parallel_tool_calls", "\"parallel_tool_calls\" must be true or false");
+  }
+  return {};
+}
+
+// "stream_options": {"include_obfuscation": bool}, only with "stream": true (no event is padded here).
+ApiStatus stream_options(const ojson& body) {
+  if (!body.contains("stream_options") || body["stream_options"].is_null()) return {};
+  const ojson& o = body["stream_options"];
+  if (!o.is_object()) return invalid_field("stream_options", "\"stream_options\" must be an object");
+  if (body.value("stream", false) != true) return invalid_field("stream_options", "\"stream_options\" is only allowed with \"stream\": true");
+  for (const auto& [k, v] : o.items()) {
+    if (k != "include_obfuscation") {
+      return ApiStatus(Status::InvalidArgument("unknown field \"stream_options." + k + "\""), "stream_options." + k, "unknown_parameter");
+    }
+    if (!v.is_boolean() && !v.is_null()) return invalid_field("stream_options." + k, "\"stream_options." + k + "\" must be true or false");
+  }
+  return {};
+}
+
+}  // namespace
+
+ApiStatus responses_chat_body(const ojson& body, ojson* chat) {
+  *chat = ojson::object();
+  for (const auto& [k, v] : body.items()) {
+    const auto* rule = std::find_if(std::begin(kResponsesFields), std::end(kResponsesFields),
+                                    [&](const ResponsesField& f) { return f.name == k; });
+    if (rule == std::end(kResponsesFields)) {
+      return ApiStatus(Status::InvalidArgument("unknown field \"" + k + "\""), k, "unknown_parameter");
+    }
+    if (rule->kind == Kind::Chat) (*chat)[k] = v;
+    if (rule->kind == Kind::Refused && !v.is_null() && !rule->neutral(json::parse(v.dump()))) {
+      return unsupported(k, "\"" + k + "\" is not supported by towerd (accepted: " + std::string(rule->accepted) + ")");
+    }
+  }
+  if (body.contains("max_output_tokens")) (*chat)["max_tokens"] = body["max_output_tokens"];
+  if (body.contains("text") && !body["text"].is_null()) {
+    if (ApiStatus e = text_format(body["text"], chat); !e.ok()) return e;
+  }
+  if (ApiStatus e = no_tools(body); !e.ok()) return e;
+  return stream_options(body);
+}
+
+ApiStatus as_responses_error(ApiStatus e) {
+  // The field as a param, and as the message quotes it ("limits.max_tokens", a config key, stays).
+  auto rename = [](std::string s, bool quoted) {
+    const std::string q = quoted ? "\"" : "";
+    for (auto [from, to] : {std::pair<std::string, std::string>{q + "max_tokens" + q, q + "max_output_tokens" + q},
+                            {"response_format.json_schema.", "text.format."},
+                            {"response_format", "text.format"}}) {
+      for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+    }
+    return s;
+  };
+  if (e.ok()) return e;
+  return ApiStatus(Status::WithCode(e.status.code(), rename(e.status.message(), true)), rename(e.param, false), e.code);
+}
+
+namespace {
+
+// As a response shows them: null when there are none.
+json instructions_json(const std::optional<std::string>& instructions) {
+  return instructions && !instructions->empty() ? json(*instructions) : json(nullptr);
+}
+
+// A POST /v1/responses body, parsed once.
+struct ResponsesRequest {
+  GenParams params;
+  ResponseInput input;
+  std::string previous, bot;
+  bool store = true;
+  json base;  // the response object's fields the request sets (echoed as OpenAI echoes them)
+};
+
+ApiStatus parse_responses_request(const Service& svc, const HttpRequest& req, ResponsesRequest* r) {
+  json body;
+  if (ApiStatus e = parse_body(req, &body); !e.ok()) return e;
+  const ojson ordered = ojson::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  ojson chat;
+  if (ApiStatus e = responses_chat_body(ordered, &chat); !e.ok()) return e;
+  for (ApiStatus e : {check_model(svc, body), string_field(body, "previous_response_id", false, &r->previous),
+                      string_field(body, "bot", false, &r->bot)}) {
+    if (!e.ok()) return e;
+  }
+  if (body.contains("store") && !body["store"].is_null()) {
+    if (!body["store"].is_boolean()) return invalid_field("store", "\"store\" must be true or false");
+    r->store = body["store"].get<bool>();
+  }
+  if (ApiStatus e = parse_response_input(body, &r->input); !e.ok()) return e;
+  const std::string chat_text = chat.dump();
+  if (ApiStatus e = parse_gen_params(svc, json::parse(chat_text), ReplyApi::Chat, &r->params, chat_text); !e.ok()) {
+    return as_responses_error(e);
+  }
+  auto given = [&](const char* k, json otherwise) { return body.contains(k) && !body[k].is_null() ? body[k] : otherwise; };
+  r->base = {{"created_at", static_cast<int64_t>(std::time(nullptr))},
+             {"model", svc.model_id},
+             {"instructions", instructions_json(r->input.system)},
+             {"previous_response_id", r->previous.empty() ? json(nullptr) : json(r->previous)},
+             {"max_output_tokens", given("max_output_tokens", nullptr)},
+             {"temperature", given("temperature", r->params.sampling.temperature)},
+             {"top_p", given("top_p", r->params.sampling.top_p)},
+             {"text", given("text", {{"format", {{"type", "text"}}}})},
+             {"store", r->store},
+             {"tools", json::array()},
+             {"tool_choice", given("tool_choice", "auto")},
+             {"parallel_tool_calls", given("parallel_tool_calls", true)},
+             {"truncation", "disabled"},
+             {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
+             {"metadata", given("metadata", json::object())},
+             {"user", given("user", nullptr)}};
+  return {};
+}
+
+ApiStatus response_not_found(const std::string& id, const std::string& why, const std::string& param) {
+  return ApiStatus(Status::NotFound("response \"" + id + "\" does not exist" + why), param, "response_not_found");
+}
+
+// The session turn a response id names, with the session's kept messages: the turn's user message
+// is (*messages)[*at], its reply the next one.
+struct Located {
+  ResponseRef ref;
+  SessionView session;
+  size_t at = 0;
+};
+ApiStatus locate_response(Service& svc, const std::string& id, const std::string& param, Located* out) {
+  auto ref = parse_response_id(id);
+  if (!ref) return response_not_found(id, " (towerd's response ids are resp_<session>_<turn>; a \"store\": false response is not kept)", param);
+  auto s = svc.catalog.session(ref->session, true);
+  if (!s.ok()) return response_not_found(id, " (its session \"" + ref->session + "\" does not exist)", param);
+  const uint64_t kept = s->transcript->size() / 2;
+  if (ref->turn > s->turns) return response_not_found(id, " (session \"" + ref->session + "\" has " + std::to_string(s->turns) + " turns)", param);
+  if (ref->turn + kept <= s->turns || s->transcript->size() != 2 * kept) {
+    return response_not_found(id, " any more: session \"" + ref->session + "\" dropped that turn to stay within the context", param);
+  }
+  out->ref = *ref;
+  out->at = 2 * static_cast<size_t>(ref->turn + kept - s->turns - 1);
+  out->session = std::move(s.value());
+  return {};
+}
+
+// The instructions of a session's bot when they are the instructions of a response (nullopt: a bot of
+// the hierarchy, whose tower is the system prompt).
+std::optional<std::string> session_instructions(Service& svc, const std::string& bot) {
+  if (!is_instructions_bot(bot)) return std::nullopt;
+  auto seg = svc.catalog.segment(bot);
+  return seg.ok() ? std::optional<std::string>(seg->text) : std::nullopt;
+}
+
+// A continued session keeps its system prompt: the request may repeat it (as clients that resend
+// their instructions do) or leave it out, not change it, and may not name another bot.
+ApiStatus same_system(Service& svc, const ResponsesRequest& r, const SessionView& s) {
+  if (!r.bot.empty() && r.bot != s.bot) {
+    return invalid_field("bot", "the session of \"previous_response_id\" is under bot \"" + s.bot + "\", not \"" + r.bot + "\"");
+  }
+  if (r.input.system && session_instructions(svc, s.bot) != r.input.system) {
+    return invalid_field("instructions", "\"instructions\" (with system and developer messages) differ from those the session of "
+                                         "\"previous_response_id\" started with: a session's system prompt is fixed when it starts; "
+                                         "send the same instructions or none");
+  }
+  return {};
+}
+
+// run_generation for a response: a prompt past the context is the input's fault (run_generation names
+// the chat and completions fields).
+ApiStatus run_response(Service& svc, HttpResponder& out, GenerationSpec spec) {
+  spec.api = ReplyApi::Responses;
+  ApiStatus e = run_generation(svc, out, std::move(spec));
+  if (e.code == "context_length_exceeded") e.param = "input";
+  return e;
+}
+
+// The response's session turn: the user's message prefilled after the session's transcript, the reply
+// answered as a response. expect_turn: the turn number the response id was promised (a continuation
+// whose previous response is no longer the latest is refused).
+ApiStatus run_turn(Service& svc, HttpResponder& out, const std::string& session, const std::string& bot, ResponsesRequest r,
+                   uint64_t expect_turn, const std::string& session_param) {
+  GenerationSpec spec;
+  if (ApiStatus e = begin_session_turn(svc, session, r.input.messages.back().content, r.params, session_param, &spec); !e.ok()) {
+    if (e.code == "context_length_exceeded") e.param = "input";
+    return e;
+  }
+  if (spec.session_turn()->number != expect_turn) {
+    svc.catalog.abort_turn(session);
+    return ApiStatus(Status::Conflict("\"previous_response_id\" is no longer the latest response of session \"" + session +
+                                      "\" (another turn was added)"),
+                     "previous_response_id");
+  }
+  // A first response creates its session: when the turn is not recorded, the empty session goes too.
+  spec.remove_session_if_empty = expect_turn == 1;
+  r.base["id"] = response_id(session, spec.session_turn()->number);
+  r.base["session"] = session;
+  r.base["bot"] = bot;
+  if (!r.input.system) r.base["instructions"] = instructions_json(session_instructions(svc, bot));
+  spec.params = std::move(r.params);
+  spec.extra = std::move(r.base);
+  return run_response(svc, out, std::move(spec));
+}
+
+// The bot a first response without "bot" runs under: its instructions' own (kResponsesPlatform and
+// instructions_bot), defined the first time they are used. Offload thread (definitions are fsynced).
+Result<std::string> ensure_instructions_bot(Service& svc, const std::string& instructions) {
+  const std::string bot = instructions_bot(instructions);
+  if (svc.catalog.segment(bot).ok()) return bot;
+  const std::string platform(kResponsesPlatform);
+  if (!svc.catalog.segment(platform).ok()) {
+    if (auto put = svc.catalog.put_segment(platform, Level::Platform, "", ""); !put.ok()) return put.status();
+  }
+  if (auto put = svc.catalog.put_segment(bot, Level::Bot, platform, instructions); !put.ok()) return put.status();
+  return bot;
+}
+
+// A first response: a new session (its record fsynced, so on the offload thread), then its first turn.
+ApiStatus first_response(Service& svc, HttpResponder& out, ResponsesRequest r) {
+  if (!r.bot.empty() && r.input.system) {
+    return invalid_field("instructions", "a bot's tower is the session's system prompt: send \"instructions\" (or system "
+                                         "messages) without \"bot\", or \"bot\" without them");
+  }
+  return answer_offloaded(svc, out, [&svc, r](HttpResponder& o) -> ApiStatus {
+    std::string bot = r.bot;
+    if (bot.empty()) {
+      auto made = ensure_instructions_bot(svc, r.input.system.value_or(""));
+      if (!made.ok()) return ApiStatus(made.status(), "instructions");
+      bot = made.value();
+    }
+    auto created = svc.catalog.create_session(bot, "");
+    if (!created.ok()) {
+      if (created.status().code() == Status::Code::kResourceExhausted) return ApiStatus(created.status(), "", "session_limit_reached");
+      return not_found_as(created.status(), "segment_not_found", "bot");
+    }
+    ApiStatus e = run_turn(svc, o, created->id, bot, r, 1, "");
+    if (!e.ok()) (void)svc.catalog.delete_session(created->id);  // nothing of a response that never ran is kept
+    return e;
+  });
+}
+
+// "store": false: nothing is kept. The conversation (the previous response's session history, when
+// given, then the input, which may hold a whole conversation) runs on the session-less path, and the
+// response's id names no session.
+ApiStatus unstored_response(Service& svc, HttpResponder& out, ResponsesRequest r) {
+  std::vector<ChatMessage> chat;
+  std::string bot = r.bot;
+  if (!r.previous.empty()) {
+    Located at;
+    if (ApiStatus e = locate_response(svc, r.previous, "previous_response_id", &at); !e.ok()) return e;
+    if (ApiStatus e = same_system(svc, r, at.session); !e.ok()) return e;
+    bot = at.session.bot;
+    const auto& kept = *at.session.transcript;
+    chat.assign(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(at.at + 2));  // up to that response
+    r.base["instructions"] = instructions_json(session_instructions(svc, bot));
+  } else if (r.input.system) {
+    if (!bot.empty()) return invalid_field("instructions", "a bot's tower is the system prompt: send \"instructions\" without \"bot\"");
+    chat.push_back({"system", *r.input.system});
+  }
+  for (auto& m : r.input.messages) chat.push_back(std::move(m));
+  auto begun = svc.catalog.begin_stateless(bot, std::move(chat));
+  if (!begun.ok()) {
+    if (begun.status().code() == Status::Code::kInvalidArgument) return ApiStatus(begun.status(), "input");
+    return not_found_as(begun.status(), "segment_not_found", "bot");
+  }
+  GenerationSpec spec = stateless_spec(std::move(begun.value()));
+  r.base["id"] = random_hex_id("resp_");
+  if (!bot.empty()) r.base["bot"] = bot;
+  spec.params = std::move(r.params);
+  spec.extra = std::move(r.base);
+  return run_response(svc, out, std::move(spec));
+}
+
+// Item references: each referenced message gets its text from the session turn the id names.
+ApiStatus resolve_references(Service& svc, ResponseInput* input) {
+  for (size_t i = 0; i < input->messages.size(); ++i) {
+    const std::string& id = input->references[i];
+    if (id.empty()) continue;
+    Located at;
+    if (ApiStatus e = locate_response(svc, "resp_" + id.substr(4), "input", &at); !e.ok()) {
+      return ApiStatus(Status::NotFound("item_reference \"" + id + "\": " + e.status.message()), "input", "response_not_found");
+    }
+    input->messages[i].content = (*at.session.transcript)[at.at + 1].content;
+  }
+  return {};
+}
+
+// A stored response whose input is a whole conversation ending in a reference to a session's reply
+// and a new user message (what the AI SDK sends when responses are stored): the conversation so far
+// must be that session's (its kept turns up to the reference, the earlier ones may be longer gone),
+// and the response continues it as previous_response_id would. Another conversation is left as it is
+// (and refused by the caller).
+ApiStatus continue_referenced(Service& svc, ResponsesRequest* r) {
+  auto& messages = r->input.messages;
+  const size_t n = messages.size();
+  if (n < 3 || messages[n - 1].role != "user" || r->input.references[n - 2].empty()) return {};
+  const std::string previous = "resp_" + r->input.references[n - 2].substr(4);
+  Located at;
+  if (ApiStatus e = locate_response(svc, previous, "input", &at); !e.ok()) return e;
+  const auto& kept = *at.session.transcript;
+  const size_t upto = at.at + 2;  // the session's messages up to the referenced reply
+  bool same = n - 1 >= upto;
+  for (size_t i = 0; same && i < upto; ++i) {
+    const ChatMessage& m = messages[n - 1 - upto + i];
+    same = m.role == kept[i].role && m.content == kept[i].content;
+  }
+  if (!same) {
+    return invalid_field("input", "the conversation before item_reference \"" + r->input.references[n - 2] + "\" is not the one its "
+                                  "session holds: send only the new message with \"previous_response_id\"");
+  }
+  r->previous = previous;
+  r->base["previous_response_id"] = previous;
+  messages.erase(messages.begin(), messages.end() - 1);
+  r->input.references.erase(r->input.references.begin(), r->input.references.end() - 1);
+  return {};
+}
+
+}  // namespace
+
+ApiStatus handle_responses(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string&) {
+  ResponsesRequest r;
+  if (ApiStatus e = parse_responses_request(svc, req, &r); !e.ok()) return e;
+  if (ApiStatus e = resolve_references(svc, &r.input); !e.ok()) return e;
+  if (!r.store) return unstored_response(svc, out, std::move(r));
+  if (r.previous.empty()) {
+    if (ApiStatus e = continue_referenced(svc, &r); !e.ok()) return e;
+  }
+  if (r.input.messages.size() != 1 || r.input.messages[0].role != "user") {
+    return invalid_field("input", "a stored response is the next turn of a towerd session, so \"input\" holds exactly one user "
+                                  "message (got " + std::to_string(r.input.messages.size()) + " user/assistant messages): the "
+                                  "session keeps the history; continue with \"previous_response_id\" (or end the conversation "
+                                  "with an item_reference to the session's last reply and the new message), or send "
+                                  "\"store\": false with a whole conversation");
+  }
+  if (r.previous.empty()) return first_response(svc, out, std::move(r));
+  Located at;
+  if (ApiStatus e = locate_response(svc, r.previous, "previous_response_id", &at); !e.ok()) return e;
+  if (at.ref.turn != at.session.turns) {
+    return invalid_field("previous_response_id", "\"" + r.previous + "\" is not the latest response of its session (that is \"" +
+                                                     response_id(at.ref.session, at.session.turns) + "\"): a stored response "
+                                                     "continues its session, which towerd does not branch (\"store\": false may)");
+  }
+  if (ApiStatus e = same_system(svc, r, at.session); !e.ok()) return e;
+  const std::string bot = at.session.bot;
+  return run_turn(svc, out, at.ref.session, bot, std::move(r), at.ref.turn + 1, "previous_response_id");
+}
+
+ApiStatus handle_response(Service& svc, const HttpRequest& req, HttpResponder& out, const std::string& id) {
+  Located at;
+  if (ApiStatus e = locate_response(svc, id, "", &at); !e.ok()) return e;
+  if (req.method == "DELETE") {
+    // A response is a turn of its session, which cannot lose one turn in the middle: the whole session goes.
+    return answer_offloaded(svc, out, [&svc, id, session = at.ref.session](HttpResponder& o) -> ApiStatus {
+      Status st = svc.catalog.delete_session(session);
+      if (!st.ok()) return not_found_as(st, "response_not_found");
+      return reply(o, {{"id", id}, {"object", "response"}, {"deleted", true}, {"session", session}});
+    });
+  }
+  const auto& messages = *at.session.transcript;
+  json base = {{"id", id},
+               {"created_at", at.session.updated},
+               {"model", svc.model_id},
+               {"instructions", instructions_json(session_instructions(svc, at.session.bot))},
+               {"previous_response_id", at.ref.turn > 1 ? json(response_id(at.ref.session, at.ref.turn - 1)) : json(nullptr)},
+               {"store", true},
+               {"tools", json::array()},
+               {"text", {{"format", {{"type", "text"}}}}},
+               {"session", at.ref.session},
+               {"bot", at.session.bot}};
+  return reply(out, response_object(base, "completed",
+                                    json::array({response_message_item(id, "completed", messages[at.at + 1].content)}), nullptr));
+}
+
+}  // namespace towers::daemon::api
