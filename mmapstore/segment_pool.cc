@@ -290,6 +290,14 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
     return Status::InvalidArgument("segment would end at position " + std::to_string(sequence.size()) +
                                    ", beyond the model's context of " + std::to_string(cfg.n_ctx_train));
   }
+  // At rest under the same parent (the trie does not see it): that one, as below. A seal of the same
+  // tokens gives it its KV (install puts it back in the trie); anything else wakes it first.
+  if (auto r = resting_.find(parent); r != resting_.end()) {
+    auto [b, end] = r->second.by_hash.equal_range(xxh3_tokens(tokens));
+    for (auto c = b; c != end; ++c) {
+      if (entries_.at(c->second)->length == static_cast<int32_t>(tokens.size())) return c->second;
+    }
+  }
   auto m = trie_.match(sequence);
   // Already in the pool: one segment per token sequence (it may have been computed after another
   // chain of segments than `parent`'s; its own chain is what a tower over it holds).

@@ -212,9 +212,28 @@ TEST_CASE("a cold session goes to rest: its tokens leave RAM, plan finds it by h
   CHECK(t.logits() == before);
   REQUIRE(t.pool.check_invariants().ok());
 
-  // Removing a session at rest (leaves first) needs no decode.
+  // The same tokens under the same parent are the segment at rest, not a second copy: added, it is
+  // that one (still at rest); sealed from a lease that computed them, it takes that KV, in the trie.
   REQUIRE(comp.compress(t.turn1).ok());
   REQUIRE(comp.compress(t.turn2).ok());
+  REQUIRE(t.pool.at_rest(t.turn1));
+  CHECK(t.pool.add_cold(t.b, t.t1).value() == t.turn1);
+  CHECK(t.pool.at_rest(t.turn1));
+  std::vector<int32_t> upto_t1(t.all.begin(), t.all.begin() + static_cast<std::ptrdiff_t>(t.sys.size() + t.bot.size() + t.t1.size()));
+  auto lease = t.pool.assemble(upto_t1, 0);
+  REQUIRE(lease.ok());
+  REQUIRE(lease->cached_tokens == t.sys.size() + t.bot.size());
+  std::vector<float> ignored;
+  REQUIRE(t.fwd.eval(*lease->tower, t.t1, Logits::Last, ignored).ok());
+  CHECK(t.pool.seal(*lease, t.t1).value() == t.turn1);
+  t.pool.release(*lease);
+  CHECK_FALSE(t.pool.at_rest(t.turn1));
+  CHECK(t.pool.info(t.turn1)->tier == Tier::Hot);
+  CHECK(t.pool.stats().segments == 4);
+  REQUIRE(t.pool.check_invariants().ok());
+
+  // Removing a session at rest (leaves first) needs no decode.
+  REQUIRE(comp.compress(t.turn1).ok());
   REQUIRE(t.pool.at_rest(t.turn1));
   CHECK_FALSE(t.pool.remove(t.turn1).ok());  // the second turn was computed on top of it
   REQUIRE(t.pool.remove(t.turn2).ok());
