@@ -3,7 +3,8 @@
 # idle_seconds 0 codes every idle segment) holds none of its tokens in the cache trie (GET /v1/pool:
 # token_bytes drops by at least its transcript, its segments are at rest), and its next message —
 # whose tokens come back only by decoding its records under their parents, then a prefill — gets the
-# same reply, text and every logprob, as the same session on a daemon where nothing went cold.
+# same reply, text and every logprob, as the same session on a daemon where nothing went cold; and
+# so does the same session killed (SIGKILL) at rest and restarted.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 towerd_setup "$1" "$2" "$3"
@@ -55,4 +56,14 @@ stop
 [ "$errors" = 0 ] || fail "$errors records failed to decode"
 [ "$got" = "$want" ] || fail "after going cold the session replied '$got' instead of '$want'"
 echo "the third reply after going cold ($wakes segments decoded): $(echo "$want" | cut -c1-70)"
+
+# Killed at rest: the coded records are not kept across a restart yet, so the session comes back
+# cold from the log's turns (their files went with the freeze) and must still give the same reply.
+setup cold-kill9
+api http://localhost/v1/compress -d '{"idle_seconds":0}' >/dev/null
+kill -KILL "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+start
+got="$(msg "And then?" 24)"
+stop
+[ "$got" = "$want" ] || fail "killed at rest and restarted, the session replied '$got' instead of '$want'"
 echo "OK: cold session"
