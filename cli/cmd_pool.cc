@@ -39,6 +39,12 @@ void print_pool(const json& p, const json& segments) {
               format_bytes(resident).c_str(), format_bytes(u64(p["memory"], "segment_bytes")).c_str(),
               format_bytes(u64(p["memory"], "tail_bytes")).c_str(), format_bytes(u64(p["memory"], "unwritten_bytes")).c_str(),
               format_bytes(u64(p["disk"], "bytes")).c_str());
+  if (const json& r = p["at_rest"]; r.is_object() && u64(r, "segments") > 0) {
+    std::printf("at rest: %llu segment(s), %s of coded records, no tokens in RAM (%s of token ids in the trie); %llu woken, %llu failed\n",
+                static_cast<unsigned long long>(u64(r, "segments")), format_bytes(u64(r, "bytes")).c_str(),
+                format_bytes(u64(p, "token_bytes")).c_str(), static_cast<unsigned long long>(u64(r, "wakes")),
+                static_cast<unsigned long long>(u64(r, "wake_errors")));
+  }
   if (const json& m = p["modular"]; m.is_object() && u64(m, "segments") > 0) {
     std::printf("modular: %llu segment(s) placed after an edit above them, not exact yet (%llu to place, %llu exact rebuild(s) queued)\n",
                 static_cast<unsigned long long>(u64(m, "segments")), static_cast<unsigned long long>(u64(m, "placements_pending")),

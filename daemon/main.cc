@@ -180,6 +180,11 @@ int main(int argc, char** argv) {
         return codec.encode(f, context, tokens, codec_options);
       },
       co);
+  // A cold segment's tokens come back only from its record: decoded by the scheduler's thread, with
+  // its Forward (the pool's), under the segment's parents.
+  pool.set_cold_decoder([&codec, codec_options](Forward& f, std::span<const int32_t> context, std::span<const uint8_t> coded) {
+    return codec.decode(f, context, coded, codec_options);
+  });
   if (cfg.cold_enabled) {
     compressor.start();
     log_info("cold tier: segments idle for " + std::to_string(cfg.cold_idle_seconds) + " s are coded in the background");

@@ -100,6 +100,13 @@ void pool_metrics(Exposition& e, Service& svc) {
   e.family("towerd_pool_depth_bytes", "gauge", "KV bytes of the segment pool by depth in the tower.");
   for (const auto& [d, b] : st.bytes_by_depth) e.sample("towerd_pool_depth_bytes", {{"depth", std::to_string(d)}}, uint64_t{b});
   e.gauge("towerd_pool_trie_bytes", "Bytes of the cache trie.", static_cast<double>(st.trie_bytes));
+  e.gauge("towerd_pool_token_bytes", "Bytes of token ids the cache trie holds (none for segments at rest).",
+          static_cast<double>(st.token_bytes));
+  e.gauge("towerd_pool_at_rest_segments", "Cold segments out of the cache trie: their coded record only.",
+          static_cast<double>(st.at_rest_segments));
+  e.counter("towerd_pool_wakes_total", "Segments at rest decoded back into the cache trie.", st.wakes);
+  e.counter("towerd_pool_wake_errors_total", "Segments at rest whose coded record failed to decode (not served).",
+            st.wake_errors);
   e.counter("towerd_pool_leases_total", "Towers assembled.", st.leases);
   e.counter("towerd_pool_lease_hits_total", "Towers that reused at least one segment.", st.lease_hits);
   e.counter("towerd_pool_cached_tokens_total", "Prompt tokens served from segments.", st.cached_tokens);

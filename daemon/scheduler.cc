@@ -352,7 +352,13 @@ void Scheduler::resolve() {
   for (auto& sp : seqs_) {
     Seq& s = *sp;
     if (s.assembled || s.done || stopped(s, Clock::now())) continue;
-    if (!ready(pool_.plan(s.out.prompt), true)) continue;
+    PathPlan plan = pool_.plan(s.out.prompt);
+    if (!plan.damaged.empty()) {  // its history cannot be decoded: an error, never another transcript
+      s.out.error = Status::Corruption(plan.damaged);
+      finish(s, FinishReason::Error);
+      continue;
+    }
+    if (!ready(plan, true)) continue;
     auto lease = pool_.assemble(s.out.prompt, room(s));
     if (!lease.ok()) {
       s.out.error = lease.status();
@@ -436,7 +442,8 @@ bool Scheduler::start_prefill(Build& b, const SegmentInfo& info, int32_t count) 
     if (lease.status().code() != Status::Code::kUnavailable) finish_build(b, lease.status());
     return false;  // Unavailable: it left memory meanwhile, next round
   }
-  auto seq = pool_.sequence(b.id);
+  // A segment at rest is decoded from its coded record first (the tokens come from nowhere else).
+  auto seq = pool_.wake(b.id);
   if (!seq.ok()) {
     pool_.release(lease.value());
     finish_build(b, seq.status());

@@ -113,6 +113,10 @@ Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options)
 
 void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived, bool modular) {
   mu_.assert_held();
+  // Gone to rest while it was being computed (its parents were leased, not it): back in the trie with
+  // the tokens its KV was computed from. Refused only when the same tokens were added again
+  // meanwhile: then it stays at rest (its record still brings it back) and that one serves them.
+  if (e.at_rest && !attach_locked(e, seg->tokens()).ok()) return;
   e.kv_bytes = seg->kv_bytes();
   e.segment = std::move(seg);
   e.file.reset();
@@ -253,6 +257,9 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   if (parent != kNoSegment && !entries_.count(parent)) {
     return Status::NotFound("unknown parent segment " + std::to_string(parent));
   }
+  if (parent != kNoSegment && entries_.at(parent)->at_rest) {
+    return Status::Unavailable("parent segment " + std::to_string(parent) + " is at rest (coded only): wake it first");
+  }
   if (options.derive_from != kNoSegment) {
     auto src = entries_.find(options.derive_from);
     if (src == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(options.derive_from) + " to derive from");
@@ -282,6 +289,14 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   if (cfg.n_ctx_train > 0 && static_cast<int64_t>(sequence.size()) > cfg.n_ctx_train) {
     return Status::InvalidArgument("segment would end at position " + std::to_string(sequence.size()) +
                                    ", beyond the model's context of " + std::to_string(cfg.n_ctx_train));
+  }
+  // At rest under the same parent (the trie does not see it): that one, as below. A seal of the same
+  // tokens gives it its KV (install puts it back in the trie); anything else wakes it first.
+  if (auto r = resting_.find(parent); r != resting_.end()) {
+    auto [b, end] = r->second.by_hash.equal_range(xxh3_tokens(tokens));
+    for (auto c = b; c != end; ++c) {
+      if (entries_.at(c->second)->length == static_cast<int32_t>(tokens.size())) return c->second;
+    }
   }
   auto m = trie_.match(sequence);
   // Already in the pool: one segment per token sequence (it may have been computed after another
@@ -337,6 +352,7 @@ Status SegmentPool::prefill_under_chain(SegmentId id, bool thawing, std::unique_
     if (!pe.segment) return Status::Unavailable("segment " + std::to_string(p) + " is not in memory");
     parents.push_back(pe.segment);
   }
+  if (entries_.at(id)->at_rest) return Status::Unavailable("segment " + std::to_string(id) + " went to rest again");
   auto seq = trie_.sequence(id);
   if (!seq.ok()) return seq.status();
   Entry& e = *entries_.at(id);
@@ -472,8 +488,11 @@ size_t SegmentPool::collect_garbage() {
 PathPlan SegmentPool::plan(std::span<const int32_t> tokens) const {
   std::lock_guard lock(mu_);
   PathPlan p;
-  for (SegmentId s : usable_chain_locked(tokens, false)) {
+  std::vector<SegmentId> chain = usable_chain_locked(tokens, false);
+  extend_at_rest_locked(tokens, chain);
+  for (SegmentId s : chain) {
     const Entry& e = *entries_.at(s);
+    if (!e.damage.empty() && p.damaged.empty()) p.damaged = e.damage;
     p.path.push_back(s);
     p.tiers.push_back(e.tier());
     p.ends.push_back(static_cast<size_t>(e.computed_pos + e.length));
@@ -716,9 +735,17 @@ Status SegmentPool::remove(SegmentId id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
   if (it->second->loading) return Status::Conflict("segment " + std::to_string(id) + " is being paged in");
+  if (it->second->at_rest) {
+    if (resting_.count(id)) return Status::Conflict("segment " + std::to_string(id) + " has segments computed on top of it");
+    erase_at_rest_locked(id);
+    assert_invariants_locked();
+    return Status::Ok();
+  }
   if (Status st = trie_.evict(id); !st.ok()) return Status::Conflict(st.message());
+  const SegmentId parent = it->second->parent;
   delete_file_locked(*it->second);
   entries_.erase(it);
+  if (parent != kNoSegment) rest_locked(parent);  // its last child in the trie may have gone
   assert_invariants_locked();
   return Status::Ok();
 }
@@ -734,7 +761,9 @@ Status SegmentPool::retire(SegmentId id) {
   for (const auto& [other, o] : entries_) {
     if (o->parent == id) return Status::Conflict("segment " + std::to_string(other) + " was computed on top of it");
   }
-  if (trie_.evict(id).ok()) {
+  if (e.at_rest) {
+    erase_at_rest_locked(id);
+  } else if (trie_.evict(id).ok()) {
     delete_file_locked(e);
     entries_.erase(it);
   } else {
@@ -814,6 +843,15 @@ std::vector<SegmentInfo> SegmentPool::list() const {
     auto it = entries_.find(p.segment);
     if (it != entries_.end()) out.push_back(info_locked(*it->second));
   });
+  // Then those at rest, parents before children (a parent ends before its children start).
+  std::vector<const Entry*> resting;
+  for (const auto& [id, e] : entries_) {
+    if (e->at_rest) resting.push_back(e.get());
+  }
+  std::sort(resting.begin(), resting.end(), [](const Entry* a, const Entry* b) {
+    return std::pair(a->computed_pos, a->id) < std::pair(b->computed_pos, b->id);
+  });
+  for (const Entry* e : resting) out.push_back(info_locked(*e));
   return out;
 }
 
@@ -850,12 +888,20 @@ PoolStats SegmentPool::stats() const {
         case Tier::Warm: s.warm_segments++, s.warm_bytes += e->file_bytes; break;
         case Tier::Cold: s.cold_segments++, s.cold_bytes += e->coded.size(); break;
       }
+      if (e->at_rest) s.at_rest_segments++, s.at_rest_bytes += e->coded.size();
+      // The entry, its node in entries_ (key, links, colour: ~48 bytes) and what it owns on the heap
+      // (strings beyond their in-place buffer of 15 characters).
+      auto heap = [](const std::string& t) { return t.size() > 15 ? t.capacity() + 1 : 0; };
+      s.entry_bytes += sizeof(Entry) + 48 + e->coded.capacity() + heap(e->label) + heap(e->lineage) +
+                       e->modular_from.capacity() * sizeof(SegmentId);
       const bool pending = e->tier() == Tier::Cold && !e->modular_from.empty();
       s.modular_segments += pending || (e->tier() != Tier::Cold && e->modular);
       s.placements_pending += pending;
     }
     s.tail_bytes = tail_bytes_;
-    s.trie_bytes = trie_.stats().bytes;
+    const CacheTrie::Stats trie = trie_.stats();
+    s.trie_bytes = trie.bytes;
+    s.token_bytes = trie.edge_tokens * sizeof(int32_t);
   }
   // What the kernel really holds of the mappings (it may reclaim pages of a mapped file).
   for (const auto& [d, f] : mapped) {
@@ -889,12 +935,25 @@ void SegmentPool::set_ram_budget(size_t bytes) {
 Status SegmentPool::check_invariants() const {
   std::lock_guard lock(mu_);
   if (Status st = trie_.check_invariants(); !st.ok()) return st;
-  if (trie_.size() != entries_.size()) {
-    return Status::Corruption("the trie holds " + std::to_string(trie_.size()) + " segments, the pool " +
+  size_t resting = 0, indexed = 0;
+  for (const auto& [parent, r] : resting_) indexed += r.by_hash.size();
+  for (const auto& [id, e] : entries_) resting += e->at_rest;
+  if (trie_.size() + resting != entries_.size() || indexed != resting) {
+    return Status::Corruption("the trie holds " + std::to_string(trie_.size()) + " segments and " + std::to_string(resting) +
+                              " are at rest (" + std::to_string(indexed) + " indexed), the pool " +
                               std::to_string(entries_.size()));
   }
   for (const auto& [id, e] : entries_) {
     const std::string which = "segment " + std::to_string(id) + ": ";
+    if (e->at_rest) {
+      if (trie_.contains(id)) return Status::Corruption(which + "at rest and in the trie");
+      if (e->tier() != Tier::Cold || e->coded.empty()) return Status::Corruption(which + "at rest without being cold and coded");
+      if (e->parent != kNoSegment && !entries_.count(e->parent)) return Status::Corruption(which + "its parent is gone");
+      continue;
+    }
+    if (e->parent != kNoSegment && entries_.count(e->parent) && entries_.at(e->parent)->at_rest) {
+      return Status::Corruption(which + "in the trie below a segment at rest");
+    }
     if (!trie_.contains(id)) return Status::Corruption(which + "missing from the trie");
     if (e->parent != kNoSegment && !entries_.count(e->parent)) return Status::Corruption(which + "its parent is gone");
     if (e->segment && (e->segment->id() != id || e->segment->length() != e->length)) {
@@ -912,7 +971,7 @@ void SegmentPool::assert_invariants_locked() const {
   // Debug builds check after every change (LevelDB style); the trie's own check is the costly part.
   assert(trie_.check_invariants().ok());
   for (const auto& [id, e] : entries_) {
-    assert(trie_.contains(id));
+    assert(trie_.contains(id) != e->at_rest);
     assert(!e->segment || e->segment->id() == id);
     assert(!e->file || (e->durable && e->segment));
   }

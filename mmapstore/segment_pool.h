@@ -20,6 +20,12 @@
 //                      warm  its file only (leaving RAM unmaps it; page_in maps, populates, verifies)
 //                      cold  no KV at all: the trie keeps its tokens (and maybe an arithmetic-coded
 //                            copy); it comes back by prefill under its parent chain
+//                      at rest  a cold segment with a coded copy, below which everything is at rest
+//                            too, leaves the trie: the pool keeps a fixed-size entry (parent, token
+//                            count, a 64-bit hash of its tokens, its coded record). plan() finds it
+//                            by hashing the query's tokens after its parent; wake() decodes it under
+//                            its parents (checked by the hash and the record's CRC) and puts it back
+//                            in the trie, cold; a build then prefills it as any cold segment.
 //
 // Threading: every method may be called from any thread (one internal mutex, never held across model
 // work or file I/O), but the methods that run the model (add, thaw) use the Forward given at
@@ -35,6 +41,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/model/forward.h"
@@ -155,6 +162,10 @@ struct PoolStats {
   uint64_t prefill_tokens = 0;              // tokens left for the caller to prefill
   uint64_t evictions = 0;
   size_t trie_bytes = 0;
+  size_t token_bytes = 0;                   // token ids the trie holds (4 bytes each)
+  size_t entry_bytes = 0;                   // the pool's record of each segment, coded bytes included (estimate)
+  size_t at_rest_segments = 0, at_rest_bytes = 0;  // cold segments out of the trie; their coded bytes
+  uint64_t wakes = 0, wake_tokens = 0, wake_errors = 0;  // at rest -> cold by decoding (wake)
 };
 
 // A session's view of the pool: a tower over pinned segments. Give it back with SegmentPool::release.
@@ -171,6 +182,9 @@ struct PathPlan {
   std::vector<Tier> tiers;
   std::vector<size_t> ends;     // token offset where each step ends
   bool all_hot() const;
+  // A step at rest whose coded record failed to decode (SegmentPool::wake): the error naming it.
+  // The path must not be served (its tokens cannot be known).
+  std::string damaged;
 };
 
 // What the record log says of a segment file at a restart (adopt).
@@ -287,6 +301,21 @@ class SegmentPool {
   // The coded form given to freeze (empty when none or not cold).
   std::vector<uint8_t> coded(SegmentId id) const;
 
+  // At rest. The decoder gives a frozen segment's tokens back from its coded form given the tokens
+  // before it (the codec's decode with the model that coded it); it runs on the thread that calls
+  // wake, with the pool's Forward. Without one nothing goes to rest (nothing could come back).
+  using ColdDecode = std::function<Result<std::vector<int32_t>>(Forward& forward, std::span<const int32_t> context,
+                                                                std::span<const uint8_t> coded)>;
+  void set_cold_decoder(ColdDecode decode);
+  // Brings the segments at rest on the chain root .. id back into the trie, cold: decodes each under
+  // its parents (root first, with the lock released), checks its token count and hash, and inserts
+  // it. Ok when none is at rest. Runs the model (the pool's Forward). Corruption naming the segment
+  // (and its label: "session:ID") when its record does not decode to its tokens: it is marked
+  // damaged (plan() reports it) and never served.
+  // Returns its full token sequence (parent chain + own tokens), as sequence() does.
+  Result<std::vector<int32_t>> wake(SegmentId id);
+  bool at_rest(SegmentId id) const;
+
   // The segment, paged in when warm; nullptr when unknown, cold or unreadable.
   std::shared_ptr<const Segment> get(SegmentId id);
   // The segment when it is in memory now; nullptr otherwise (never pages in: no I/O).
@@ -342,6 +371,20 @@ class SegmentPool {
   size_t depth_locked(SegmentId id) const;
   uint64_t context_xxh3_locked(SegmentId parent) const;
   void assert_invariants_locked() const;
+  // At rest (segment_pool_rest.cc). Moves e and then its parents out of the trie while each is cold,
+  // coded, unused and has nothing attached below it. Returns how many went.
+  size_t rest_locked(SegmentId id);
+  // Extends `chain` (a usable chain of `tokens`, root first) by the segments at rest whose parent is
+  // its last one and whose tokens hash like the query's next ones (leaving one token to prefill).
+  void extend_at_rest_locked(std::span<const int32_t> tokens, std::vector<SegmentId>& chain) const;
+  // Removes an entry at rest (the caller checked it has no children).
+  void erase_at_rest_locked(SegmentId id);
+  // e leaves rest: off resting_ (the caller puts it in the trie, or erases it).
+  void unrest_locked(Entry& e);
+  // Puts e, at rest, back in the trie with its own tokens (checked against its hash) after its
+  // parent's sequence (the parent must be in the trie). Conflict when the same tokens were added
+  // again meanwhile as another segment.
+  Status attach_locked(Entry& e, std::span<const int32_t> own_tokens);
 
   const Model& model_;
   Forward& forward_;
@@ -355,6 +398,14 @@ class SegmentPool {
   size_t tail_bytes_ = 0;  // of leases not yet released
   PoolStats counters_;
   std::vector<DurableWaiter> waiters_;
+  ColdDecode decode_;
+  // Segments at rest by parent (kNoSegment: at the top): what plan() looks at below a matched one,
+  // by the hash of their tokens, with the distinct lengths to hash the query at.
+  struct Resting {
+    std::map<int32_t, size_t> lengths;  // length -> how many
+    std::unordered_multimap<uint64_t, SegmentId> by_hash;
+  };
+  std::map<SegmentId, Resting> resting_;
   std::unique_ptr<SegmentWriter> writer_;  // last member: its thread calls back into the pool
 };
 

@@ -30,6 +30,12 @@ struct SegmentPool::Entry {
   std::vector<SegmentId> modular_from;      // cold: a modular build reuses these segments' rows
   int32_t repair = 0;                       // ... after prefilling this many of its tokens
   std::vector<uint8_t> coded;               // cold: the compressor's coded tokens
+  // At rest: cold, coded, and out of the trie (its tokens are not in RAM). What finds it by prefix
+  // (its parent, its length and the hash of its own tokens) and brings it back (`coded`, decoded
+  // under its parents by SegmentPool::wake) is all that is left of it.
+  bool at_rest = false;
+  uint64_t tokens_xxh3 = 0;                 // xxh3_tokens of its own tokens (at rest)
+  std::string damage;                       // at rest: why its record cannot be decoded (never served)
   std::string label;
   std::string lineage;                      // SegmentOptions::lineage
   bool pinned = false;

@@ -4,6 +4,7 @@
 #include <future>
 #include <random>
 
+#include "engine/codec/codec.h"
 #include "mmapstore/compressor.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -108,4 +109,160 @@ TEST_CASE("the background loop compresses what is idle and stops cleanly") {
   CHECK(comp.stats().compressed == 2);
   CHECK(pool.stats().cold_segments == 2);
   (void)leaf;
+}
+
+namespace {
+
+// A pool of four segments — a base, a bot, and two turns of one session — coded by the real codec.
+struct AtRest {
+  std::unique_ptr<Model> model = test::synth_tiny("at-rest", "q8_0");
+  ThreadPool threads{2};
+  Forward fwd{*model, threads};
+  SegmentPool pool{*model, fwd};
+  Codec codec{*model, &threads};
+  std::mt19937 rng{17};
+  std::vector<int32_t> sys, bot, t1, t2, user, all;
+  SegmentId base = 0, b = 0, turn1 = 0, turn2 = 0;
+  // What the decoder does to the coded bytes and to the tokens it returns (damage on purpose).
+  bool flip_byte = false, change_token = false;
+
+  AtRest() {
+    const int V = model->config().n_vocab;
+    sys = random_tokens(rng, 12, V), bot = random_tokens(rng, 7, V), t1 = random_tokens(rng, 9, V);
+    t2 = random_tokens(rng, 11, V), user = random_tokens(rng, 3, V);
+    base = pool.add(kNoSegment, sys).value();
+    b = pool.add(base, bot).value();
+    SegmentOptions o;
+    o.label = "session:abc";
+    turn1 = pool.add(b, t1, o).value();
+    turn2 = pool.add(turn1, t2, o).value();
+    for (const auto* part : {&sys, &bot, &t1, &t2, &user}) all.insert(all.end(), part->begin(), part->end());
+    pool.set_cold_decoder([this](Forward& f, std::span<const int32_t> ctx, std::span<const uint8_t> coded) {
+      std::vector<uint8_t> bytes(coded.begin(), coded.end());
+      if (flip_byte) bytes[bytes.size() / 2] ^= 0x10;
+      auto tokens = codec.decode(f, ctx, bytes);
+      if (tokens.ok() && change_token) tokens.value()[0] ^= 1;
+      return tokens;
+    });
+  }
+  Compressor::Encode encoder() {
+    return [this](Forward& f, std::span<const int32_t> ctx, std::span<const int32_t> toks) {
+      return codec.encode(f, ctx, toks);
+    };
+  }
+  std::vector<float> logits() {
+    auto lease = pool.assemble(all, 0);
+    REQUIRE(lease.ok());
+    CHECK(lease->cached_tokens == all.size() - user.size());
+    std::vector<float> out;
+    REQUIRE(fwd.eval(*lease->tower, user, Logits::All, out).ok());
+    pool.release(*lease);
+    return out;
+  }
+  size_t token_bytes(std::initializer_list<const std::vector<int32_t>*> parts) const {
+    size_t n = 0;
+    for (const auto* p : parts) n += p->size() * sizeof(int32_t);
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a cold session goes to rest: its tokens leave RAM, plan finds it by hash, wake decodes it, same logits") {
+  AtRest t;
+  const std::vector<float> before = t.logits();
+  CHECK(t.pool.stats().token_bytes == t.token_bytes({&t.sys, &t.bot, &t.t1, &t.t2}));
+  Compressor comp(t.pool, *t.model, t.encoder(), {});
+
+  // The first turn cold: its tokens stay, the second turn's node needs them.
+  REQUIRE(comp.compress(t.turn1).ok());
+  CHECK(t.pool.info(t.turn1)->tier == Tier::Cold);
+  CHECK_FALSE(t.pool.at_rest(t.turn1));
+  // The second cold too: both leave the trie, and no token of the session is held any more.
+  REQUIRE(comp.compress(t.turn2).ok());
+  CHECK(t.pool.at_rest(t.turn1));
+  CHECK(t.pool.at_rest(t.turn2));
+  CHECK_FALSE(t.pool.at_rest(t.b));
+  PoolStats st = t.pool.stats();
+  CHECK(st.token_bytes == t.token_bytes({&t.sys, &t.bot}));
+  CHECK(st.at_rest_segments == 2);
+  CHECK(st.at_rest_bytes == t.pool.coded(t.turn1).size() + t.pool.coded(t.turn2).size());
+  CHECK(st.segments == 4);
+  REQUIRE(t.pool.check_invariants().ok());
+  CHECK(t.pool.list().size() == 4);
+  CHECK_FALSE(t.pool.sequence(t.turn2).ok());  // nothing but the record holds its tokens
+
+  // Found by prefix without its tokens: the hash of the query's tokens after the bot.
+  PathPlan plan = t.pool.plan(t.all);
+  CHECK(plan.path == std::vector<SegmentId>{t.base, t.b, t.turn1, t.turn2});
+  CHECK(plan.tiers.back() == Tier::Cold);
+  CHECK(plan.damaged.empty());
+  std::vector<int32_t> other = t.all;
+  other[t.sys.size() + t.bot.size() + t.t1.size() + 2] ^= 1;  // the second turn differs
+  CHECK(t.pool.plan(other).path == std::vector<SegmentId>{t.base, t.b, t.turn1});
+
+  // Back: decoded under its parents into the trie, then prefilled; the same tower, the same logits.
+  REQUIRE(t.pool.thaw(t.turn2).ok());
+  st = t.pool.stats();
+  CHECK(st.wakes == 2);
+  CHECK(st.wake_tokens == t.t1.size() + t.t2.size());
+  CHECK(st.at_rest_segments == 0);
+  CHECK(st.token_bytes == t.token_bytes({&t.sys, &t.bot, &t.t1, &t.t2}));
+  CHECK(t.pool.info(t.turn2)->tier == Tier::Hot);
+  CHECK(t.logits() == before);
+  REQUIRE(t.pool.check_invariants().ok());
+
+  // The same tokens under the same parent are the segment at rest, not a second copy: added, it is
+  // that one (still at rest); sealed from a lease that computed them, it takes that KV, in the trie.
+  REQUIRE(comp.compress(t.turn1).ok());
+  REQUIRE(comp.compress(t.turn2).ok());
+  REQUIRE(t.pool.at_rest(t.turn1));
+  CHECK(t.pool.add_cold(t.b, t.t1).value() == t.turn1);
+  CHECK(t.pool.at_rest(t.turn1));
+  std::vector<int32_t> upto_t1(t.all.begin(), t.all.begin() + static_cast<std::ptrdiff_t>(t.sys.size() + t.bot.size() + t.t1.size()));
+  auto lease = t.pool.assemble(upto_t1, 0);
+  REQUIRE(lease.ok());
+  REQUIRE(lease->cached_tokens == t.sys.size() + t.bot.size());
+  std::vector<float> ignored;
+  REQUIRE(t.fwd.eval(*lease->tower, t.t1, Logits::Last, ignored).ok());
+  CHECK(t.pool.seal(*lease, t.t1).value() == t.turn1);
+  t.pool.release(*lease);
+  CHECK_FALSE(t.pool.at_rest(t.turn1));
+  CHECK(t.pool.info(t.turn1)->tier == Tier::Hot);
+  CHECK(t.pool.stats().segments == 4);
+  REQUIRE(t.pool.check_invariants().ok());
+
+  // Removing a session at rest (leaves first) needs no decode.
+  REQUIRE(comp.compress(t.turn1).ok());
+  REQUIRE(t.pool.at_rest(t.turn1));
+  CHECK_FALSE(t.pool.remove(t.turn1).ok());  // the second turn was computed on top of it
+  REQUIRE(t.pool.remove(t.turn2).ok());
+  REQUIRE(t.pool.remove(t.turn1).ok());
+  CHECK(t.pool.stats().at_rest_segments == 0);
+  CHECK(t.pool.stats().wakes == 2);
+  REQUIRE(t.pool.check_invariants().ok());
+}
+
+TEST_CASE("a record at rest that does not decode to its tokens is reported by segment and session, never served") {
+  for (bool flip : {true, false}) {
+    CAPTURE(flip);
+    AtRest t;
+    Compressor comp(t.pool, *t.model, t.encoder(), {});
+    REQUIRE(comp.compress(t.turn1).ok());
+    REQUIRE(comp.compress(t.turn2).ok());
+    (flip ? t.flip_byte : t.change_token) = true;  // a damaged record, or a decoder that errs
+    auto woken = t.pool.wake(t.turn2);
+    REQUIRE_FALSE(woken.ok());
+    CHECK(woken.status().code() == Status::Code::kCorruption);
+    CHECK(woken.error().find("segment " + std::to_string(t.turn1) + " (session:abc)") != std::string::npos);
+    CHECK(woken.error().find(flip ? "CRC" : "hash") != std::string::npos);
+    CHECK(t.pool.stats().wake_errors == 1);
+    CHECK(t.pool.at_rest(t.turn1));
+    // The plan says so (the scheduler fails the request with it) and nothing thaws.
+    CHECK(t.pool.plan(t.all).damaged == woken.error());
+    CHECK_FALSE(t.pool.thaw(t.turn2).ok());
+    (flip ? t.flip_byte : t.change_token) = false;
+    CHECK_FALSE(t.pool.wake(t.turn2).ok());  // marked: never decoded again, never served
+    REQUIRE(t.pool.check_invariants().ok());
+  }
 }
