@@ -139,6 +139,11 @@ int main(int argc, char** argv) {
   StateStore& store = *state.store;
   Metrics metrics;
   ForwardStep model_step(forward);
+  // Waking a session at rest decodes its coded records: on the scheduler's waker thread with a
+  // Forward of its own (one thread), never on the model thread, so the streams go on meanwhile.
+  // Declared before the scheduler, whose waker uses it until the scheduler is destroyed.
+  ThreadPool wake_threads(1);
+  Forward wake_forward(m, wake_threads);
   Scheduler scheduler(m, model_step, pool, metrics,
                       {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length, cfg.decode_slowdown, cfg.modular.background_exact});
   if (catalog.model_changed()) {
@@ -165,6 +170,7 @@ int main(int argc, char** argv) {
            " segments to recompute" +
            (restored->sessions_cut ? ", " + std::to_string(restored->sessions_cut) + " session(s) cut at damaged records" : ""));
   catalog.maybe_compact();
+  scheduler.set_waker([&pool, &wake_forward](SegmentId id) { return pool.wake(id, &wake_forward); });
   scheduler.start();
 
   // The cold tier: a SCHED_IDLE thread codes idle segments' tokens and drops their KV.
@@ -180,8 +186,8 @@ int main(int argc, char** argv) {
         return codec.encode(f, context, tokens, codec_options);
       },
       co);
-  // A cold segment's tokens come back only from its record: decoded by the scheduler's thread, with
-  // its Forward (the pool's), under the segment's parents.
+  // A cold segment's tokens come back only from its record, decoded under the segment's parents (by
+  // the scheduler's waker, above).
   pool.set_cold_decoder([&codec, codec_options](Forward& f, std::span<const int32_t> context, std::span<const uint8_t> coded) {
     return codec.decode(f, context, coded, codec_options);
   });

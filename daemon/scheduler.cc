@@ -97,11 +97,13 @@ Scheduler::~Scheduler() {
   if (thread_.joinable()) thread_.join();
   pager_.stop();
   joiner_.stop();
+  waker_.stop();
 }
 
 void Scheduler::start() {
   pager_.start();
   joiner_.start();
+  if (waker_fn_) waker_.start();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -437,6 +439,27 @@ void Scheduler::resolve_build(Build& b) {
 }
 
 bool Scheduler::start_prefill(Build& b, const SegmentInfo& info, int32_t count) {
+  // A segment at rest is decoded from its coded record first (its tokens come from nowhere else): on
+  // the waker's thread when there is one, and the build goes on once it is back in the trie.
+  if (auto failed = wake_failed_.find(b.id); failed != wake_failed_.end()) {
+    Status st = failed->second;
+    wake_failed_.erase(failed);
+    finish_build(b, st);
+    return false;
+  }
+  if (waker_fn_ && pool_.at_rest(b.id)) {
+    if (waking_.insert(b.id).second) {
+      waker_.post([this, id = b.id] {
+        auto woke = waker_fn_(id);
+        post([this, id, st = woke.ok() ? Status::Ok() : woke.status()] {
+          waking_.erase(id);
+          if (!st.ok()) wake_failed_[id] = st;
+          build_ended_ = true;  // what waits for it is resolved at once
+        });
+      });
+    }
+    return false;
+  }
   auto lease = pool_.lease_chain(info.parent, std::max(count, 1));
   if (!lease.ok()) {
     if (lease.status().code() != Status::Code::kUnavailable) finish_build(b, lease.status());

@@ -193,6 +193,11 @@ class Scheduler {
   // How far the exact rebuild of `id` has come (0 = queued, 1 = done); nullopt when none is queued.
   std::optional<double> exact_progress(SegmentId id) const;
   size_t exact_rebuilds() const;  // queued or running
+  // Decoding a segment at rest (SegmentPool::wake) runs the model for seconds on a real model: with a
+  // waker (a Forward of its own; set before start) it runs on the waker thread and the build waits
+  // for it like a page-in, the streams going on meanwhile. Without one (tests) it runs in the step.
+  using Waker = std::function<Result<std::vector<int32_t>>(SegmentId id)>;
+  void set_waker(Waker waker) { waker_fn_ = std::move(waker); }
   // Runs fn on the scheduler thread between steps and waits for it.
   Status run(std::function<Status()> fn);
   // Posts fn to the scheduler thread without waiting.
@@ -276,8 +281,11 @@ class Scheduler {
   std::map<SegmentId, double> exact_progress_;  // rebuilds queued or running
   // Off the model thread: page-ins (paging_ is what the pager has been asked for and not done), and
   // the joins of modular builds (CPU work, on a thread of their own so a page-in never waits for one).
-  WorkerThread pager_, joiner_;
+  WorkerThread pager_, joiner_, waker_;
   std::set<SegmentId> paging_;  // scheduler thread
+  Waker waker_fn_;
+  std::set<SegmentId> waking_;                 // asked of the waker, not done (scheduler thread)
+  std::map<SegmentId, Status> wake_failed_;    // the waker's errors, for their builds (scheduler thread)
   std::thread thread_;
 };
 

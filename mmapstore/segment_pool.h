@@ -303,7 +303,7 @@ class SegmentPool {
 
   // At rest. The decoder gives a frozen segment's tokens back from its coded form given the tokens
   // before it (the codec's decode with the model that coded it); it runs on the thread that calls
-  // wake, with the pool's Forward. Without one nothing goes to rest (nothing could come back).
+  // wake, with the Forward wake is given. Without one nothing goes to rest (nothing could come back).
   using ColdDecode = std::function<Result<std::vector<int32_t>>(Forward& forward, std::span<const int32_t> context,
                                                                 std::span<const uint8_t> coded)>;
   void set_cold_decoder(ColdDecode decode);
@@ -313,7 +313,9 @@ class SegmentPool {
   // (and its label: "session:ID") when its record does not decode to its tokens: it is marked
   // damaged (plan() reports it) and never served.
   // Returns its full token sequence (parent chain + own tokens), as sequence() does.
-  Result<std::vector<int32_t>> wake(SegmentId id);
+  // forward: the Forward to decode with (null: the pool's; another thread's own lets the model thread
+  // go on meanwhile: daemon/scheduler.h's waker).
+  Result<std::vector<int32_t>> wake(SegmentId id, Forward* forward = nullptr);
   bool at_rest(SegmentId id) const;
 
   // The segment, paged in when warm; nullptr when unknown, cold or unreadable.

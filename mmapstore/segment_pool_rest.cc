@@ -124,7 +124,7 @@ void SegmentPool::extend_at_rest_locked(std::span<const int32_t> tokens, std::ve
   }
 }
 
-Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id) {
+Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id, Forward* forward) {
   check_may_wait("SegmentPool::wake");
   struct Job {
     SegmentId id = kNoSegment;
@@ -162,7 +162,7 @@ Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id) {
   Status failed;
   std::vector<size_t> starts;  // where each decoded segment's tokens start in `context`
   for (const Job& j : jobs) {
-    auto tokens = decode(forward_, context, j.coded);
+    auto tokens = decode(forward ? *forward : forward_, context, j.coded);
     std::string why;
     if (!tokens.ok()) why = tokens.error();
     else if (tokens->size() != static_cast<size_t>(j.length)) {
