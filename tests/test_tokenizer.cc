@@ -339,6 +339,32 @@ TEST_CASE("BPE: parse_special, user-defined tokens and special ids") {
   }
 }
 
+TEST_CASE("Phi-3: special tokens swallow the whitespace after them (llama.cpp's rstrip for Phi-3)") {
+  const Tokenizer* tok = vocab("phi-3");
+  if (!tok) return;
+  const int32_t user = tok->token_id("<|user|>"), end = tok->token_id("<|end|>");
+  const int32_t assistant = tok->token_id("<|assistant|>"), eot = tok->token_id("<|endoftext|>");
+  const int32_t hello = tok->token_id("▁Hello"), a = tok->token_id("▁a");
+  const int32_t b = tok->token_id("▁b"), newline = tok->token_id("<0x0A>");
+  REQUIRE((user > 0 && end > 0 && assistant > 0 && eot > 0 && hello > 0 && a > 0 && b > 0 && newline > 0));
+  // The Phi-3 template's newlines after <|user|>, <|end|> and <|assistant|> go with the tokens.
+  CHECK(tok->encode("<|user|>\nHello<|end|>\n<|assistant|>\n", true, true) ==
+        std::vector<int32_t>{1, user, hello, end, assistant});
+  // </s> is user-defined in this vocab: split out (and stripping) even without parse_special.
+  CHECK(tok->encode("a</s>  \n b", false, false) == std::vector<int32_t>{a, 2, b});
+  // <|endoftext|>, <s> and <unk> keep what follows.
+  auto kept = tok->encode("<|endoftext|>\nb", false, true);
+  REQUIRE(kept.size() >= 2);
+  CHECK(kept[0] == eot);
+  CHECK(std::find(kept.begin(), kept.end(), newline) != kept.end());
+  // Other vocabularies have no such rule: Llama 2's keeps the newline after </s>.
+  const Tokenizer* llama = vocab("llama-spm");
+  if (llama) {
+    auto ids = llama->encode("a</s>\nb", false, true);
+    CHECK(std::find(ids.begin(), ids.end(), llama->token_id("<0x0A>")) != ids.end());
+  }
+}
+
 TEST_CASE("encode never crashes and byte-level/byte-fallback tokenization is lossless on arbitrary bytes") {
   std::mt19937 rng(1234);
   for (const std::string& name : kAllVocabs) {

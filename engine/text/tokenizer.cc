@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <optional>
 #include <queue>
@@ -177,6 +178,9 @@ struct Tokenizer::Impl {
   bool spm_split_at_spaces = false;
 
   std::vector<int32_t> special;  // control / user-defined / unknown ids, longest text first
+  // By id: the token swallows the whitespace after it in the input (llama.cpp's RSTRIP; Phi-3's
+  // special tokens). Empty when no token does.
+  std::vector<uint8_t> rstrip;
 
   // SPM byte fallback.
   std::array<int32_t, 256> byte_token{};
@@ -216,6 +220,25 @@ namespace {
 
 Status bad(const std::string& where, const std::string& msg) {
   return Status::Error(where + "tokenizer: " + msg);
+}
+
+}  // namespace
+
+namespace {
+
+// Phi-3 and 3.5 files: llama.cpp recognises them by general.name ("phi-3", "phi3"); converters now
+// write names such as "Phi 3.5 Mini Instruct", so a SentencePiece vocab of architecture phi3 counts too
+// (Phi-4's is byte-level BPE and has no such rule).
+bool is_phi3(const GgufFile& f) {
+  auto str = [&](const char* key) {
+    const GgufValue* v = f.find(key);
+    std::string s = v && v->type == GgufValueType::STRING ? std::string(v->str) : std::string();
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string name = str("general.name");
+  if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) return true;
+  return str("general.architecture") == "phi3" && str("tokenizer.ggml.model") == "llama";
 }
 
 }  // namespace
@@ -421,6 +444,16 @@ Status Tokenizer::Impl::load(const GgufFile& f) {
   std::stable_sort(special.begin(), special.end(), [&](int32_t a, int32_t b) {
     return text[size_t(a)].size() > text[size_t(b)].size();
   });
+  if (is_phi3(f)) {
+    // As llama.cpp sets it for Phi-3 (from the rstrip flags of its tokenizer.json): every special
+    // token but <unk>, <s> and <|endoftext|>, and </s>.
+    rstrip.assign(size_t(n), 0);
+    for (int32_t id : special) rstrip[size_t(id)] = 1;
+    for (std::string_view t : {"<unk>", "<s>", "<|endoftext|>"}) {
+      if (int32_t id = lookup(t); id >= 0) rstrip[size_t(id)] = 0;
+    }
+    if (int32_t id = lookup("</s>"); id >= 0) rstrip[size_t(id)] = 1;
+  }
 
   // SPM byte fallback: <0xXX>, else the byte itself as a piece.
   for (int b = 0; b < 256; ++b) {
@@ -591,6 +624,9 @@ std::vector<Tokenizer::Impl::Fragment> Tokenizer::Impl::partition(std::string_vi
         if (m > pos) next.push_back({-1, pos, m - pos});
         next.push_back({id, 0, 0});
         pos = m + st.size();
+        if (!rstrip.empty() && rstrip[size_t(id)]) {
+          while (pos < end && std::isspace(static_cast<unsigned char>(text[pos]))) ++pos;
+        }
       }
       if (pos < end) next.push_back({-1, pos, end - pos});
     }
