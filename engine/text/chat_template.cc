@@ -236,21 +236,6 @@ std::string render_phi4(std::span<const ChatMessage> messages, bool gen) {
   return out;
 }
 
-std::string render_mistral_nemo(std::span<const ChatMessage> messages, const ChatTemplateTokens& t) {
-  const std::string* sys = leading_system(messages);
-  const auto loop = messages.subspan(sys ? 1 : 0);
-  std::string out = t.bos;
-  for (size_t j = 0; j < loop.size(); ++j) {
-    const auto& m = loop[j];
-    if (m.role == "user") {
-      out += "[INST]" + (j == 0 && sys ? *sys + "\n\n" : std::string()) + m.content + "[/INST]";
-    } else {
-      out += m.content + t.eos;
-    }
-  }
-  return out;
-}
-
 std::string render_mistral_v7(std::span<const ChatMessage> messages, const ChatTemplateTokens& t) {
   std::string out = t.bos;
   for (const auto& m : messages) {
@@ -278,17 +263,20 @@ std::string render_llama2(std::span<const ChatMessage> messages, const ChatTempl
   return out;
 }
 
-std::string render_mistral(std::span<const ChatMessage> messages, const ChatTemplateTokens& t) {
+// Mistral's [INST] formats: v1 " [INST] " + user + " [/INST]" and " " + assistant + eos; v3-tekken
+// (Nemo) the same without the spaces. The system text goes in front of the first user content.
+std::string render_mistral(std::span<const ChatMessage> messages, const ChatTemplateTokens& t, bool tekken) {
+  const std::string open = tekken ? "[INST]" : " [INST] ", close = tekken ? "[/INST]" : " [/INST]";
+  const std::string before_reply = tekken ? "" : " ";
   const std::string* sys = leading_system(messages);
   const auto loop = messages.subspan(sys ? 1 : 0);
   std::string out = t.bos;
   for (size_t j = 0; j < loop.size(); ++j) {
     const auto& m = loop[j];
     if (m.role == "user") {
-      if (j == 0 && sys) out += " [INST] " + *sys + "\n\n" + m.content + " [/INST]";
-      else out += " [INST] " + m.content + " [/INST]";
+      out += open + (j == 0 && sys ? *sys + "\n\n" : std::string()) + m.content + close;
     } else {
-      out += " " + m.content + t.eos;
+      out += before_reply + m.content + t.eos;
     }
   }
   return out;
@@ -454,12 +442,12 @@ Result<std::string> apply_chat_template(ChatFamily family, std::span<const ChatM
     case ChatFamily::Llama3: return render_llama3(messages, tokens, add_generation_prompt);
     case ChatFamily::ChatML: return render_chatml(messages, add_generation_prompt);
     case ChatFamily::Qwen3: return render_qwen3(messages, add_generation_prompt, options);
-    case ChatFamily::MistralNemo: return render_mistral_nemo(messages, tokens);
+    case ChatFamily::MistralNemo: return render_mistral(messages, tokens, /*tekken=*/true);
     case ChatFamily::MistralV7: return render_mistral_v7(messages, tokens);
     case ChatFamily::Phi3: return render_phi3(messages, tokens, add_generation_prompt);
     case ChatFamily::Phi4: return render_phi4(messages, add_generation_prompt);
     case ChatFamily::Llama2: return render_llama2(messages, tokens);
-    case ChatFamily::Mistral: return render_mistral(messages, tokens);
+    case ChatFamily::Mistral: return render_mistral(messages, tokens, /*tekken=*/false);
     case ChatFamily::Zephyr: return render_zephyr(messages, tokens, add_generation_prompt);
     case ChatFamily::Gemma: return render_gemma(messages, tokens, add_generation_prompt);
     case ChatFamily::Plain: return render_plain(messages, add_generation_prompt);

@@ -7,6 +7,8 @@
 //     rank. A missing pre is taken as llama-bpe (and kind() says so).
 // Control/user-defined/unknown token texts are split out of the input before tokenizing (longest
 // token first, like llama.cpp): user-defined ones always, control/unknown ones only with parse_special.
+// Phi-3 vocabs (general.name "phi-3"/"phi3", or SentencePiece of architecture phi3): a special token
+// also takes the whitespace after it (llama.cpp's rstrip; not <unk>, <s>, <|endoftext|>).
 //
 // Loading validates everything (array types and lengths, token types, ids in range, duplicate tokens,
 // merges) and returns a Status naming the key; encode/decode never crash, whatever the bytes.
