@@ -54,7 +54,8 @@
 //   Zephyr   HuggingFaceH4/zephyr-7b-beta (also TinyLlama-1.1B-Chat):
 //              "<|" + role + "|>\n" + content + eos + "\n"; prompt "<|assistant|>\n" (only after at
 //              least one message, as in the template). No BOS.
-//   Gemma    google/gemma-2-2b-it / gemma-2-9b-it: bos + "<start_of_turn>" + (user|model) + "\n" +
+//   Gemma    google/gemma-2-2b-it / gemma-2-9b-it and google/gemma-3-*-it (the same turns; Gemma 3's
+//              template folds a system message as described below): bos + "<start_of_turn>" + (user|model) + "\n" +
 //              trim(content) + "<end_of_turn>\n"; prompt "<start_of_turn>model\n". Gemma 2 rejects a
 //              system message; we fold it in the way gemma-3's template does: system content + "\n\n"
 //              in front of the first user turn's (trimmed) content.

@@ -15,7 +15,10 @@ Templates (published by the model makers):
   models' tokenizer_config.json; Apache-2.0):
     Qwen-Qwen3-0.6B.jinja (Qwen/Qwen3-0.6B; Qwen3 dense and MoE models share it),
     mistralai-Mistral-Small-3.2-24B-Instruct-2506.jinja (Mistral's v7-tekken format; its default
-    system message holds today's date: strftime_now is fixed to 2026-01-01 here)
+    system message holds today's date: strftime_now is fixed to 2026-01-01 here),
+    google-gemma-3-4b-it.jinja (Gemma 3's, as a public test script quotes google/gemma-3-4b-it's
+    tokenizer_config.json; not from Google's repository itself: a system message becomes the first user
+    turn's prefix, which is how our gemma format folds it for Gemma 2 as well)
 
 Run: python3 tests/reference/templates/render.py   (needs python3-jinja2)
 """
@@ -31,6 +34,7 @@ SHARED = os.environ.get("TOWERS_SHARED") or os.path.join(HERE, "..", "..", "..",
 # family (engine/text/chat_template.h name) → template file, where it is, bos, eos.
 TEMPLATES = [
     ("gemma", "google-gemma-2-2b-it.jinja", "shared", "<bos>", "<eos>"),
+    ("gemma", "google-gemma-3-4b-it.jinja", "here", "<bos>", "<eos>"),
     ("phi3", "microsoft-Phi-3.5-mini-instruct.jinja", "shared", "<s>", "<|endoftext|>"),
     ("mistral-nemo", "mistralai-Mistral-Nemo-Instruct-2407.jinja", "shared", "<s>", "</s>"),
     ("qwen3", "Qwen-Qwen3-0.6B.jinja", "here", "", "<|im_end|>"),
