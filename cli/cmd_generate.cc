@@ -47,8 +47,7 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template as a user message");
   cmd->add_option("--system", o->system, "System message (with --chat)");
   cmd->add_option("--template", o->template_name,
-                  "Chat template family instead of the detected one: llama3, chatml, llama2, mistral, "
-                  "zephyr, gemma, plain");
+                  "Chat template family instead of the detected one: " + chat_family_names());
   cmd->add_flag("--no-bos", o->no_bos, "Do not prepend BOS to a plain prompt");
   cmd->add_flag("-v,--verbose", o->verbose, "Print token counts and prefill/decode speed to stderr");
   cmd->callback([o] {

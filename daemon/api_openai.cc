@@ -510,8 +510,8 @@ ApiStatus model_not_found(const std::string& name, const char* param) {
 // the model family's tool format (engine/constrained/tool_format.h) on the session-less path (the system block with
 // the tools is a shared segment), and the tool-call grammar for tool_choice.
 ApiStatus tool_generation(Service& svc, const std::string& session, const std::string& bot,
-                          const std::vector<ToolChatMessage>& messages, const ToolRequest& tools, GenParams* params,
-                          GenerationSpec* spec) {
+                          const std::vector<ToolChatMessage>& messages, const ToolRequest& tools,
+                          const std::vector<int32_t>& reply_opening, GenParams* params, GenerationSpec* spec) {
   if (!session.empty()) {
     return ApiStatus(Status::Unimplemented("tools and tool messages are not supported with \"session\" (a session's "
                                            "transcript holds text turns): send the conversation without it"),
@@ -543,6 +543,7 @@ ApiStatus tool_generation(Service& svc, const std::string& session, const std::s
   Catalog::Stateless st;
   st.base = std::move(conv.value().base);
   st.rest = std::move(conv.value().rest);
+  st.rest.insert(st.rest.end(), reply_opening.begin(), reply_opening.end());
   st.prompt_estimate = st.base.size() + st.rest.size();
   *spec = stateless_spec(std::move(st));
   return {};
@@ -557,14 +558,37 @@ struct GenerationRequest {
   std::string session, bot;
   ToolRequest tools;
   bool tool_history = false;
+  bool enable_thinking = true;  // chat_template_kwargs.enable_thinking
   // Completions: the prompt text, as it is.
   std::string prompt;
 };
 
+// "chat_template_kwargs", as llama-server takes it: the template switches of a request. Only
+// enable_thinking (a boolean; Qwen3's templates read it) is known; another key is refused by name.
+ApiStatus parse_template_kwargs(const json& body, bool* enable_thinking) {
+  if (!body.contains("chat_template_kwargs") || body["chat_template_kwargs"].is_null()) return {};
+  const json& kwargs = body["chat_template_kwargs"];
+  if (!kwargs.is_object()) return invalid_field("chat_template_kwargs", "\"chat_template_kwargs\" must be an object");
+  for (const auto& [key, v] : kwargs.items()) {
+    const std::string where = "chat_template_kwargs." + key;
+    if (key != "enable_thinking") {
+      return ApiStatus(Status::Unimplemented("\"" + where + "\" is not supported by towerd (supported: enable_thinking)"),
+                       where);
+    }
+    if (!v.is_boolean()) return invalid_field(where, "\"" + where + "\" must be true or false");
+    *enable_thinking = v.get<bool>();
+  }
+  return {};
+}
+
 ApiStatus parse_chat_request(const Service& svc, const HttpRequest& req, GenerationRequest* r) {
   json body;
   if (ApiStatus e = parse_body(req, &body); !e.ok()) return e;
-  if (ApiStatus e = check_generation_fields(body, {"model", "messages", "session", "bot"}); !e.ok()) return e;
+  if (ApiStatus e = check_generation_fields(body, {"model", "messages", "session", "bot", "chat_template_kwargs"});
+      !e.ok()) {
+    return e;
+  }
+  if (ApiStatus e = parse_template_kwargs(body, &r->enable_thinking); !e.ok()) return e;
   for (ApiStatus e : {check_model(svc, body), string_field(body, "session", false, &r->session),
                       string_field(body, "bot", false, &r->bot)}) {
     if (!e.ok()) return e;
@@ -639,9 +663,21 @@ ApiStatus handle_chat_completions(Service& svc, const HttpRequest& req, HttpResp
   GenerationRequest r;
   if (ApiStatus e = parse_chat_request(svc, req, &r); !e.ok()) return e;
   GenerationSpec spec;
+  // Thinking off: the reply opens with the template's empty reasoning block (nothing for templates
+  // without the switch).
+  const std::vector<int32_t> reply_opening = r.enable_thinking ? std::vector<int32_t>() : svc.prompts.thinking_off();
   if (!r.tools.tools.empty() || r.tool_history) {
-    if (ApiStatus e = tool_generation(svc, r.session, r.bot, r.messages, r.tools, &r.params, &spec); !e.ok()) return e;
+    if (ApiStatus e = tool_generation(svc, r.session, r.bot, r.messages, r.tools, reply_opening, &r.params, &spec);
+        !e.ok()) {
+      return e;
+    }
   } else if (!r.session.empty()) {
+    if (!reply_opening.empty()) {
+      return ApiStatus(Status::Unimplemented("\"chat_template_kwargs.enable_thinking\": false is not supported with "
+                                             "\"session\" (a session's transcript keeps its turns as generated): send "
+                                             "the conversation without it"),
+                       "chat_template_kwargs.enable_thinking");
+    }
     if (ApiStatus e = one_choice(r.params); !e.ok()) return e;
     // The session holds the history: the request brings one new message, the user's. More would have
     // to be merged into the transcript or dropped; neither is done behind the client's back.
@@ -659,6 +695,8 @@ ApiStatus handle_chat_completions(Service& svc, const HttpRequest& req, HttpResp
     for (auto& m : r.messages) chat.push_back({std::move(m.role), std::move(m.content)});
     auto begun = svc.catalog.begin_stateless(r.bot, std::move(chat));
     if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");
+    begun->rest.insert(begun->rest.end(), reply_opening.begin(), reply_opening.end());
+    begun->prompt_estimate += reply_opening.size();
     spec = stateless_spec(std::move(begun.value()));
     if (!r.bot.empty()) spec.extra = {{"bot", r.bot}};
   }

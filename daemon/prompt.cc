@@ -33,6 +33,14 @@ std::string PromptBuilder::trim_content(const std::string& s) const {
   }
 }
 
+std::string PromptBuilder::history_content(const ChatMessage& m) const {
+  return trim_content(chat_rendered_content(family_, m.role, m.content));
+}
+
+std::vector<int32_t> PromptBuilder::thinking_off() const {
+  return encode_template(std::string(chat_thinking_off_suffix(family_)), false);
+}
+
 Result<PromptBuilder::Skeleton> PromptBuilder::skeleton(bool has_system, size_t n_user) const {
   if (n_user == 0) return Status::InvalidArgument("a conversation needs a user message");
   auto sentinel = [&](char kind, size_t i) { return "TWRSNTL" + nonce_ + kind + std::to_string(i) + "Z"; };
@@ -127,7 +135,7 @@ Result<std::vector<int32_t>> PromptBuilder::turns(bool has_system, std::span<con
   for (size_t i = 0; i < turns.size(); ++i) {
     const size_t a = i / 2;
     if (i % 2 == 1 && a < assistant_tokens.size() && assistant_tokens[a]) append(out, *assistant_tokens[a]);
-    else append(out, encode_content(trim_content(turns[i].content)));
+    else append(out, encode_content(history_content(turns[i])));
     append(out, encode_template(sk->gaps[i], false));
   }
   return out;
@@ -162,7 +170,7 @@ Result<PromptBuilder::Conversation> PromptBuilder::conversation(std::span<const 
     if (p == std::string::npos) return Status::Error("the chat template reorders or drops messages");
     append(i == 0 || (i == 1 && system_first) ? c.base : c.rest, encode_template(r.substr(at, p - at), at == 0));
     append(i == 0 && system_first ? c.base : c.rest,
-           encode_content(i == 0 && system_first ? strip(messages[i].content) : trim_content(messages[i].content)));
+           encode_content(i == 0 && system_first ? strip(messages[i].content) : history_content(messages[i])));
     at = p + s.size();
   }
   append(c.rest, encode_template(r.substr(at), false));

@@ -67,6 +67,9 @@ class PromptBuilder {
 
   std::vector<std::string> stop_strings() const { return chat_stop_strings(family_); }
   std::string trim_content(const std::string& s) const;
+  // Tokens a request with thinking off appends to its prompt (chat_thinking_off_suffix: Qwen3's empty
+  // reasoning block); empty for families without the switch.
+  std::vector<int32_t> thinking_off() const;
 
  private:
   struct Skeleton {
@@ -76,6 +79,9 @@ class PromptBuilder {
   Result<Skeleton> skeleton(bool has_system, size_t n_user) const;
   std::vector<int32_t> encode_template(const std::string& text, bool first) const;
   std::vector<int32_t> encode_content(const std::string& text) const;
+  // A history message's content as the template writes it (chat_rendered_content, e.g. Qwen3 drops an
+  // assistant's reasoning), trimmed as trim_content does.
+  std::string history_content(const ChatMessage& m) const;
 
   const Tokenizer& tok_;
   ChatFamily family_;

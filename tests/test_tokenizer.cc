@@ -1,6 +1,10 @@
-// Tokenizers against llama.cpp's test vectors (llama-spm from its vocab GGUF; llama-bpe, qwen2 and
+// Tokenizers against llama.cpp's test vectors (llama-spm, phi-3, gpt-2, starcoder, deepseek-llm,
+// deepseek-coder, falcon, mpt and refact from llama.cpp's vocab GGUFs; llama-bpe, qwen2 and
 // deepseek-r1-qwen from Hugging Face tokenizer.json files converted to GGUF here), decode round trips,
-// the streaming detokenizer, special-token parsing and malformed vocabularies.
+// the streaming detokenizer, special-token parsing and malformed vocabularies. Pre-tokenizers without a
+// vocab in shared/ (tekken, smollm, command-r) and Gemma's SentencePiece rules: test_pretokenizer.cc.
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -79,8 +83,8 @@ const Tokenizer* vocab(const std::string& name) {
   static std::map<std::string, Loaded> cache;
   if (auto it = cache.find(name); it != cache.end()) return it->second.tok.get();
   std::filesystem::path gguf;
-  if (name == "llama-spm") {
-    gguf = test::shared_file("tokenizers/ggml-vocab-llama-spm.gguf");
+  if (name != "llama-bpe" && name != "qwen2" && name != "deepseek-r1-qwen") {
+    gguf = test::shared_file("tokenizers/ggml-vocab-" + name + ".gguf");
     if (gguf.empty()) return nullptr;
   } else {
     const bool llama = name == "llama-bpe";
@@ -167,7 +171,9 @@ std::string stream(const Tokenizer& tok, const std::vector<int32_t>& ids, int* h
 
 using test::raw_pieces;
 
-const std::string kAllVocabs[] = {"llama-spm", "llama-bpe", "qwen2", "deepseek-r1-qwen"};
+const std::string kAllVocabs[] = {"llama-spm", "llama-bpe", "qwen2",          "deepseek-r1-qwen", "phi-3",
+                                  "gpt-2",     "starcoder", "deepseek-llm",   "deepseek-coder",   "falcon",
+                                  "mpt",       "refact"};
 
 }  // namespace
 
@@ -175,6 +181,15 @@ TEST_CASE("llama-spm: llama.cpp tokenizer vectors") { run_vectors("llama-spm"); 
 TEST_CASE("llama-bpe: llama.cpp tokenizer vectors (vocab from llama3 tokenizer.json)") { run_vectors("llama-bpe"); }
 TEST_CASE("qwen2: llama.cpp tokenizer vectors (vocab from qwen3 tokenizer.json)") { run_vectors("qwen2"); }
 TEST_CASE("deepseek-r1-qwen: llama.cpp tokenizer vectors (same base BPE as qwen2)") { run_vectors("deepseek-r1-qwen"); }
+// llama.cpp's own vocab GGUFs (shared/tokenizers), one per pre-tokenizer.
+TEST_CASE("phi-3: llama.cpp tokenizer vectors (SentencePiece, Phi-3's special-token rules)") { run_vectors("phi-3"); }
+TEST_CASE("gpt-2: llama.cpp tokenizer vectors") { run_vectors("gpt-2"); }
+TEST_CASE("starcoder: llama.cpp tokenizer vectors") { run_vectors("starcoder"); }
+TEST_CASE("deepseek-llm: llama.cpp tokenizer vectors") { run_vectors("deepseek-llm"); }
+TEST_CASE("deepseek-coder: llama.cpp tokenizer vectors") { run_vectors("deepseek-coder"); }
+TEST_CASE("falcon: llama.cpp tokenizer vectors") { run_vectors("falcon"); }
+TEST_CASE("mpt: llama.cpp tokenizer vectors") { run_vectors("mpt"); }
+TEST_CASE("refact: llama.cpp tokenizer vectors") { run_vectors("refact"); }
 
 TEST_CASE("decode(encode(text)) == text for every vector text, streaming equals whole decoding") {
   for (const std::string& name : kAllVocabs) {
@@ -324,11 +339,50 @@ TEST_CASE("BPE: parse_special, user-defined tokens and special ids") {
   }
 }
 
+TEST_CASE("Phi-3: special tokens swallow the whitespace after them (llama.cpp's rstrip for Phi-3)") {
+  const Tokenizer* tok = vocab("phi-3");
+  if (!tok) return;
+  const int32_t user = tok->token_id("<|user|>"), end = tok->token_id("<|end|>");
+  const int32_t assistant = tok->token_id("<|assistant|>"), eot = tok->token_id("<|endoftext|>");
+  const int32_t hello = tok->token_id("▁Hello"), a = tok->token_id("▁a");
+  const int32_t b = tok->token_id("▁b"), newline = tok->token_id("<0x0A>");
+  REQUIRE((user > 0 && end > 0 && assistant > 0 && eot > 0 && hello > 0 && a > 0 && b > 0 && newline > 0));
+  // The Phi-3 template's newlines after <|user|>, <|end|> and <|assistant|> go with the tokens.
+  CHECK(tok->encode("<|user|>\nHello<|end|>\n<|assistant|>\n", true, true) ==
+        std::vector<int32_t>{1, user, hello, end, assistant});
+  // </s> is user-defined in this vocab: split out (and stripping) even without parse_special.
+  CHECK(tok->encode("a</s>  \n b", false, false) == std::vector<int32_t>{a, 2, b});
+  // <|endoftext|>, <s> and <unk> keep what follows.
+  auto kept = tok->encode("<|endoftext|>\nb", false, true);
+  REQUIRE(kept.size() >= 2);
+  CHECK(kept[0] == eot);
+  CHECK(std::find(kept.begin(), kept.end(), newline) != kept.end());
+  // Other vocabularies have no such rule: Llama 2's keeps the newline after </s>.
+  const Tokenizer* llama = vocab("llama-spm");
+  if (llama) {
+    auto ids = llama->encode("a</s>\nb", false, true);
+    CHECK(std::find(ids.begin(), ids.end(), llama->token_id("<0x0A>")) != ids.end());
+  }
+}
+
 TEST_CASE("encode never crashes and byte-level/byte-fallback tokenization is lossless on arbitrary bytes") {
   std::mt19937 rng(1234);
   for (const std::string& name : kAllVocabs) {
     const Tokenizer* tok = vocab(name);
     if (!tok) continue;
+    CAPTURE(name);
+    // Bytes the vocab spells on their own. Some byte-level vocabs cannot spell every byte: falcon, mpt,
+    // starcoder and refact have no piece for 0xC0, 0xC1, 0xF5.. (never in valid UTF-8; falcon neither
+    // for some control bytes), and deepseek's spell those as user-defined tokens whose text is the
+    // character, not the byte (so does llama.cpp). Text made of spellable bytes and valid UTF-8 is
+    // still lossless there.
+    std::array<bool, 256> spellable{};
+    for (int b = 0; b < 256; ++b) {
+      const std::string one(1, char(b));
+      spellable[size_t(b)] = raw_pieces(*tok, tok->encode(one, false, false)) == one;
+    }
+    const bool every_byte = std::all_of(spellable.begin(), spellable.end(), [](bool x) { return x; });
+    if (!every_byte) MESSAGE(name << ": " << std::count(spellable.begin(), spellable.end(), false) << " bytes not spellable alone");
     for (int iter = 0; iter < 200; ++iter) {
       std::string s;
       const int len = static_cast<int>(rng() % 64);
@@ -345,7 +399,10 @@ TEST_CASE("encode never crashes and byte-level/byte-fallback tokenization is los
       for (bool special : {false, true}) {
         auto ids = tok->encode(s, false, special);
         for (int32_t id : ids) REQUIRE((id >= 0 && id < tok->n_vocab()));
-        if (!special) CHECK(raw_pieces(*tok, ids) == s);
+        const bool lossless = every_byte || (is_valid_utf8(s) && std::all_of(s.begin(), s.end(), [&](char c) {
+                                return spellable[uint8_t(c)];
+                              }));
+        if (!special && lossless) CHECK(raw_pieces(*tok, ids) == s);
         std::string streamed = stream(*tok, ids);
         CHECK(streamed == tok->decode(ids));
       }
@@ -485,9 +542,12 @@ TEST_CASE("malformed vocabularies give errors naming the problem") {
   {
     MiniVocab v;
     v.model = "gpt2";
-    v.pre = "falcon";
-    expect_error(v, "unsupported tokenizer.ggml.pre 'falcon'");
-    expect_error(v, "qwen2");  // the message lists what is supported
+    v.pre = "no-such-pre";
+    expect_error(v, "unsupported tokenizer.ggml.pre 'no-such-pre'");
+    for (const char* name : {"llama-bpe", "qwen2", "qwen3", "gpt-2", "starcoder", "smollm", "command-r", "tekken",
+                             "deepseek-llm", "deepseek-coder", "falcon", "mpt", "refact"}) {
+      expect_error(v, name);  // the message lists what is supported
+    }
   }
   { MiniVocab v; v.model = "gpt2"; v.pre = "qwen2"; v.write_merges = false; expect_error(v, "tokenizer.ggml.merges"); }
   {

@@ -9,14 +9,15 @@
 
 namespace towers::test {
 
-// Concatenated raw pieces with the SentencePiece dummy-prefix space removed (no UTF-8 repair).
+// Concatenated raw pieces with the SentencePiece dummy-prefix space removed (vocabs with
+// add_space_prefix; no UTF-8 repair).
 inline std::string raw_pieces(const Tokenizer& tok, const std::vector<int32_t>& ids) {
   std::string s;
   bool start = true;
   for (int32_t id : ids) {
     std::string p = tok.token_to_piece(id);
     if (p.empty()) continue;
-    if (start && tok.is_spm() && p[0] == ' ') p.erase(0, 1);
+    if (start && tok.strips_leading_space() && p[0] == ' ') p.erase(0, 1);
     start = false;
     s += p;
   }

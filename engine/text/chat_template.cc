@@ -12,23 +12,38 @@ struct FamilyName {
   std::string_view name;
 };
 
-constexpr std::array<FamilyName, 7> kFamilyNames = {{
+constexpr std::array<FamilyName, 12> kFamilyNames = {{
     {ChatFamily::Llama3, "llama3"},
     {ChatFamily::ChatML, "chatml"},
+    {ChatFamily::Qwen3, "qwen3"},
     {ChatFamily::Llama2, "llama2"},
     {ChatFamily::Mistral, "mistral"},
+    {ChatFamily::MistralNemo, "mistral-nemo"},
+    {ChatFamily::MistralV7, "mistral-v7"},
     {ChatFamily::Zephyr, "zephyr"},
     {ChatFamily::Gemma, "gemma"},
+    {ChatFamily::Phi3, "phi3"},
+    {ChatFamily::Phi4, "phi4"},
     {ChatFamily::Plain, "plain"},
 }};
 
-constexpr std::array<FamilyName, 5> kFamilyAliases = {{
+constexpr std::array<FamilyName, 12> kFamilyAliases = {{
     {ChatFamily::Llama3, "llama-3"},
     {ChatFamily::ChatML, "qwen"},
+    {ChatFamily::ChatML, "qwen2"},
     {ChatFamily::Llama2, "llama-2"},
     {ChatFamily::Gemma, "gemma2"},
     {ChatFamily::Gemma, "gemma-2"},
+    {ChatFamily::Gemma, "gemma3"},
+    {ChatFamily::Gemma, "gemma-3"},
+    {ChatFamily::MistralNemo, "mistral-v3-tekken"},
+    {ChatFamily::MistralV7, "mistral-v7-tekken"},
+    {ChatFamily::Phi3, "phi-3"},
+    {ChatFamily::Phi4, "phi-4"},
 }};
+
+constexpr std::string_view kThinkOpen = "<think>";
+constexpr std::string_view kThinkClose = "</think>";
 
 bool contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
 
@@ -108,8 +123,8 @@ Status check_known_roles(ChatFamily family, std::span<const ChatMessage> message
   return Status::Ok();
 }
 
-// An optional leading system message, then user, assistant, user, ... (as the Llama-2, Mistral and
-// Gemma templates demand).
+// An optional leading system message, then user, assistant, user, ... (as the Llama-2, Mistral,
+// Mistral-Nemo, Mistral v7 and Gemma templates demand).
 Status check_alternating(ChatFamily family, std::span<const ChatMessage> messages) {
   const size_t start = !messages.empty() && messages[0].role == "system" ? 1 : 0;
   const std::string prefix = "the " + std::string(chat_family_name(family)) + " chat format";
@@ -150,6 +165,87 @@ std::string render_chatml(std::span<const ChatMessage> messages, bool gen) {
   return out;
 }
 
+std::string lstrip_newlines(std::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  return std::string(s);
+}
+
+std::string strip_newlines(std::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return std::string(s);
+}
+
+// Qwen3's template: assistant turns before the last user message lose their reasoning; one after it
+// keeps it in a <think> block (the last message, or one with reasoning).
+std::string render_qwen3(std::span<const ChatMessage> messages, bool gen, const ChatOptions& options) {
+  size_t last_query = messages.empty() ? 0 : messages.size() - 1;
+  for (size_t i = messages.size(); i-- > 0;) {
+    if (messages[i].role == "user") {
+      last_query = i;
+      break;
+    }
+  }
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    if (m.role != "assistant") {
+      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      continue;
+    }
+    const std::string_view c = m.content;
+    const size_t close = c.rfind(kThinkClose);
+    const std::string content = chat_rendered_content(ChatFamily::Qwen3, m.role, c);
+    std::string reasoning;
+    if (close != std::string_view::npos) {
+      std::string_view before = c.substr(0, c.find(kThinkClose));  // split('</think>')[0]
+      while (!before.empty() && before.back() == '\n') before.remove_suffix(1);
+      const size_t open = before.rfind(kThinkOpen);
+      reasoning = lstrip_newlines(open == std::string_view::npos ? before : before.substr(open + kThinkOpen.size()));
+    }
+    const bool after_query = i > last_query;
+    if (after_query && (i + 1 == messages.size() || !reasoning.empty())) {
+      out += "<|im_start|>assistant\n<think>\n" + strip_newlines(reasoning) + "\n</think>\n\n" +
+             lstrip_newlines(content);
+    } else {
+      out += "<|im_start|>assistant\n" + content;
+    }
+    out += "<|im_end|>\n";
+  }
+  if (gen) {
+    out += "<|im_start|>assistant\n";
+    if (!options.enable_thinking) out += chat_thinking_off_suffix(ChatFamily::Qwen3);
+  }
+  return out;
+}
+
+std::string render_phi3(std::span<const ChatMessage> messages, const ChatTemplateTokens& t, bool gen) {
+  std::string out;
+  for (const auto& m : messages) {
+    if (m.role == "system" && m.content.empty()) continue;
+    out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+  }
+  out += gen ? "<|assistant|>\n" : t.eos;
+  return out;
+}
+
+std::string render_phi4(std::span<const ChatMessage> messages, bool gen) {
+  std::string out;
+  for (const auto& m : messages) out += "<|im_start|>" + m.role + "<|im_sep|>" + m.content + "<|im_end|>";
+  if (gen) out += "<|im_start|>assistant<|im_sep|>";
+  return out;
+}
+
+std::string render_mistral_v7(std::span<const ChatMessage> messages, const ChatTemplateTokens& t) {
+  std::string out = t.bos;
+  for (const auto& m : messages) {
+    if (m.role == "system") out += "[SYSTEM_PROMPT]" + m.content + "[/SYSTEM_PROMPT]";
+    else if (m.role == "user") out += "[INST]" + m.content + "[/INST]";
+    else out += m.content + t.eos;
+  }
+  return out;
+}
+
 std::string render_llama2(std::span<const ChatMessage> messages, const ChatTemplateTokens& t) {
   const std::string* sys = leading_system(messages);
   const auto loop = messages.subspan(sys ? 1 : 0);
@@ -167,17 +263,20 @@ std::string render_llama2(std::span<const ChatMessage> messages, const ChatTempl
   return out;
 }
 
-std::string render_mistral(std::span<const ChatMessage> messages, const ChatTemplateTokens& t) {
+// Mistral's [INST] formats: v1 " [INST] " + user + " [/INST]" and " " + assistant + eos; v3-tekken
+// (Nemo) the same without the spaces. The system text goes in front of the first user content.
+std::string render_mistral(std::span<const ChatMessage> messages, const ChatTemplateTokens& t, bool tekken) {
+  const std::string open = tekken ? "[INST]" : " [INST] ", close = tekken ? "[/INST]" : " [/INST]";
+  const std::string before_reply = tekken ? "" : " ";
   const std::string* sys = leading_system(messages);
   const auto loop = messages.subspan(sys ? 1 : 0);
   std::string out = t.bos;
   for (size_t j = 0; j < loop.size(); ++j) {
     const auto& m = loop[j];
     if (m.role == "user") {
-      if (j == 0 && sys) out += " [INST] " + *sys + "\n\n" + m.content + " [/INST]";
-      else out += " [INST] " + m.content + " [/INST]";
+      out += open + (j == 0 && sys ? *sys + "\n\n" : std::string()) + m.content + close;
     } else {
-      out += " " + m.content + t.eos;
+      out += before_reply + m.content + t.eos;
     }
   }
   return out;
@@ -252,9 +351,17 @@ Result<ChatFamily> chat_family_for(std::string_view jinja_template, std::string_
 
 ChatFamily detect_chat_family(std::string_view t) {
   if (contains(t, "<|start_header_id|>")) return ChatFamily::Llama3;
-  if (contains(t, "<|im_start|>")) return ChatFamily::ChatML;
+  if (contains(t, "<|im_start|>")) {
+    if (contains(t, "<|im_sep|>")) return ChatFamily::Phi4;
+    return contains(t, "enable_thinking") ? ChatFamily::Qwen3 : ChatFamily::ChatML;
+  }
   if (contains(t, "<start_of_turn>")) return ChatFamily::Gemma;
-  if (contains(t, "[INST]")) return contains(t, "<<SYS>>") ? ChatFamily::Llama2 : ChatFamily::Mistral;
+  if (contains(t, "[INST]")) {
+    if (contains(t, "[SYSTEM_PROMPT]")) return ChatFamily::MistralV7;
+    if (contains(t, "<<SYS>>")) return ChatFamily::Llama2;
+    return contains(t, "\"[INST]\"") ? ChatFamily::MistralNemo : ChatFamily::Mistral;
+  }
+  if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) return ChatFamily::Phi3;
   if (contains(t, "<|user|>") && (contains(t, "</s>") || contains(t, "eos_token")) && !contains(t, "<|end|>")) {
     return ChatFamily::Zephyr;
   }
@@ -295,12 +402,36 @@ std::string chat_template_default_system(std::string_view t) {
   return "";
 }
 
+std::string chat_rendered_content(ChatFamily family, std::string_view role, std::string_view content) {
+  switch (family) {
+    case ChatFamily::Llama3:
+    case ChatFamily::Llama2:
+    case ChatFamily::Gemma:
+      return py_strip(content);
+    case ChatFamily::Qwen3:
+      if (role == "assistant") {
+        const size_t close = content.rfind(kThinkClose);
+        if (close != std::string_view::npos) return lstrip_newlines(content.substr(close + kThinkClose.size()));
+      }
+      return std::string(content);
+    default:
+      return std::string(content);
+  }
+}
+
+std::string_view chat_thinking_off_suffix(ChatFamily family) {
+  return family == ChatFamily::Qwen3 ? "<think>\n\n</think>\n\n" : "";
+}
+
 Result<std::string> apply_chat_template(ChatFamily family, std::span<const ChatMessage> messages,
-                                        const ChatTemplateTokens& tokens, bool add_generation_prompt) {
+                                        const ChatTemplateTokens& tokens, bool add_generation_prompt,
+                                        const ChatOptions& options) {
   if (Status s = check_known_roles(family, messages); !s.ok()) return s;
   switch (family) {
     case ChatFamily::Llama2:
     case ChatFamily::Mistral:
+    case ChatFamily::MistralNemo:
+    case ChatFamily::MistralV7:
     case ChatFamily::Gemma:
       if (Status s = check_alternating(family, messages); !s.ok()) return s;
       break;
@@ -310,8 +441,13 @@ Result<std::string> apply_chat_template(ChatFamily family, std::span<const ChatM
   switch (family) {
     case ChatFamily::Llama3: return render_llama3(messages, tokens, add_generation_prompt);
     case ChatFamily::ChatML: return render_chatml(messages, add_generation_prompt);
+    case ChatFamily::Qwen3: return render_qwen3(messages, add_generation_prompt, options);
+    case ChatFamily::MistralNemo: return render_mistral(messages, tokens, /*tekken=*/true);
+    case ChatFamily::MistralV7: return render_mistral_v7(messages, tokens);
+    case ChatFamily::Phi3: return render_phi3(messages, tokens, add_generation_prompt);
+    case ChatFamily::Phi4: return render_phi4(messages, add_generation_prompt);
     case ChatFamily::Llama2: return render_llama2(messages, tokens);
-    case ChatFamily::Mistral: return render_mistral(messages, tokens);
+    case ChatFamily::Mistral: return render_mistral(messages, tokens, /*tekken=*/false);
     case ChatFamily::Zephyr: return render_zephyr(messages, tokens, add_generation_prompt);
     case ChatFamily::Gemma: return render_gemma(messages, tokens, add_generation_prompt);
     case ChatFamily::Plain: return render_plain(messages, add_generation_prompt);
@@ -324,6 +460,8 @@ bool chat_template_emits_bos(ChatFamily family) {
     case ChatFamily::Llama3:
     case ChatFamily::Llama2:
     case ChatFamily::Mistral:
+    case ChatFamily::MistralNemo:
+    case ChatFamily::MistralV7:
     case ChatFamily::Gemma:
       return true;
     default:
@@ -334,9 +472,14 @@ bool chat_template_emits_bos(ChatFamily family) {
 std::vector<std::string> chat_stop_strings(ChatFamily family) {
   switch (family) {
     case ChatFamily::Llama3: return {"<|eot_id|>"};
-    case ChatFamily::ChatML: return {"<|im_end|>"};
+    case ChatFamily::ChatML:
+    case ChatFamily::Qwen3:
+    case ChatFamily::Phi4: return {"<|im_end|>"};
+    case ChatFamily::Phi3: return {"<|end|>"};
     case ChatFamily::Llama2:
     case ChatFamily::Mistral:
+    case ChatFamily::MistralNemo:
+    case ChatFamily::MistralV7:
     case ChatFamily::Zephyr: return {"</s>"};
     case ChatFamily::Gemma: return {"<end_of_turn>"};
     case ChatFamily::Plain: return {"\nUser:", "\nSystem:"};

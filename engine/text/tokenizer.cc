@@ -3,14 +3,15 @@
 // tokenizer_st_partition, token_to_piece); the code is our own.
 #include "engine/text/tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstring>
+#include <optional>
 #include <queue>
 #include <unordered_map>
+
+#include "engine/text/pretokenizer.h"
 
 namespace towers {
 
@@ -133,14 +134,6 @@ int parse_byte_token(std::string_view t) {
 
 std::string_view type_name(GgufValueType t) { return gguf_value_type_name(t); }
 
-// Pre-tokenizer regexes (Hugging Face's, with the case-insensitive contractions spelled out as
-// llama.cpp does so that e.g. "'ſ" (long s) is not folded into "'s").
-constexpr const char* kLlama3Regex =
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr const char* kQwen2Regex =
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-constexpr const char* kSupportedPre = "llama-bpe (aliases llama3, llama-v3), qwen2, deepseek-r1-qwen";
 
 }  // namespace
 
@@ -167,7 +160,6 @@ std::string sanitize_utf8(std::string_view bytes) {
 struct Tokenizer::Impl {
   enum class Model { Spm, Bpe };
   Model model = Model::Spm;
-  std::string pre;  // BPE: canonical pre-tokenizer name
   std::string kind;
   std::string chat_template;
 
@@ -186,6 +178,9 @@ struct Tokenizer::Impl {
   bool spm_split_at_spaces = false;
 
   std::vector<int32_t> special;  // control / user-defined / unknown ids, longest text first
+  // By id: the token swallows the whitespace after it in the input (llama.cpp's RSTRIP; Phi-3's
+  // special tokens). Empty when no token does.
+  std::vector<uint8_t> rstrip;
 
   // SPM byte fallback.
   std::array<int32_t, 256> byte_token{};
@@ -199,11 +194,7 @@ struct Tokenizer::Impl {
   bool ignore_merges = false;
   std::array<std::string, 256> byte_char;  // GPT-2 byte → printable code point (UTF-8)
   std::array<int16_t, 0x144> char_byte{};  // code point → byte, -1 when not a byte char
-  pcre2_code* re = nullptr;
-
-  ~Impl() {
-    if (re) pcre2_code_free(re);
-  }
+  std::optional<PreTokenizer> pretokenizer;
 
   int32_t lookup(std::string_view s) const {
     auto it = to_id.find(s);
@@ -221,7 +212,7 @@ struct Tokenizer::Impl {
   std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
   void encode_spm(std::string_view text, bool prefix_space, std::vector<int32_t>& out) const;
   void encode_spm_chunk(std::string_view s, std::vector<int32_t>& out) const;
-  void encode_bpe(std::string_view text, std::vector<int32_t>& out, pcre2_match_data* md) const;
+  void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
   void bpe_word(std::string_view encoded, std::vector<int32_t>& out) const;
 };
 
@@ -229,6 +220,25 @@ namespace {
 
 Status bad(const std::string& where, const std::string& msg) {
   return Status::Error(where + "tokenizer: " + msg);
+}
+
+}  // namespace
+
+namespace {
+
+// Phi-3 and 3.5 files: llama.cpp recognises them by general.name ("phi-3", "phi3"); converters now
+// write names such as "Phi 3.5 Mini Instruct", so a SentencePiece vocab of architecture phi3 counts too
+// (Phi-4's is byte-level BPE and has no such rule).
+bool is_phi3(const GgufFile& f) {
+  auto str = [&](const char* key) {
+    const GgufValue* v = f.find(key);
+    std::string s = v && v->type == GgufValueType::STRING ? std::string(v->str) : std::string();
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string name = str("general.name");
+  if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) return true;
+  return str("general.architecture") == "phi3" && str("tokenizer.ggml.model") == "llama";
 }
 
 }  // namespace
@@ -434,6 +444,16 @@ Status Tokenizer::Impl::load(const GgufFile& f) {
   std::stable_sort(special.begin(), special.end(), [&](int32_t a, int32_t b) {
     return text[size_t(a)].size() > text[size_t(b)].size();
   });
+  if (is_phi3(f)) {
+    // As llama.cpp sets it for Phi-3 (from the rstrip flags of its tokenizer.json): every special
+    // token but <unk>, <s> and <|endoftext|>, and </s>.
+    rstrip.assign(size_t(n), 0);
+    for (int32_t id : special) rstrip[size_t(id)] = 1;
+    for (std::string_view t : {"<unk>", "<s>", "<|endoftext|>"}) {
+      if (int32_t id = lookup(t); id >= 0) rstrip[size_t(id)] = 0;
+    }
+    if (int32_t id = lookup("</s>"); id >= 0) rstrip[size_t(id)] = 1;
+  }
 
   // SPM byte fallback: <0xXX>, else the byte itself as a piece.
   for (int b = 0; b < 256; ++b) {
@@ -473,34 +493,12 @@ Status Tokenizer::Impl::load_bpe(const GgufFile& f, const std::string& where) {
     pre_key = "llama-bpe";
     assumed = true;
   }
-  const char* regex = nullptr;
-  if (pre_key == "llama-bpe" || pre_key == "llama3" || pre_key == "llama-v3") {
-    pre = "llama-bpe";
-    regex = kLlama3Regex;
-    ignore_merges = true;
-    add_bos = true;
-  } else if (pre_key == "qwen2" || pre_key == "deepseek-r1-qwen") {
-    pre = pre_key;
-    regex = kQwen2Regex;
-    ignore_merges = false;
-    add_bos = false;
-  } else {
-    return bad(where, "unsupported tokenizer.ggml.pre '" + pre_key + "' for a gpt2 (byte-level BPE) vocab; "
-                      "supported: " + kSupportedPre);
-  }
-  kind = "gpt2 (byte-level BPE, pre=" + pre + (assumed ? ", assumed: tokenizer.ggml.pre missing)" : ")");
-
-  int errcode = 0;
-  PCRE2_SIZE erroff = 0;
-  re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex), PCRE2_ZERO_TERMINATED,
-                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &errcode, &erroff, nullptr);
-  if (!re) {
-    PCRE2_UCHAR msg[256];
-    pcre2_get_error_message(errcode, msg, sizeof msg);
-    return bad(where, "cannot compile the pre-tokenizer regex at " + std::to_string(erroff) + ": " +
-                          reinterpret_cast<const char*>(msg));
-  }
-  pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);  // best effort: the interpreter is the fallback
+  auto pt = PreTokenizer::create(pre_key);
+  if (!pt.ok()) return bad(where, pt.error());
+  pretokenizer.emplace(std::move(pt.value()));
+  ignore_merges = pretokenizer->ignore_merges();
+  add_bos = pretokenizer->bos_by_default();  // tokenizer.ggml.add_bos_token, read later, overrides it
+  kind = "gpt2 (byte-level BPE, pre=" + pre_key + (assumed ? ", assumed: tokenizer.ggml.pre missing)" : ")");
 
   // Byte-level alphabet.
   char_byte.fill(-1);
@@ -626,6 +624,9 @@ std::vector<Tokenizer::Impl::Fragment> Tokenizer::Impl::partition(std::string_vi
         if (m > pos) next.push_back({-1, pos, m - pos});
         next.push_back({id, 0, 0});
         pos = m + st.size();
+        if (!rstrip.empty() && rstrip[size_t(id)]) {
+          while (pos < end && std::isspace(static_cast<unsigned char>(text[pos]))) ++pos;
+        }
       }
       if (pos < end) next.push_back({-1, pos, end - pos});
     }
@@ -837,44 +838,12 @@ void Tokenizer::Impl::bpe_word(std::string_view w, std::vector<int32_t>& out) co
   }
 }
 
-void Tokenizer::Impl::encode_bpe(std::string_view frag, std::vector<int32_t>& out, pcre2_match_data* md) const {
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(frag.data());
-  const size_t n = frag.size();
+void Tokenizer::Impl::encode_bpe(std::string_view frag, std::vector<int32_t>& out) const {
   std::string encoded;
-  auto word = [&](size_t a, size_t b) {
+  for (const PreTokenizer::Word& w : pretokenizer->split(frag)) {
     encoded.clear();
-    for (size_t k = a; k < b; ++k) encoded += byte_char[uint8_t(frag[k])];
+    for (size_t k = w.offset; k < w.offset + w.length; ++k) encoded += byte_char[uint8_t(frag[k])];
     bpe_word(encoded, out);
-  };
-  size_t pos = 0;
-  while (pos < n) {
-    int rc = pcre2_match(re, subject, n, pos, 0, md, nullptr);
-    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
-      rc = pcre2_match(re, subject, n, pos, PCRE2_NO_JIT, md, nullptr);  // e.g. JIT stack limit
-    }
-    if (rc == PCRE2_ERROR_NOMATCH) {
-      word(pos, n);
-      break;
-    }
-    size_t s, e;
-    if (rc < 0) {  // cannot happen with these patterns; take one character and go on
-      s = pos;
-      e = pos + std::min(lead_len(uint8_t(frag[pos])), n - pos);
-    } else {
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      s = ov[0];
-      e = ov[1];
-      if (s < pos || e > n || e < s) {  // defensive
-        s = pos;
-        e = n;
-      }
-    }
-    if (s > pos) word(pos, s);  // unmatched bytes (invalid UTF-8) form their own word
-    if (e == s) {               // empty match: step over one character
-      e = s + std::min(lead_len(uint8_t(frag[s])), n - s);
-    }
-    word(s, e);
-    pos = e;
   }
 }
 
@@ -907,15 +876,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
       }
     }
   } else {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(m.re, nullptr);
     for (const auto& fr : frags) {
       if (fr.token >= 0) {
         out.push_back(fr.token);
-      } else if (md) {
-        m.encode_bpe(text.substr(fr.off, fr.len), out, md);
+      } else {
+        m.encode_bpe(text.substr(fr.off, fr.len), out);
       }
     }
-    if (md) pcre2_match_data_free(md);
   }
   return out;
 }

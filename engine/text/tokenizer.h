@@ -1,11 +1,14 @@
 // Tokenizers read from GGUF metadata (llama.cpp's tokenizer.ggml.* keys), reproducing llama.cpp's ids:
 //   - "llama": SentencePiece (BPE by piece score, llama.cpp's llm_tokenizer_spm): dummy "▁" prefix,
 //     spaces → "▁", bigrams merged by highest score, byte fallback to <0xXX> tokens (then <unk>).
-//   - "gpt2": byte-level BPE (GPT-2 bytes→unicode mapping), a PCRE2 pre-tokenizer regex chosen by
-//     tokenizer.ggml.pre, then merges by rank. Supported pre: llama-bpe (aliases llama3, llama-v3),
-//     qwen2, deepseek-r1-qwen. A missing pre is taken as llama-bpe (and kind() says so).
+//   - "gpt2": byte-level BPE (GPT-2 bytes→unicode mapping), the words of the pre-tokenizer
+//     tokenizer.ggml.pre names (engine/text/pretokenizer.h: llama-bpe, qwen2/qwen3, gpt-2, starcoder,
+//     smollm, command-r, deepseek-llm, deepseek-coder, falcon, mpt, refact, tekken, ...), then merges by
+//     rank. A missing pre is taken as llama-bpe (and kind() says so).
 // Control/user-defined/unknown token texts are split out of the input before tokenizing (longest
 // token first, like llama.cpp): user-defined ones always, control/unknown ones only with parse_special.
+// Phi-3 vocabs (general.name "phi-3"/"phi3", or SentencePiece of architecture phi3): a special token
+// also takes the whitespace after it (llama.cpp's rstrip; not <unk>, <s>, <|endoftext|>).
 //
 // Loading validates everything (array types and lengths, token types, ids in range, duplicate tokens,
 // merges) and returns a Status naming the key; encode/decode never crash, whatever the bytes.

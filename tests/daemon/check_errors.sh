@@ -90,6 +90,16 @@ expect_error 400 invalid_request_error 'messages[1].tool_calls[0].function.argum
 expect_error 400 unsupported_parameter tools "$chat" -d "{$msg,\"bot\":\"bot\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
 expect_error 400 unsupported_parameter 'messages[0].audio' "$chat" -d '{"messages":[{"role":"user","content":"x","audio":{"id":"a"}}]}'
 expect_error 400 unsupported_parameter tools http://localhost/v1/sessions/nope/messages -d '{"content":"x","tools":[{"type":"function"}]}'
+# chat_template_kwargs: enable_thinking only (stories260K's plain format has no switch: accepted, no change).
+[ "$(api "$chat" -d "{$msg,\"chat_template_kwargs\":{\"enable_thinking\":false}}" | json 'd["object"]')" = chat.completion ] ||
+  fail "chat_template_kwargs.enable_thinking refused"
+expect_error 400 unsupported_parameter 'chat_template_kwargs.tools_in_user_message' "$chat" \
+  -d "{$msg,\"chat_template_kwargs\":{\"tools_in_user_message\":true}}"
+expect_error 400 invalid_request_error 'chat_template_kwargs.enable_thinking' "$chat" \
+  -d "{$msg,\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}"
+expect_error 400 invalid_request_error chat_template_kwargs "$chat" -d "{$msg,\"chat_template_kwargs\":[]}"
+expect_error 400 unknown_parameter chat_template_kwargs http://localhost/v1/completions \
+  -d '{"prompt":"x","chat_template_kwargs":{"enable_thinking":false}}'
 # Honoured sampling fields with bad values: 400 naming the field.
 expect_error 400 invalid_request_error top_logprobs "$chat" -d "{$msg,\"top_logprobs\":2}"
 expect_error 400 invalid_request_error top_logprobs "$chat" -d "{$msg,\"logprobs\":true,\"top_logprobs\":21}"

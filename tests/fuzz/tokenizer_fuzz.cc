@@ -1,9 +1,11 @@
 // libFuzzer target for the tokenizers on arbitrary bytes (engine/text/tokenizer.h), with small
-// vocabularies built here: SentencePiece with byte fallback, and byte-level BPE under the llama-bpe
-// and qwen2 pre-tokenizers (their regexes run through PCRE2). For every input and tokenizer, with and
+// vocabularies built here: SentencePiece with byte fallback, and byte-level BPE under the llama-bpe,
+// qwen2, tekken, starcoder, falcon and deepseek-llm pre-tokenizers (their regex stages run through
+// PCRE2: engine/text/pretokenizer.h). For every input and tokenizer, with and
 // without special-token parsing: every id is in the vocabulary; without special tokens the pieces put
 // back together are the input (byte fallback and byte-level BPE lose nothing); the streaming
 // detokenizer returns valid UTF-8 only and the same text as decode().
+#include <iterator>
 #include <memory>
 
 #include "engine/gguf/gguf.h"
@@ -114,13 +116,16 @@ void check(const Tokenizer& tok, std::string_view text, const char* name) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static std::vector<uint8_t> spm_storage, llama_storage, qwen_storage;
+  static constexpr const char* kPre[] = {"llama-bpe", "qwen2", "tekken", "starcoder", "falcon", "deepseek-llm"};
+  static std::vector<uint8_t> spm_storage, bpe_storage[std::size(kPre)];
   static const auto spm = spm_vocab(spm_storage);
-  static const auto llama_bpe = bpe_vocab("llama-bpe", llama_storage);
-  static const auto qwen2 = bpe_vocab("qwen2", qwen_storage);
+  static const auto bpe = [] {
+    std::vector<std::unique_ptr<Tokenizer>> v;
+    for (size_t i = 0; i < std::size(kPre); ++i) v.push_back(bpe_vocab(kPre[i], bpe_storage[i]));
+    return v;
+  }();
   const std::string_view text = fuzz::text_of(data, size);
   check(*spm, text, "spm");
-  check(*llama_bpe, text, "llama-bpe");
-  check(*qwen2, text, "qwen2");
+  for (size_t i = 0; i < std::size(kPre); ++i) check(*bpe[i], text, kPre[i]);
   return 0;
 }
