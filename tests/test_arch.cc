@@ -92,6 +92,24 @@ std::unique_ptr<Model> load(const std::filesystem::path& p) {
   return std::move(m.value());
 }
 
+// A file with only the keys every family needs (no tensors), to test what the loader refuses.
+GgufWriter bare_header(const std::string& arch) {
+  GgufWriter w;
+  w.set_string("general.architecture", arch);
+  for (const char* key : {"embedding_length", "block_count", "feed_forward_length"}) w.set_u32(arch + "." + key, 64);
+  w.set_u32(arch + ".attention.head_count", 4);
+  return w;
+}
+
+// The loader's error for what w writes (which it must refuse).
+std::string load_error(const GgufWriter& w, const std::string& file_name) {
+  const auto path = test::temp_dir() / file_name;
+  REQUIRE(w.write(path.string()).ok());
+  auto m = Model::load(path.string());
+  REQUIRE_FALSE(m.ok());
+  return m.error();
+}
+
 int32_t argmax(const float* v, int n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
 
 }  // namespace
@@ -226,26 +244,14 @@ TEST_CASE("architectures: the table's traits as loaded, and a gemma file without
   CHECK_FALSE(qwen3->config().post_norms);
   CHECK(qwen3->config().swa_layer.empty());
 
-  GgufWriter w;
-  w.set_string("general.architecture", "gemma2");
-  for (const char* key : {"embedding_length", "block_count", "feed_forward_length"}) w.set_u32(std::string("gemma2.") + key, 64);
-  w.set_u32("gemma2.attention.head_count", 4);
-  const auto path = test::temp_dir() / "arch-gemma2-no-window.gguf";
-  REQUIRE(w.write(path.string()).ok());
-  auto m = Model::load(path.string());
-  REQUIRE_FALSE(m.ok());
-  CAPTURE(m.error());
-  CHECK(m.error().find("gemma2.attention.sliding_window") != std::string::npos);
+  const std::string no_window = load_error(bare_header("gemma2"), "arch-gemma2-no-window.gguf");
+  CAPTURE(no_window);
+  CHECK(no_window.find("gemma2.attention.sliding_window") != std::string::npos);
 
-  GgufWriter phimoe;
-  phimoe.set_string("general.architecture", "phimoe");
-  const auto phimoe_path = test::temp_dir() / "arch-phimoe.gguf";
-  REQUIRE(phimoe.write(phimoe_path.string()).ok());
-  auto refused = Model::load(phimoe_path.string());
-  REQUIRE_FALSE(refused.ok());
-  CAPTURE(refused.error());
-  CHECK(refused.error().find("unsupported architecture 'phimoe' (supported: llama (also Mixtral-style experts), "
-                             "qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe, olmoe)") != std::string::npos);
+  const std::string refused = load_error(bare_header("phimoe"), "arch-phimoe.gguf");
+  CAPTURE(refused);
+  CHECK(refused.find("unsupported architecture 'phimoe' (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, "
+                     "qwen2moe, qwen3moe, olmoe)") != std::string::npos);
 }
 
 TEST_CASE("mixture of experts: a token's logits do not depend on the tokens that share its step") {
@@ -351,19 +357,13 @@ TEST_CASE("phi3 and the mixtures of experts: the traits as loaded, and bad exper
   CHECK(load(synth_file("tiny-qwen3moe", "f16"))->config().expert_weights_norm);
 
   // A mixture-of-experts family without its expert count, or choosing more experts than it has.
-  GgufWriter w;
-  w.set_string("general.architecture", "qwen3moe");
-  for (const char* key : {"embedding_length", "block_count", "feed_forward_length"}) w.set_u32(std::string("qwen3moe.") + key, 64);
-  w.set_u32("qwen3moe.attention.head_count", 4);
-  const auto path = test::temp_dir() / "arch-qwen3moe-no-experts.gguf";
-  REQUIRE(w.write(path.string()).ok());
-  auto m = Model::load(path.string());
-  REQUIRE_FALSE(m.ok());
-  CHECK(m.error().find("missing metadata key qwen3moe.expert_count") != std::string::npos);
+  GgufWriter w = bare_header("qwen3moe");
+  CHECK(load_error(w, "arch-qwen3moe-bad.gguf").find("missing metadata key qwen3moe.expert_count") != std::string::npos);
   w.set_u32("qwen3moe.expert_count", 4);
   w.set_u32("qwen3moe.expert_used_count", 5);
-  REQUIRE(w.write(path.string()).ok());
-  m = Model::load(path.string());
-  REQUIRE_FALSE(m.ok());
-  CHECK(m.error().find("qwen3moe.expert_used_count 5 exceeds expert_count 4") != std::string::npos);
+  CHECK(load_error(w, "arch-qwen3moe-bad.gguf").find("qwen3moe.expert_used_count 5 exceeds expert_count 4") !=
+        std::string::npos);
+  w.set_u32("qwen3moe.expert_used_count", 2);
+  w.set_u32("qwen3moe.expert_gating_func", 2);
+  CHECK(load_error(w, "arch-qwen3moe-bad.gguf").find("expert_gating_func = 2 is not supported") != std::string::npos);
 }

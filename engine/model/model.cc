@@ -64,7 +64,8 @@ constexpr ArchTraits kArchitectures[] = {
 }  // namespace
 
 std::string_view supported_architectures() {
-  return "llama (also Mixtral-style experts), qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe, olmoe";
+  // Mixtral-style mixtures of experts are llama files with expert tensors.
+  return "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe, olmoe";
 }
 
 Model::~Model() = default;

@@ -14,7 +14,7 @@ u32 n_greedy, i32 greedy[n_greedy] (argmax decoding after the prompt, recomputed
 f32 decode_logits[n_greedy][n_vocab] (row i: the logits at the position of greedy[i], i.e. what predicts
 greedy[i + 1]; the last rows reach far past the window).
 --ablate turns one trait off (attn_softcap, final_softcap, window, qk_norm, post_norm, embd_scale, gelu,
-rope_local, rope_scale, unpermute, topk_norm (flipped), shared_expert, shared_gate, longrope_long (the
+rope_local, rope_scale, unpermute, topk_norm (flipped), qk_norm_per_head (olmoe), shared_expert, shared_gate, longrope_long (the
 other factor set), attn_factor) and only prints how far the prompt's logits move: evidence that the test's
 tolerance would see that trait missing.
 """
@@ -250,7 +250,11 @@ def forward(c, W, ids, ablate=None):
             q, k, v = x @ wq.T, x @ wk.T, x @ W[p + "attn_v.weight"].T
         if p + "attn_q.bias" in W:  # Qwen2(-MoE): q/k/v projections with bias
             q, k, v = q + W[p + "attn_q.bias"], k + W[p + "attn_k.bias"], v + W[p + "attn_v.bias"]
-        if arch == "olmoe" and ablate != "qk_norm":  # OlmoeAttention: q_norm/k_norm over the whole projections
+        if arch == "olmoe" and ablate == "qk_norm_per_head":  # the mistake of normalising each head alone
+            qn, kn = W[p + "attn_q_norm.weight"].reshape(H, hd), W[p + "attn_k_norm.weight"].reshape(KV, hd)
+            q = norm(q.reshape(T, H, hd), qn).reshape(T, H * hd)
+            k = norm(k.reshape(T, KV, hd), kn).reshape(T, KV * hd)
+        elif arch == "olmoe" and ablate != "qk_norm":  # OlmoeAttention: q_norm/k_norm over the whole projections
             q, k = norm(q, W[p + "attn_q_norm.weight"]), norm(k, W[p + "attn_k_norm.weight"])
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
         if arch in ("qwen3", "gemma3", "qwen3moe") and ablate != "qk_norm":
