@@ -325,8 +325,9 @@ TEST_CASE("phi3 and the mixtures of experts: the traits as loaded, and bad exper
   for (int l = 0; l < p.n_layer; ++l) CHECK(p.is_swa(l));
   CHECK(p.rope_ctx_orig == 16);
   CHECK(p.rope_attn_factor == doctest::Approx(std::sqrt(1 + std::log(128.0) / std::log(16.0))));
-  REQUIRE(p.rope_freq_factors.size() == 8);
-  CHECK(p.rope_freq_factors[7] == doctest::Approx(1.0 + 4.0 * 7 / 8));  // the long factors: 2048 > 16
+  REQUIRE(p.n_rot == 12);  // of head_dim 16
+  REQUIRE(p.rope_freq_factors.size() == 6);
+  CHECK(p.rope_freq_factors[5] == doctest::Approx(1.0 + 4.0 * 5 / 6));  // the long factors: 2048 > 16
   // Fused tensors are views: q, k, v consecutive rows of attn_qkv; gate then up in ffn_up.
   const LayerWeights& L = phi3->layers[0];
   CHECK(L.wk.data == L.wq.data + L.wq.bytes());

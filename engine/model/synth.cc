@@ -36,8 +36,9 @@ const std::vector<SynthShape>& synth_shapes() {
       {"tiny-gemma3", "gemma3", 64, 6, 4, 2, 128, 512, 2048, 1000000.0f, true, 0.0f, "generated", 32, 5, 0, 0, 8.0f,
        0.2f, 0.5f},
       // Phi-3 and the mixtures of experts: real shapes (bench) and the reference tests' tiny ones (8 experts,
-      // 2 or 3 chosen, so that every token's routing differs; phi3 with a window of 5 and LongRoPE whose
-      // original context 16 is shorter than the test's sequences, so the long factors apply).
+      // 2 or 3 chosen, so that every token's routing differs; phi3 with a window of 5, LongRoPE whose
+      // original context 16 is shorter than the test's sequences (so the long factors apply), and 12 of
+      // its 16 head dimensions rotated, as Phi-4-mini rotates 96 of 128).
       {.name = "phi3-mini", .arch = "phi3", .n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .n_ff = 8192,
        .n_vocab = 32064, .n_ctx = 131072, .rope_base = 10000.0f, .tied_embeddings = false, .llama3_rope_factor = 0,
        .tokenizer = "generated", .sliding_window = 262144, .rope_ctx_orig = 4096},
@@ -50,7 +51,8 @@ const std::vector<SynthShape>& synth_shapes() {
        .llama3_rope_factor = 0, .tokenizer = "generated", .n_expert = 64, .n_expert_used = 8, .n_ff_exp = 1024},
       {.name = "tiny-phi3", .arch = "phi3", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 128,
        .n_vocab = 512, .n_ctx = 2048, .rope_base = 10000.0f, .tied_embeddings = false, .llama3_rope_factor = 0,
-       .tokenizer = "generated", .sliding_window = 5, .weight_std = 0.2f, .norm_jitter = 0.5f, .rope_ctx_orig = 16},
+       .tokenizer = "generated", .sliding_window = 5, .weight_std = 0.2f, .norm_jitter = 0.5f, .rope_ctx_orig = 16,
+       .rope_dims = 12},
       {.name = "tiny-mixtral", .arch = "llama", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 32,
        .n_vocab = 512, .n_ctx = 2048, .rope_base = 1000000.0f, .tied_embeddings = false, .llama3_rope_factor = 0,
        .tokenizer = "generated", .weight_std = 0.2f, .norm_jitter = 0.5f, .n_expert = 8, .n_expert_used = 2,
@@ -245,7 +247,8 @@ Status synthesize_model(const SynthOptions& o) {
   }
   w.set_u32(a + ".attention.head_count", s.n_head);
   w.set_u32(a + ".attention.head_count_kv", s.n_head_kv);
-  w.set_u32(a + ".rope.dimension_count", hd);
+  const int n_rot = s.rope_dims > 0 ? s.rope_dims : hd;
+  w.set_u32(a + ".rope.dimension_count", n_rot);
   // Gemma 2's converter writes no RoPE base (readers use 10000); the others do.
   if (s.arch != "gemma2") w.set_f32(a + ".rope.freq_base", s.rope_base);
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", is_gemma ? 1e-6f : 1e-5f);
@@ -343,10 +346,11 @@ Status synthesize_model(const SynthOptions& o) {
   }
   if (phi3 && s.rope_ctx_orig > 0) {
     // LongRoPE factors in the range of Phi-3.5-mini's: long ones growing with the wavelength, short near 1.
-    std::vector<float> long_f(hd / 2), short_f(hd / 2);
-    for (int i = 0; i < hd / 2; ++i) {
-      long_f[i] = 1.0f + 4.0f * static_cast<float>(i) / static_cast<float>(hd / 2);
-      short_f[i] = 1.0f + 0.25f * static_cast<float>(i) / static_cast<float>(hd / 2);
+    const int half = n_rot / 2;
+    std::vector<float> long_f(half), short_f(half);
+    for (int i = 0; i < half; ++i) {
+      long_f[i] = 1.0f + 4.0f * static_cast<float>(i) / static_cast<float>(half);
+      short_f[i] = 1.0f + 0.25f * static_cast<float>(i) / static_cast<float>(half);
     }
     for (auto [name, f] : {std::pair{"rope_factors_long.weight", &long_f}, std::pair{"rope_factors_short.weight", &short_f}}) {
       std::vector<uint8_t> bytes(f->size() * sizeof(float));

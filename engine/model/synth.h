@@ -36,6 +36,7 @@ struct SynthShape {
   // phi3 LongRoPE: rope.scaling.original_context_length (0: no rope scaling) and the
   // rope_factors_long/short tensors and attn_factor its converter writes.
   int rope_ctx_orig = 0;
+  int rope_dims = 0;  // rope.dimension_count when only part of a head rotates (Phi-4-mini: 96 of 128); 0: all
 };
 
 const std::vector<SynthShape>& synth_shapes();
