@@ -97,7 +97,8 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
     if (cfg_.is_moe()) {
       moe(L, T);
     } else {
-      ffn(L.w_gate, L.w_up, L.w_down, xb_.data(), T, xb_.data());
+      const FfnBlock dense{&L.w_gate, &L.w_up, &L.w_down, xb_.data()};
+      ffn(std::span<const FfnBlock>(&dense, 1), xb_.data(), T);
     }
     add_residual(L.post_ffn_norm, T);
   }
@@ -123,21 +124,35 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
   return Status::Ok();
 }
 
-// out = W_down · (act(W_gate · x) * (W_up · x)) for T rows of x (out may be x).
-void Forward::ffn(const Weight& gate, const Weight& up, const Weight& down, const float* x, int T, float* out) {
-  const size_t ff = static_cast<size_t>(gate.rows);
-  hb_.resize(size_t(T) * ff), hb2_.resize(size_t(T) * ff);
-  const MatOut gate_up[] = {{&gate, hb_.data()}, {&up, hb2_.data()}};
+// For each block i: out_i = W_down · (act(W_gate · x) * (W_up · x)) for the same T rows of x (out_i may
+// be x). All gate and up matrices go in one matmuls call (one activation quantization, one parallel
+// loop: a decode step's chosen experts together); results are those of one block at a time.
+void Forward::ffn(std::span<const FfnBlock> blocks, const float* x, int T) {
+  size_t total = 0;
+  for (const FfnBlock& b : blocks) total += size_t(T) * static_cast<size_t>(b.gate->rows);
+  hb_.resize(total), hb2_.resize(total);
+  std::vector<MatOut> gate_up;
+  size_t at = 0;
+  for (const FfnBlock& b : blocks) {
+    gate_up.push_back({b.gate, &hb_[at]});
+    gate_up.push_back({b.up, &hb2_[at]});
+    at += size_t(T) * static_cast<size_t>(b.gate->rows);
+  }
   matmuls(gate_up, x, T);
-  pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
-    const size_t at = t0 * ff, n = (t1 - t0) * ff;
+  constexpr size_t kChunk = 4096;  // elementwise: any split gives the same values
+  pool_.parallel_for((total + kChunk - 1) / kChunk, [&](size_t c0, size_t c1, int) {
+    const size_t from = c0 * kChunk, n = std::min(total, c1 * kChunk) - from;
     if (cfg_.ffn_gate == FfnGate::GeluTanh) {
-      simd::geglu_f32(&hb_[at], &hb2_[at], &hb_[at], n);
+      simd::geglu_f32(&hb_[from], &hb2_[from], &hb_[from], n);
     } else {
-      simd::swiglu_f32(&hb_[at], &hb2_[at], &hb_[at], n);
+      simd::swiglu_f32(&hb_[from], &hb2_[from], &hb_[from], n);
     }
   });
-  matmul(down, hb_.data(), T, out);
+  at = 0;
+  for (const FfnBlock& b : blocks) {
+    matmul(*b.down, &hb_[at], T, b.out);
+    at += size_t(T) * static_cast<size_t>(b.gate->rows);
+  }
 }
 
 // Mixture of experts on the T normalised rows in xb_, result in xb_. Routing: softmax over the router's
@@ -172,7 +187,15 @@ void Forward::moe(const LayerWeights& L, int T) {
   // Slot (t, k) receives expert chosen_[t][k]'s output for token t.
   slots_.resize(size_t(T) * K * d);
   std::vector<int32_t> slots_of_expert;
-  for (int e = 0; e < E; ++e) {
+  if (T == 1) {  // decode: the chosen experts share the one row, so they run as one call
+    std::vector<FfnBlock> blocks;
+    for (int k = 0; k < K; ++k) {
+      const int e = chosen_[k];
+      blocks.push_back({&L.gate_exps[e], &L.up_exps[e], &L.down_exps[e], &slots_[size_t(k) * d]});
+    }
+    ffn(blocks, xb_.data(), 1);
+  }
+  for (int e = 0; e < E && T > 1; ++e) {
     slots_of_expert.clear();
     for (int i = 0; i < T * K; ++i) {
       if (chosen_[i] == e) slots_of_expert.push_back(i);
@@ -184,7 +207,8 @@ void Forward::moe(const LayerWeights& L, int T) {
       const float* from = &xb_[size_t(slots_of_expert[j] / K) * d];
       std::copy(from, from + d, &expert_x_[size_t(j) * d]);
     }
-    ffn(L.gate_exps[e], L.up_exps[e], L.down_exps[e], expert_x_.data(), n, expert_y_.data());
+    const FfnBlock expert{&L.gate_exps[e], &L.up_exps[e], &L.down_exps[e], expert_y_.data()};
+    ffn(std::span<const FfnBlock>(&expert, 1), expert_x_.data(), n);
     for (int j = 0; j < n; ++j) {
       std::copy(&expert_y_[size_t(j) * d], &expert_y_[size_t(j + 1) * d], &slots_[size_t(slots_of_expert[j]) * d]);
     }
@@ -193,7 +217,8 @@ void Forward::moe(const LayerWeights& L, int T) {
     shared_gate_.resize(T);
     matmul(L.gate_inp_shexp, xb_.data(), T, shared_gate_.data());
     expert_y_.resize(size_t(T) * d);
-    ffn(L.gate_shexp, L.up_shexp, L.down_shexp, xb_.data(), T, expert_y_.data());
+    const FfnBlock shared{&L.gate_shexp, &L.up_shexp, &L.down_shexp, expert_y_.data()};
+    ffn(std::span<const FfnBlock>(&shared, 1), xb_.data(), T);
   }
   for (int t = 0; t < T; ++t) {
     float* out = &xb_[size_t(t) * d];

@@ -69,7 +69,11 @@ class Forward {
   void matmuls(std::span<const MatOut> mats, const float* x, int T);
   void matmul_f32(const Weight& w, const float* x, int T, float* y);  // dequantize + f32 dot
   void add_bias(const Weight& b, float* y, int T);
-  void ffn(const Weight& gate, const Weight& up, const Weight& down, const float* x, int T, float* out);
+  struct FfnBlock {
+    const Weight *gate, *up, *down;
+    float* out;  // [T][n_embd]
+  };
+  void ffn(std::span<const FfnBlock> blocks, const float* x, int T);
   void moe(const LayerWeights& L, int T);
   void rope(float* vecs, int T, int n_heads, int layer);
   void attention(std::span<const Sequence> batch, int layer, int T);
