@@ -1,5 +1,6 @@
 // towerctl bench: prefill and decode speed of a model on this machine, next to the machine's measured
-// memory bandwidth and the decode roofline it implies (decode streams every weight once per token).
+// memory bandwidth and the decode roofline it implies (decode streams every weight it uses once per step:
+// all of a dense model's, a mixture of experts' shared ones and chosen experts; the forward pass counts them).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,17 +21,6 @@ struct Stats {
 Stats summarize(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return {v[v.size() / 2], v.front(), v.back()};
-}
-
-// Bytes a decode step reads: every weight matrix once (the embedding table only one row, unless it
-// doubles as the output projection).
-uint64_t bytes_per_decode_token(const Model& m) {
-  uint64_t total = 0;
-  for (const auto& t : m.file().tensors()) {
-    if (t.name == "token_embd.weight" && !m.config().tied_embeddings) continue;
-    total += t.nbytes;
-  }
-  return total;
 }
 
 std::string dominant_type(const Model& m) {
@@ -94,6 +84,9 @@ void add_bench(CLI::App& app) {
     std::vector<float> logits;
     using clock = std::chrono::steady_clock;
     std::vector<double> pp, tg;
+    // Weight bytes a decode step reads, as the forward pass counts them: every matrix once per step
+    // (of a mixture of experts only the experts chosen in that step), one embedding row per token.
+    uint64_t decode_bytes = 0, decode_steps = 0;
     // The bandwidth of a shared machine drifts (other tenants): a triad before every run, and the
     // best of all of them is the roofline, so a lucky decode run cannot beat an unlucky triad.
     double bw = 0;
@@ -117,6 +110,7 @@ void add_bench(CLI::App& app) {
       }
       for (int b = 0; b < B; ++b) seqs.push_back({&dcaches[b], std::span<const int32_t>(&toks[b], 1)});
       const size_t V = static_cast<size_t>(cfg.n_vocab);
+      fwd.reset_weight_bytes_read();
       t0 = clock::now();
       for (int i = 0; i < o->gen; ++i) {
         if (auto s = fwd.eval_batch(seqs, logits); !s) std::exit(fail(s.message()));
@@ -126,6 +120,7 @@ void add_bench(CLI::App& app) {
         }
       }
       dt = std::chrono::duration<double>(clock::now() - t0).count();
+      decode_bytes += fwd.weight_bytes_read(), decode_steps += o->gen;
       tg.push_back(double(B) * o->gen / dt);
       std::fprintf(stderr, "run %d/%d: pp %.1f tok/s, tg %.2f tok/s\n", run + 1, o->runs, pp.back(), tg.back());
     }
@@ -199,13 +194,14 @@ void add_bench(CLI::App& app) {
       cr.attn = summarize(attn);
     }
     bw = std::max(bw, measure_memory_bandwidth(pool));
-    const uint64_t bytes = bytes_per_decode_token(model);
+    const double bytes = double(decode_bytes) / double(decode_steps);  // per step of --batch tokens
     const double roofline = bw * 1e9 / bytes * o->batch;  // a step reads the weights once for all sequences
     Stats p = summarize(pp), g = summarize(tg);
     std::printf("prefill %d tokens: median %.1f tok/s (min %.1f, max %.1f)\n", o->prompt, p.median, p.min, p.max);
     std::printf("decode  %d tokens: median %.2f tok/s (min %.2f, max %.2f)\n", o->gen, g.median, g.min, g.max);
     std::printf("memory bandwidth %.2f GB/s (triad, %d threads, best of one before each run and one after); "
-                "%.1f MB read per decode token; "
+                "%.1f MB of weights read per decode step (counted by the forward pass; a mixture of experts: "
+                "the chosen experts only); "
                 "roofline %.2f tok/s; achieved %.0f%%\n",
                 bw, pool.size(), bytes / 1e6, roofline, 100.0 * g.median / roofline);
     std::printf("packed weight copies (load-time row interleaving for the fast kernels): %.1f MB extra\n",

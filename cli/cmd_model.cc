@@ -33,11 +33,21 @@ int model_info(const std::string& path, bool all_keys) {
               c.name.c_str());
   std::printf("shape          n_embd %d, n_layer %d, n_head %d, n_head_kv %d (GQA %d), head_dim %d, n_ff %d\n",
               c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.n_head / c.n_head_kv, c.head_dim, c.n_ff);
+  if (c.is_moe()) {
+    std::printf("experts        %d, %d chosen per token (softmax, top-k%s), width %d%s\n", c.n_expert, c.n_expert_used,
+                c.expert_weights_norm ? ", renormalised" : "", c.n_ff_exp,
+                c.n_ff_shexp > 0 ? (", shared expert of width " + std::to_string(c.n_ff_shexp)).c_str() : "");
+  }
+  if (c.sliding_window > 0) {
+    int windowed = 0;
+    for (int l = 0; l < c.n_layer; ++l) windowed += c.is_swa(l);
+    std::printf("window         %d tokens on %d of %d layers\n", c.sliding_window, windowed, c.n_layer);
+  }
   std::printf("vocab          %d tokens, embeddings %s\n", c.n_vocab, c.tied_embeddings ? "tied" : "untied");
   std::printf("context        %d tokens (training)\n", c.n_ctx_train);
   std::printf("rope           %s, %d of %d dims, base %g%s%s\n",
               c.rope_style == RopeStyle::Neox ? "neox" : "normal", c.n_rot, c.head_dim, c.rope_base,
-              c.rope_freq_factors.empty() ? "" : ", llama3 frequency factors",
+              c.rope_freq_factors.empty() ? "" : c.rope_ctx_orig > 0 ? ", LongRoPE factors" : ", llama3 frequency factors",
               c.rope_scale != 1.0f ? (", linear scale " + std::to_string(c.rope_scale)).c_str() : "");
   std::printf("norm           RMSNorm eps %g%s\n", c.norm_eps, c.qkv_bias ? "; Q/K/V biases" : "");
 

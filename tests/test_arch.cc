@@ -92,13 +92,32 @@ std::unique_ptr<Model> load(const std::filesystem::path& p) {
   return std::move(m.value());
 }
 
+// A file with only the keys every family needs (no tensors), to test what the loader refuses.
+GgufWriter bare_header(const std::string& arch) {
+  GgufWriter w;
+  w.set_string("general.architecture", arch);
+  for (const char* key : {"embedding_length", "block_count", "feed_forward_length"}) w.set_u32(arch + "." + key, 64);
+  w.set_u32(arch + ".attention.head_count", 4);
+  return w;
+}
+
+// The loader's error for what w writes (which it must refuse).
+std::string load_error(const GgufWriter& w, const std::string& file_name) {
+  const auto path = test::temp_dir() / file_name;
+  REQUIRE(w.write(path.string()).ok());
+  auto m = Model::load(path.string());
+  REQUIRE_FALSE(m.ok());
+  return m.error();
+}
+
 int32_t argmax(const float* v, int n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
 
 }  // namespace
 
 TEST_CASE("architectures: logits and 64 greedy tokens equal the numpy reference from the HF definitions") {
   ThreadPool pool(2);
-  for (const char* shape : {"tiny-qwen3", "tiny-gemma2", "tiny-gemma3"}) {
+  for (const char* shape : {"tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-mixtral", "tiny-qwen2moe",
+                            "tiny-qwen3moe", "tiny-olmoe"}) {
     const std::string shape_name = shape;
     CAPTURE(shape_name);
     const auto path = synth_file(shape, "f16");
@@ -108,7 +127,7 @@ TEST_CASE("architectures: logits and 64 greedy tokens equal the numpy reference 
                     "(tests/reference/arch/README.md)");
     auto model = load(path);
     REQUIRE(model->config().n_vocab == ref.n_vocab);
-    REQUIRE(model->config().arch_name == std::string(shape).substr(5));
+    REQUIRE(model->config().arch_name == (shape_name == "tiny-mixtral" ? "llama" : shape_name.substr(5)));
     const int V = ref.n_vocab;
     double ref_max = 0;
     for (float x : ref.logits) ref_max = std::max(ref_max, double(std::abs(x)));
@@ -225,23 +244,127 @@ TEST_CASE("architectures: the table's traits as loaded, and a gemma file without
   CHECK_FALSE(qwen3->config().post_norms);
   CHECK(qwen3->config().swa_layer.empty());
 
-  GgufWriter w;
-  w.set_string("general.architecture", "gemma2");
-  for (const char* key : {"embedding_length", "block_count", "feed_forward_length"}) w.set_u32(std::string("gemma2.") + key, 64);
-  w.set_u32("gemma2.attention.head_count", 4);
-  const auto path = test::temp_dir() / "arch-gemma2-no-window.gguf";
-  REQUIRE(w.write(path.string()).ok());
-  auto m = Model::load(path.string());
-  REQUIRE_FALSE(m.ok());
-  CAPTURE(m.error());
-  CHECK(m.error().find("gemma2.attention.sliding_window") != std::string::npos);
+  const std::string no_window = load_error(bare_header("gemma2"), "arch-gemma2-no-window.gguf");
+  CAPTURE(no_window);
+  CHECK(no_window.find("gemma2.attention.sliding_window") != std::string::npos);
 
-  GgufWriter phi;
-  phi.set_string("general.architecture", "phi3");
-  const auto phi_path = test::temp_dir() / "arch-phi3.gguf";
-  REQUIRE(phi.write(phi_path.string()).ok());
-  auto refused = Model::load(phi_path.string());
-  REQUIRE_FALSE(refused.ok());
-  CHECK(refused.error().find("unsupported architecture 'phi3' (supported: llama, qwen2, qwen3, gemma2, gemma3)") !=
+  const std::string refused = load_error(bare_header("phimoe"), "arch-phimoe.gguf");
+  CAPTURE(refused);
+  CHECK(refused.find("unsupported architecture 'phimoe' (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, "
+                     "qwen2moe, qwen3moe, olmoe)") != std::string::npos);
+}
+
+TEST_CASE("mixture of experts: a token's logits do not depend on the tokens that share its step") {
+  // Prefill of 24 tokens (experts batched over the tokens routed to them), the same tokens one at a time,
+  // and the same prompt beside another sequence in one eval_batch: bit-identical, with either kernel set
+  // and in a quantized file (whose fast path runs the integer kernels on the gathered rows).
+  ThreadPool pool(2);
+  for (const char* type : {"f16", "q8_0"}) {
+    for (const char* shape : {"tiny-qwen2moe", "tiny-olmoe"}) {
+      const std::string shape_name = shape, type_name = type;
+      CAPTURE(shape_name);
+      CAPTURE(type_name);
+      auto model = load(synth_file(shape, type));
+      const int V = model->config().n_vocab;
+      std::vector<int32_t> ids, other;
+      for (int i = 0; i < 24; ++i) ids.push_back((5 + 31 * i) % V), other.push_back((100 + 7 * i) % V);
+      for (Kernels kernels : {Kernels::Reference, Kernels::Fast}) {
+        CAPTURE(static_cast<int>(kernels));
+        Forward fwd(*model, pool, kernels);
+        DenseKvCache whole(model->config(), 24), single(model->config(), 24), beside(model->config(), 24),
+            second(model->config(), 24);
+        const std::vector<float> batched = test::eval_all(fwd, whole, ids);
+        std::vector<float> one_by_one, logits;
+        for (int32_t t : ids) {
+          REQUIRE(fwd.eval(single, std::span<const int32_t>(&t, 1), Logits::All, logits).ok());
+          one_by_one.insert(one_by_one.end(), logits.begin(), logits.end());
+        }
+        CHECK(batched == one_by_one);
+        const Forward::Sequence two[] = {{&second, other, Logits::All}, {&beside, ids, Logits::All}};
+        REQUIRE(fwd.eval_batch(two, logits).ok());
+        CHECK(std::vector<float>(logits.end() - batched.size(), logits.end()) == batched);
+      }
+    }
+  }
+}
+
+TEST_CASE("mixture of experts: decode reads only the chosen experts, a prefill step each chosen expert once") {
+  ThreadPool pool(2);
+  auto model = load(synth_file("tiny-qwen3moe", "q8_0"));
+  const ModelConfig& c = model->config();
+  REQUIRE(c.n_expert == 8);
+  REQUIRE(c.n_expert_used == 3);
+  uint64_t dense = 0, expert = 0;  // per layer: what every token reads, and one expert's three matrices
+  for (const LayerWeights& L : model->layers) {
+    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) dense += w->bytes();
+    expert = L.gate_exps[0].bytes() + L.up_exps[0].bytes() + L.down_exps[0].bytes();
+  }
+  const uint64_t fixed = dense + model->output.bytes() + model->tok_embd.row_stride();
+  Forward fwd(*model, pool, Kernels::Fast);
+  DenseKvCache cache(c, 64);
+  std::vector<float> logits;
+  const int32_t tok = 17;
+  fwd.reset_weight_bytes_read();
+  REQUIRE(fwd.eval(cache, std::span<const int32_t>(&tok, 1), Logits::Last, logits).ok());
+  CHECK(fwd.weight_bytes_read() == fixed + uint64_t(c.n_layer) * c.n_expert_used * expert);
+  // 32 tokens in one step: every expert some token chose is read once, so at most all 8 per layer,
+  // far less than 32 tokens x 3 experts.
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 32; ++i) ids.push_back((3 + 13 * i) % c.n_vocab);
+  fwd.reset_weight_bytes_read();
+  REQUIRE(fwd.eval(cache, ids, Logits::Last, logits).ok());
+  const uint64_t read = fwd.weight_bytes_read() - 31 * model->tok_embd.row_stride();
+  CHECK(read > fixed + uint64_t(c.n_layer) * c.n_expert_used * expert);
+  CHECK(read <= fixed + uint64_t(c.n_layer) * c.n_expert * expert);
+}
+
+TEST_CASE("phi3 and the mixtures of experts: the traits as loaded, and bad expert metadata refused by name") {
+  auto phi3 = load(synth_file("tiny-phi3", "f16"));
+  const ModelConfig& p = phi3->config();
+  CHECK(p.sliding_window == 5);
+  for (int l = 0; l < p.n_layer; ++l) CHECK(p.is_swa(l));
+  CHECK(p.rope_ctx_orig == 16);
+  CHECK(p.rope_attn_factor == doctest::Approx(std::sqrt(1 + std::log(128.0) / std::log(16.0))));
+  REQUIRE(p.n_rot == 12);  // of head_dim 16
+  REQUIRE(p.rope_freq_factors.size() == 6);
+  CHECK(p.rope_freq_factors[5] == doctest::Approx(1.0 + 4.0 * 5 / 6));  // the long factors: 2048 > 16
+  // Fused tensors are views: q, k, v consecutive rows of attn_qkv; gate then up in ffn_up.
+  const LayerWeights& L = phi3->layers[0];
+  CHECK(L.wk.data == L.wq.data + L.wq.bytes());
+  CHECK(L.wv.data == L.wk.data + L.wk.bytes());
+  CHECK(L.w_up.data == L.w_gate.data + L.w_gate.bytes());
+  CHECK(L.w_gate.rows == p.n_ff);
+
+  // A RoPE shift stays a pure rotation: a key embedded at 0 and rotated by d equals one embedded at d.
+  const Rope rope(p);
+  std::vector<float> k0(p.head_dim), kd(p.head_dim);
+  for (int i = 0; i < p.head_dim; ++i) k0[i] = kd[i] = 0.05f * static_cast<float>(i + 1);
+  rope.embed(k0.data(), 1, 0.0f, 0);
+  rope.rotate(k0.data(), 1, 9.0f, 0);
+  rope.embed(kd.data(), 1, 9.0f, 0);
+  CHECK(test::max_abs_diff(k0, kd) <= 1e-5);
+
+  auto olmoe = load(synth_file("tiny-olmoe", "f16"));
+  CHECK(olmoe->config().qk_norm_whole);
+  CHECK_FALSE(olmoe->config().expert_weights_norm);
+  CHECK(olmoe->layers[0].q_norm.cols == olmoe->config().q_dim());
+  auto mixtral = load(synth_file("tiny-mixtral", "f16"));
+  CHECK(mixtral->config().is_moe());
+  CHECK(mixtral->config().expert_weights_norm);
+  CHECK(mixtral->config().rope_style == RopeStyle::Normal);
+  auto qwen2moe = load(synth_file("tiny-qwen2moe", "f16"));
+  CHECK(qwen2moe->config().n_ff_shexp == 64);
+  CHECK_FALSE(qwen2moe->config().expert_weights_norm);
+  CHECK(load(synth_file("tiny-qwen3moe", "f16"))->config().expert_weights_norm);
+
+  // A mixture-of-experts family without its expert count, or choosing more experts than it has.
+  GgufWriter w = bare_header("qwen3moe");
+  CHECK(load_error(w, "arch-qwen3moe-bad.gguf").find("missing metadata key qwen3moe.expert_count") != std::string::npos);
+  w.set_u32("qwen3moe.expert_count", 4);
+  w.set_u32("qwen3moe.expert_used_count", 5);
+  CHECK(load_error(w, "arch-qwen3moe-bad.gguf").find("qwen3moe.expert_used_count 5 exceeds expert_count 4") !=
         std::string::npos);
+  w.set_u32("qwen3moe.expert_used_count", 2);
+  w.set_u32("qwen3moe.expert_gating_func", 2);
+  CHECK(load_error(w, "arch-qwen3moe-bad.gguf").find("expert_gating_func = 2 is not supported") != std::string::npos);
 }

@@ -51,11 +51,10 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
   }
   const int T = static_cast<int>(tok_.size());
   if (T == 0) return Status::Error("eval: no tokens");
-  const int d = cfg_.n_embd, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.n_ff;
+  const int d = cfg_.n_embd, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   x_.resize(size_t(T) * d); xb_.resize(size_t(T) * d);
   q_.resize(size_t(T) * qd); k_.resize(size_t(T) * kvd); v_.resize(size_t(T) * kvd);
   att_.resize(size_t(T) * qd);
-  hb_.resize(size_t(T) * ff); hb2_.resize(size_t(T) * ff);
 
   embed();
   for (int l = 0; l < cfg_.n_layer; ++l) {
@@ -70,9 +69,9 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
       add_bias(L.bk, k_.data(), T);
       add_bias(L.bv, v_.data(), T);
     }
-    if (cfg_.qk_norm) {  // every head of q and k normalised on its own, before RoPE
-      rmsnorm(q_.data(), L.q_norm, q_.data(), T * cfg_.n_head);
-      rmsnorm(k_.data(), L.k_norm, k_.data(), T * cfg_.n_head_kv);
+    if (cfg_.qk_norm) {  // every head of q and k normalised on its own (olmoe: all heads as one), before RoPE
+      rmsnorm(q_.data(), L.q_norm, q_.data(), static_cast<int>(T * qd / L.q_norm.cols));
+      rmsnorm(k_.data(), L.k_norm, k_.data(), static_cast<int>(T * kvd / L.k_norm.cols));
     }
     rope(q_.data(), T, cfg_.n_head, l);
     rope(k_.data(), T, cfg_.n_head_kv, l);
@@ -92,19 +91,15 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
     matmul(L.wo, att_.data(), T, xb_.data());
     add_residual(L.post_attn_norm, T);
 
-    // Feed-forward block: x += post_norm(W_down · (act(W_gate·norm(x)) * W_up·norm(x))), act = silu or gelu
+    // Feed-forward block: x += post_norm(W_down · (act(W_gate·norm(x)) * W_up·norm(x))), act = silu or gelu;
+    // or the mixture of experts' weighted sum of such blocks.
     rmsnorm(x_.data(), L.ffn_norm, xb_.data(), T);
-    const MatOut gate_up[] = {{&L.w_gate, hb_.data()}, {&L.w_up, hb2_.data()}};
-    matmuls(gate_up, xb_.data(), T);
-    pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
-      const size_t at = t0 * ff, n = (t1 - t0) * ff;
-      if (cfg_.ffn_gate == FfnGate::GeluTanh) {
-        simd::geglu_f32(&hb_[at], &hb2_[at], &hb_[at], n);
-      } else {
-        simd::swiglu_f32(&hb_[at], &hb2_[at], &hb_[at], n);
-      }
-    });
-    matmul(L.w_down, hb_.data(), T, xb_.data());
+    if (cfg_.is_moe()) {
+      moe(L, T);
+    } else {
+      const FfnBlock dense{&L.w_gate, &L.w_up, &L.w_down, xb_.data()};
+      ffn(std::span<const FfnBlock>(&dense, 1), xb_.data(), T);
+    }
     add_residual(L.post_ffn_norm, T);
   }
   for (const Sequence& q : batch) q.cache->commit(static_cast<int32_t>(q.tokens.size()));
@@ -129,8 +124,121 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
   return Status::Ok();
 }
 
+// For each block i: out_i = W_down · (act(W_gate · x) * (W_up · x)) for the same T rows of x (out_i may
+// be x). All gate and up matrices go in one matmuls call (one activation quantization, one parallel
+// loop: a decode step's chosen experts together); results are those of one block at a time.
+void Forward::ffn(std::span<const FfnBlock> blocks, const float* x, int T) {
+  size_t total = 0;
+  for (const FfnBlock& b : blocks) total += size_t(T) * static_cast<size_t>(b.gate->rows);
+  hb_.resize(total), hb2_.resize(total);
+  std::vector<MatOut> gate_up;
+  size_t at = 0;
+  for (const FfnBlock& b : blocks) {
+    gate_up.push_back({b.gate, &hb_[at]});
+    gate_up.push_back({b.up, &hb2_[at]});
+    at += size_t(T) * static_cast<size_t>(b.gate->rows);
+  }
+  matmuls(gate_up, x, T);
+  constexpr size_t kChunk = 4096;  // elementwise: any split gives the same values
+  pool_.parallel_for((total + kChunk - 1) / kChunk, [&](size_t c0, size_t c1, int) {
+    const size_t from = c0 * kChunk, n = std::min(total, c1 * kChunk) - from;
+    if (cfg_.ffn_gate == FfnGate::GeluTanh) {
+      simd::geglu_f32(&hb_[from], &hb2_[from], &hb_[from], n);
+    } else {
+      simd::swiglu_f32(&hb_[from], &hb2_[from], &hb_[from], n);
+    }
+  });
+  at = 0;
+  for (const FfnBlock& b : blocks) {
+    matmul(*b.down, &hb_[at], T, b.out);
+    at += size_t(T) * static_cast<size_t>(b.gate->rows);
+  }
+}
+
+// Mixture of experts on the T normalised rows in xb_, result in xb_. Routing: softmax over the router's
+// logits, the n_expert_used most probable experts (ties: the lower id), their probabilities as weights
+// (divided by their sum when expert_weights_norm). Each chosen expert runs once over the tokens routed to
+// it (gathered into consecutive rows), so a step reads only the chosen experts' matrices, each once.
+// A token's output is summed over its experts in rank order (most probable first), then the shared
+// expert is added: the order is fixed by the token's own routing, so its result does not depend on
+// which other tokens share the step (every row of a matmul is computed on its own as well).
+void Forward::moe(const LayerWeights& L, int T) {
+  const int d = cfg_.n_embd, E = cfg_.n_expert, K = cfg_.n_expert_used;
+  router_.resize(size_t(T) * E);
+  matmul(L.gate_inp, xb_.data(), T, router_.data());
+  chosen_.resize(size_t(T) * K), chosen_w_.resize(size_t(T) * K);
+  std::vector<int32_t> order(E);
+  for (int t = 0; t < T; ++t) {
+    float* p = &router_[size_t(t) * E];
+    const float mx = *std::max_element(p, p + E);
+    float sum = 0;
+    for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(p[e] - mx));
+    for (int e = 0; e < E; ++e) p[e] /= sum;
+    for (int e = 0; e < E; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float chosen_sum = 0;
+    for (int k = 0; k < K; ++k) chosen_sum += p[order[k]];
+    for (int k = 0; k < K; ++k) {
+      chosen_[size_t(t) * K + k] = order[k];
+      chosen_w_[size_t(t) * K + k] = cfg_.expert_weights_norm ? p[order[k]] / chosen_sum : p[order[k]];
+    }
+  }
+  // Slot (t, k) receives expert chosen_[t][k]'s output for token t.
+  slots_.resize(size_t(T) * K * d);
+  std::vector<int32_t> slots_of_expert;
+  if (T == 1) {  // decode: the chosen experts share the one row, so they run as one call
+    std::vector<FfnBlock> blocks;
+    for (int k = 0; k < K; ++k) {
+      const int e = chosen_[k];
+      blocks.push_back({&L.gate_exps[e], &L.up_exps[e], &L.down_exps[e], &slots_[size_t(k) * d]});
+    }
+    ffn(blocks, xb_.data(), 1);
+  }
+  for (int e = 0; e < E && T > 1; ++e) {
+    slots_of_expert.clear();
+    for (int i = 0; i < T * K; ++i) {
+      if (chosen_[i] == e) slots_of_expert.push_back(i);
+    }
+    if (slots_of_expert.empty()) continue;
+    const int n = static_cast<int>(slots_of_expert.size());
+    expert_x_.resize(size_t(n) * d), expert_y_.resize(size_t(n) * d);
+    for (int j = 0; j < n; ++j) {
+      const float* from = &xb_[size_t(slots_of_expert[j] / K) * d];
+      std::copy(from, from + d, &expert_x_[size_t(j) * d]);
+    }
+    const FfnBlock expert{&L.gate_exps[e], &L.up_exps[e], &L.down_exps[e], expert_y_.data()};
+    ffn(std::span<const FfnBlock>(&expert, 1), expert_x_.data(), n);
+    for (int j = 0; j < n; ++j) {
+      std::copy(&expert_y_[size_t(j) * d], &expert_y_[size_t(j + 1) * d], &slots_[size_t(slots_of_expert[j]) * d]);
+    }
+  }
+  if (L.gate_inp_shexp) {  // qwen2moe: out += sigmoid(g · x) * shared_ffn(x), computed before xb_ is overwritten
+    shared_gate_.resize(T);
+    matmul(L.gate_inp_shexp, xb_.data(), T, shared_gate_.data());
+    expert_y_.resize(size_t(T) * d);
+    const FfnBlock shared{&L.gate_shexp, &L.up_shexp, &L.down_shexp, expert_y_.data()};
+    ffn(std::span<const FfnBlock>(&shared, 1), xb_.data(), T);
+  }
+  for (int t = 0; t < T; ++t) {
+    float* out = &xb_[size_t(t) * d];
+    std::fill(out, out + d, 0.0f);
+    for (int k = 0; k < K; ++k) {
+      const float w = chosen_w_[size_t(t) * K + k];
+      const float* y = &slots_[(size_t(t) * K + k) * d];
+      for (int i = 0; i < d; ++i) out[i] += w * y[i];
+    }
+    if (L.gate_inp_shexp) {
+      const float g = 1.0f / (1.0f + std::exp(-shared_gate_[t]));
+      const float* y = &expert_y_[size_t(t) * d];
+      for (int i = 0; i < d; ++i) out[i] += g * y[i];
+    }
+  }
+}
+
 void Forward::embed() {
   const int d = cfg_.n_embd;
+  weight_bytes_read_ += tok_.size() * model_.tok_embd.row_stride();
   for (size_t t = 0; t < tok_.size(); ++t) {
     float* x = &x_[t * d];
     dequantize_row(model_.tok_embd.type, model_.tok_embd.row(tok_[t]), x, d);
@@ -177,6 +285,7 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
     }
     return;
   }
+  for (const MatOut& m : mats) weight_bytes_read_ += m.w->bytes();
   // Activation rows are quantized independently of each other, so batching does not change them;
   // all matrices here share one activation layout (same family: 32- or 256-element blocks).
   const size_t stride = (simd::act_bytes(type0, cols) + 63) / 64 * 64;
@@ -215,6 +324,7 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
 
 void Forward::matmul_f32(const Weight& w, const float* x, int T, float* y) {
   const int64_t cols = w.cols, rows = w.rows;
+  weight_bytes_read_ += w.bytes();
   pool_.parallel_for(static_cast<size_t>(rows), [&](size_t r0, size_t r1, int thread) {
     std::vector<float>& buf = scratch_[thread];
     if (buf.size() < static_cast<size_t>(cols)) buf.resize(cols);
@@ -241,7 +351,7 @@ void Forward::add_bias(const Weight& b, float* y, int T) {
 // Rotates every head of token t by its position pos[t], with the layer's frequencies.
 void Forward::rope(float* vecs, int T, int n_heads, int layer) {
   for (int t = 0; t < T; ++t) {
-    rope_.rotate(vecs + size_t(t) * n_heads * cfg_.head_dim, n_heads, static_cast<float>(pos_[t]), layer);
+    rope_.embed(vecs + size_t(t) * n_heads * cfg_.head_dim, n_heads, static_cast<float>(pos_[t]), layer);
   }
 }
 

@@ -1,7 +1,8 @@
 // The reference forward pass: a whole transformer step, written to be read in one sitting (in the
-// spirit of llama2.c's run.c), for every supported family: what Qwen3 and Gemma 2/3 do differently
-// from Llama is a few flags of ModelConfig read in the one loop (q/k norms, post-norms, GeGLU,
-// soft-caps, sliding windows). Batched: T tokens per call (prefill) or one (decode).
+// spirit of llama2.c's run.c), for every supported family: what Qwen3, Gemma 2/3, Phi-3 and the
+// mixtures of experts do differently from Llama is a few fields of ModelConfig read in the one loop
+// (q/k norms, post-norms, GeGLU, soft-caps, sliding windows, RoPE magnitude, expert routing; fused
+// tensors are bound as views at load). Batched: T tokens per call (prefill) or one (decode).
 // Every output element is computed by one thread in a fixed order, so logits are bit-identical for any
 // thread count and for any way of splitting a prompt into batches (docs/numerics.md).
 #pragma once
@@ -48,6 +49,12 @@ class Forward {
   double attention_seconds() const { return attention_s_; }
   void reset_attention_seconds() { attention_s_ = 0; }
 
+  // Bytes of weights read since the last reset: every matrix a step multiplies by, once per step
+  // whatever its number of tokens (a mixture of experts: only the experts some token chose), and one
+  // embedding row per token. Divided by the decode steps, the bytes a token streams from memory.
+  uint64_t weight_bytes_read() const { return weight_bytes_read_; }
+  void reset_weight_bytes_read() { weight_bytes_read_ = 0; }
+
  private:
   void embed();
   void rmsnorm(const float* x, const Weight& w, float* out, int rows);
@@ -62,6 +69,12 @@ class Forward {
   void matmuls(std::span<const MatOut> mats, const float* x, int T);
   void matmul_f32(const Weight& w, const float* x, int T, float* y);  // dequantize + f32 dot
   void add_bias(const Weight& b, float* y, int T);
+  struct FfnBlock {
+    const Weight *gate, *up, *down;
+    float* out;  // [T][n_embd]
+  };
+  void ffn(std::span<const FfnBlock> blocks, const float* x, int T);
+  void moe(const LayerWeights& L, int T);
   void rope(float* vecs, int T, int n_heads, int layer);
   void attention(std::span<const Sequence> batch, int layer, int T);
 
@@ -77,6 +90,12 @@ class Forward {
   std::vector<int32_t> tok_, seq_of_, pos_;
   std::vector<std::vector<KvSpan>> spans_;  // per sequence, for the current layer
   std::vector<uint8_t> act_;  // activations quantized for the fast kernels, [T][act_bytes]
+  // Mixture of experts: router probabilities [T][n_expert], each token's experts and weights by rank
+  // [T][n_expert_used], the experts' outputs per (token, rank) [T][n_expert_used][n_embd], one expert's
+  // gathered inputs and outputs, the shared expert's gate per token.
+  std::vector<float> router_, chosen_w_, slots_, expert_x_, expert_y_, shared_gate_;
+  std::vector<int32_t> chosen_;
+  uint64_t weight_bytes_read_ = 0;
   bool time_attention_ = false;
   double attention_s_ = 0;
 };

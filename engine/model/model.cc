@@ -17,32 +17,56 @@ namespace towers {
 namespace {
 
 // Everything an architecture changes in the forward pass, in one row. Metadata read below
-// (softcaps, window, attention scale) overrides these defaults where the file has it.
+// (softcaps, window, attention scale, expert counts) overrides these defaults where the file has it.
+enum class Experts { None, Optional, Required };  // Optional: llama is Mixtral-style when expert_count > 0
+
 struct ArchTraits {
   const char* name;
   Arch arch;
   RopeStyle rope_style;
-  bool qkv_bias, qk_norm, post_norms;
-  bool gemma_embedding;   // embeddings scaled by sqrt(n_embd), GeGLU feed-forward
-  int swa_period;         // 0: no window; P: layer l is windowed unless l % P == P - 1 (llama.cpp's swa pattern)
-  float rope_base_swa;    // windowed layers' RoPE base (gemma3: 10000, HF's rope_local_base_freq); 0: shared
-  float attn_softcap, final_softcap;  // defaults when the file has no *_logit_softcapping keys
+  bool qkv_bias = false, qk_norm = false, post_norms = false;
+  bool qk_norm_whole = false;  // olmoe: q_norm/k_norm over the whole projection, not per head
+  bool gemma_embedding = false;  // embeddings scaled by sqrt(n_embd), GeGLU feed-forward
+  int swa_period = 0;  // 0: no window; P: layer l is windowed unless l % P == P - 1 (llama.cpp's swa pattern)
+  bool swa_every_layer = false;  // phi3: every layer windowed when the file's sliding_window > 0 (Phi-4 writes 0)
+  float rope_base_swa = 0;       // windowed layers' RoPE base (gemma3: 10000, HF's rope_local_base_freq); 0: shared
+  float attn_softcap = 0, final_softcap = 0;  // defaults when the file has no *_logit_softcapping keys
   // Layer count of the one size whose score scale is 1/sqrt(n_embd/n_head) instead of 1/sqrt(head_dim)
   // (the 27B models: HF's query_pre_attn_scalar; llama.cpp recognises them the same way).
-  int n_layer_embd_scaled_queries;
+  int n_layer_embd_scaled_queries = 0;
+  bool fused_ffn_up = false;  // phi3: ffn_up holds gate (first half) and up (second half); no ffn_gate
+  Experts experts = Experts::None;
+  // Renormalise the chosen experts' weights to sum 1 unless the file's expert_weights_norm says otherwise
+  // (HF's norm_topk_prob: Mixtral always, Qwen3-MoE true in its released configs, Qwen2-MoE and OLMoE false).
+  bool expert_weights_norm = false;
+  bool shared_expert = false;  // qwen2moe: ffn_*_shexp and its sigmoid gate ffn_gate_inp_shexp
 };
 
 constexpr ArchTraits kArchitectures[] = {
-    {"llama", Arch::Llama, RopeStyle::Normal, false, false, false, false, 0, 0, 0, 0, 0},
-    {"qwen2", Arch::Qwen2, RopeStyle::Neox, true, false, false, false, 0, 0, 0, 0, 0},
-    {"qwen3", Arch::Qwen3, RopeStyle::Neox, false, true, false, false, 0, 0, 0, 0, 0},
-    {"gemma2", Arch::Gemma2, RopeStyle::Neox, false, false, true, true, 2, 0, 50.0f, 30.0f, 46},
-    {"gemma3", Arch::Gemma3, RopeStyle::Neox, false, true, true, true, 6, 10000.0f, 0, 0, 62},
+    {.name = "llama", .arch = Arch::Llama, .rope_style = RopeStyle::Normal, .experts = Experts::Optional,
+     .expert_weights_norm = true},
+    {.name = "qwen2", .arch = Arch::Qwen2, .rope_style = RopeStyle::Neox, .qkv_bias = true},
+    {.name = "qwen3", .arch = Arch::Qwen3, .rope_style = RopeStyle::Neox, .qk_norm = true},
+    {.name = "gemma2", .arch = Arch::Gemma2, .rope_style = RopeStyle::Neox, .post_norms = true,
+     .gemma_embedding = true, .swa_period = 2, .attn_softcap = 50.0f, .final_softcap = 30.0f,
+     .n_layer_embd_scaled_queries = 46},
+    {.name = "gemma3", .arch = Arch::Gemma3, .rope_style = RopeStyle::Neox, .qk_norm = true, .post_norms = true,
+     .gemma_embedding = true, .swa_period = 6, .rope_base_swa = 10000.0f, .n_layer_embd_scaled_queries = 62},
+    {.name = "phi3", .arch = Arch::Phi3, .rope_style = RopeStyle::Neox, .swa_every_layer = true, .fused_ffn_up = true},
+    {.name = "qwen2moe", .arch = Arch::Qwen2Moe, .rope_style = RopeStyle::Neox, .qkv_bias = true,
+     .experts = Experts::Required, .shared_expert = true},
+    {.name = "qwen3moe", .arch = Arch::Qwen3Moe, .rope_style = RopeStyle::Neox, .qk_norm = true,
+     .experts = Experts::Required, .expert_weights_norm = true},
+    {.name = "olmoe", .arch = Arch::OlMoe, .rope_style = RopeStyle::Neox, .qk_norm = true, .qk_norm_whole = true,
+     .experts = Experts::Required},
 };
 
 }  // namespace
 
-std::string_view supported_architectures() { return "llama, qwen2, qwen3, gemma2, gemma3"; }
+std::string_view supported_architectures() {
+  // Mixtral-style mixtures of experts are llama files with expert tensors.
+  return "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe, olmoe";
+}
 
 Model::~Model() = default;
 
@@ -113,6 +137,79 @@ Status read_family_traits(const GgufFile& f, const ArchTraits& t, ModelConfig& c
     for (int l = 0; l < c.n_layer; ++l) c.swa_layer[l] = l % period < period - 1;
     c.rope_base_swa = t.rope_base_swa;
   }
+  if (t.swa_every_layer) {
+    // Phi-4's converter writes sliding_window = 0 (no window). Files of older converters have no key:
+    // llama.cpp's default for Phi-3-mini/medium-4k then applies (their HF configs' 2047).
+    auto w = f.get_int(a + ".attention.sliding_window");
+    if (!w && c.n_ctx_train == 4096 && (c.n_layer == 32 || c.n_layer == 40)) w = 2047;
+    if (w && (*w < 0 || *w > (1 << 24))) return Status::Error(a + ".attention.sliding_window is out of range");
+    if (w && *w > 0) {
+      c.sliding_window = static_cast<int>(*w);
+      c.swa_layer.assign(c.n_layer, 1);
+    }
+  }
+  return Status::Ok();
+}
+
+// Expert counts and routing of a mixture-of-experts family (or of a llama file that has experts).
+Status read_experts(const GgufFile& f, const ArchTraits& t, ModelConfig& c) {
+  const std::string& a = c.arch_name;
+  if (t.experts == Experts::None) return Status::Ok();
+  if (auto s = read_int(f, a, "expert_count", &c.n_expert, t.experts == Experts::Required, 4096); !s) return s;
+  if (c.n_expert == 0) return Status::Ok();
+  if (auto s = read_int(f, a, "expert_used_count", &c.n_expert_used, true, 4096); !s) return s;
+  if (c.n_expert_used > c.n_expert) {
+    return Status::Error(a + ".expert_used_count " + std::to_string(c.n_expert_used) + " exceeds expert_count " +
+                         std::to_string(c.n_expert));
+  }
+  // Without the key: llama.cpp's fallbacks (qwen2moe n_ff / n_expert_used; the others n_ff, as Mixtral
+  // and OLMoE files write the experts' width as feed_forward_length).
+  c.n_ff_exp = t.shared_expert ? c.n_ff / c.n_expert_used : c.n_ff;
+  if (auto s = read_int(f, a, "expert_feed_forward_length", &c.n_ff_exp, false); !s) return s;
+  if (c.n_ff_exp <= 0) return Status::Error("the experts' feed-forward width is 0");
+  if (t.shared_expert) {
+    c.n_ff_shexp = c.n_ff;
+    if (auto s = read_int(f, a, "expert_shared_feed_forward_length", &c.n_ff_shexp, false); !s) return s;
+  }
+  c.expert_weights_norm = t.expert_weights_norm;
+  if (auto v = f.get_bool(a + ".expert_weights_norm")) c.expert_weights_norm = *v;
+  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax (every family here), 2 sigmoid (DeepSeek-V3).
+  if (auto g = f.get_int(a + ".expert_gating_func"); g && *g != 1) {
+    return Status::Error(a + ".expert_gating_func = " + std::to_string(*g) +
+                         " is not supported (supported: 1, softmax)");
+  }
+  return Status::Ok();
+}
+
+// One matrix per expert: views into a stacked [cols, rows, n_expert] tensor.
+Status bind_experts(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows, int n_expert,
+                    std::vector<Weight>* out) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (!t) return Status::Error("missing tensor " + name);
+  if (t->n_dims != 3 || int64_t(t->ne[0]) != cols || int64_t(t->ne[1]) != rows || int64_t(t->ne[2]) != n_expert) {
+    return Status::Error("tensor " + name + " has shape " + t->shape_string() + ", expected [" + std::to_string(cols) +
+                         ", " + std::to_string(rows) + ", " + std::to_string(n_expert) + "]");
+  }
+  Weight all;
+  if (auto s = bind_weight(f, name, cols, rows * n_expert, &all); !s) return s;
+  out->clear();
+  for (int e = 0; e < n_expert; ++e) out->push_back(all.slice(int64_t(e) * rows, rows));
+  return Status::Ok();
+}
+
+// A rope_factors_{long,short} tensor: n_rot / 2 F32 divisors.
+Status read_rope_factors(const GgufFile& f, const char* name, int n_rot, std::vector<float>* out) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (!t) return Status::Error(std::string("missing tensor ") + name + " (LongRoPE files have both factor sets)");
+  if (t->type != GgmlType::F32 || t->n_elements() != static_cast<uint64_t>(n_rot / 2)) {
+    return Status::Error(std::string(name) + " must be F32 with rope.dimension_count/2 = " + std::to_string(n_rot / 2) +
+                         " elements, got " + t->shape_string());
+  }
+  out->resize(n_rot / 2);
+  std::memcpy(out->data(), t->data, out->size() * sizeof(float));
+  for (float x : *out) {
+    if (!(x > 0)) return Status::Error(std::string(name) + " holds a factor that is not positive");
+  }
   return Status::Ok();
 }
 
@@ -139,6 +236,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
   c.rope_style = traits->rope_style;
   c.qkv_bias = traits->qkv_bias;
   c.qk_norm = traits->qk_norm;
+  c.qk_norm_whole = traits->qk_norm_whole;
   c.post_norms = traits->post_norms;
   if (traits->gemma_embedding) c.ffn_gate = FfnGate::GeluTanh;
   if (auto n = f.get_string("general.name")) c.name = std::string(*n);
@@ -181,6 +279,9 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
   if (auto v = f.get_float(a + ".attention.layer_norm_rms_epsilon")) c.norm_eps = static_cast<float>(*v);
   if (!(c.rope_base > 0) || !(c.norm_eps > 0)) return Status::Error("rope.freq_base and rms epsilon must be positive");
   if (auto s = read_family_traits(f, *traits, c); !s) return s;
+  if (auto s = read_experts(f, *traits, c); !s) return s;
+  if (auto v = f.get_float(a + ".rope.scaling.attn_factor")) c.rope_attn_factor = static_cast<float>(*v);
+  if (!(c.rope_attn_factor > 0)) return Status::Error("rope.scaling.attn_factor must be positive");
   if (auto type = f.get_string(a + ".rope.scaling.type")) {
     if (*type == "linear") {
       auto factor = f.get_float(a + ".rope.scaling.factor");
@@ -211,6 +312,15 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
     }
     c.rope_freq_factors.resize(c.n_rot / 2);
     std::memcpy(c.rope_freq_factors.data(), rf->data, c.rope_freq_factors.size() * sizeof(float));
+  } else if (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight")) {
+    // LongRoPE (phi3): the long factors when the context towerd serves (n_ctx_train) is longer than the
+    // original one, as llama.cpp picks them for its context size (docs/models.md, "Phi-3").
+    if (auto s = read_int(f, a, "rope.scaling.original_context_length", &c.rope_ctx_orig, true); !s) return s;
+    const bool long_ctx = c.n_ctx_train > c.rope_ctx_orig;
+    if (auto s = read_rope_factors(f, "rope_factors_long.weight", c.n_rot, &c.rope_freq_factors); !s) return s;
+    std::vector<float> short_factors;
+    if (auto s = read_rope_factors(f, "rope_factors_short.weight", c.n_rot, &short_factors); !s) return s;
+    if (!long_ctx) c.rope_freq_factors = std::move(short_factors);
   }
 
   m->layers.resize(c.n_layer);
@@ -219,29 +329,56 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
     const std::string p = "blk." + std::to_string(l) + ".";
     Status s;
     if (!(s = bind_weight(f, p + "attn_norm.weight", d, 1, &L.attn_norm))) return s;
-    if (!(s = bind_weight(f, p + "attn_q.weight", d, q, &L.wq))) return s;
-    if (!(s = bind_weight(f, p + "attn_k.weight", d, kv, &L.wk))) return s;
-    if (!(s = bind_weight(f, p + "attn_v.weight", d, kv, &L.wv))) return s;
+    if (f.find_tensor(p + "attn_qkv.weight")) {  // phi3: q, k and v stacked in one matrix
+      Weight qkv;
+      if (!(s = bind_weight(f, p + "attn_qkv.weight", d, q + 2 * kv, &qkv))) return s;
+      L.wq = qkv.slice(0, q), L.wk = qkv.slice(q, kv), L.wv = qkv.slice(q + kv, kv);
+    } else {
+      if (!(s = bind_weight(f, p + "attn_q.weight", d, q, &L.wq))) return s;
+      if (!(s = bind_weight(f, p + "attn_k.weight", d, kv, &L.wk))) return s;
+      if (!(s = bind_weight(f, p + "attn_v.weight", d, kv, &L.wv))) return s;
+    }
     if (!(s = bind_weight(f, p + "attn_output.weight", q, d, &L.wo))) return s;
     if (!(s = bind_weight(f, p + "ffn_norm.weight", d, 1, &L.ffn_norm))) return s;
-    if (!(s = bind_weight(f, p + "ffn_gate.weight", d, ff, &L.w_gate))) return s;
-    if (!(s = bind_weight(f, p + "ffn_up.weight", d, ff, &L.w_up))) return s;
-    if (!(s = bind_weight(f, p + "ffn_down.weight", ff, d, &L.w_down))) return s;
+    if (c.is_moe()) {
+      const int64_t fe = c.n_ff_exp, ne = c.n_expert;
+      if (!(s = bind_weight(f, p + "ffn_gate_inp.weight", d, ne, &L.gate_inp))) return s;
+      if (!(s = bind_experts(f, p + "ffn_gate_exps.weight", d, fe, c.n_expert, &L.gate_exps))) return s;
+      if (!(s = bind_experts(f, p + "ffn_up_exps.weight", d, fe, c.n_expert, &L.up_exps))) return s;
+      if (!(s = bind_experts(f, p + "ffn_down_exps.weight", fe, d, c.n_expert, &L.down_exps))) return s;
+      if (traits->shared_expert) {
+        const int64_t fs = c.n_ff_shexp;
+        if (!(s = bind_weight(f, p + "ffn_gate_inp_shexp.weight", d, 1, &L.gate_inp_shexp))) return s;
+        if (!(s = bind_weight(f, p + "ffn_gate_shexp.weight", d, fs, &L.gate_shexp))) return s;
+        if (!(s = bind_weight(f, p + "ffn_up_shexp.weight", d, fs, &L.up_shexp))) return s;
+        if (!(s = bind_weight(f, p + "ffn_down_shexp.weight", fs, d, &L.down_shexp))) return s;
+      }
+    } else if (traits->fused_ffn_up) {
+      Weight gate_up;
+      if (!(s = bind_weight(f, p + "ffn_up.weight", d, 2 * ff, &gate_up))) return s;
+      L.w_gate = gate_up.slice(0, ff), L.w_up = gate_up.slice(ff, ff);
+      if (!(s = bind_weight(f, p + "ffn_down.weight", ff, d, &L.w_down))) return s;
+    } else {
+      if (!(s = bind_weight(f, p + "ffn_gate.weight", d, ff, &L.w_gate))) return s;
+      if (!(s = bind_weight(f, p + "ffn_up.weight", d, ff, &L.w_up))) return s;
+      if (!(s = bind_weight(f, p + "ffn_down.weight", ff, d, &L.w_down))) return s;
+    }
     if (c.qkv_bias) {
       if (!(s = bind_weight(f, p + "attn_q.bias", q, 1, &L.bq))) return s;
       if (!(s = bind_weight(f, p + "attn_k.bias", kv, 1, &L.bk))) return s;
       if (!(s = bind_weight(f, p + "attn_v.bias", kv, 1, &L.bv))) return s;
     }
     if (c.qk_norm) {
-      if (!(s = bind_weight(f, p + "attn_q_norm.weight", c.head_dim, 1, &L.q_norm))) return s;
-      if (!(s = bind_weight(f, p + "attn_k_norm.weight", c.head_dim, 1, &L.k_norm))) return s;
+      const int64_t qn = c.qk_norm_whole ? q : c.head_dim, kn = c.qk_norm_whole ? kv : c.head_dim;
+      if (!(s = bind_weight(f, p + "attn_q_norm.weight", qn, 1, &L.q_norm))) return s;
+      if (!(s = bind_weight(f, p + "attn_k_norm.weight", kn, 1, &L.k_norm))) return s;
     }
     if (c.post_norms) {
       if (!(s = bind_weight(f, p + "post_attention_norm.weight", d, 1, &L.post_attn_norm))) return s;
       if (!(s = bind_weight(f, p + "post_ffw_norm.weight", d, 1, &L.post_ffn_norm))) return s;
     }
     for (const Weight* v : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.post_attn_norm,
-                            &L.post_ffn_norm}) {
+                            &L.post_ffn_norm, &L.gate_inp_shexp}) {
       if (*v && v->type != GgmlType::F32) {
         return Status::Error("layer " + std::to_string(l) + ": norm weights and biases must be F32");
       }
@@ -254,9 +391,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<GgufFile> file) 
 // Interleaved copies of the matrices the fast kernels read (each matrix once, even when shared).
 void Model::pack_weights() {
   std::vector<Weight*> ws = {&output};
-  for (LayerWeights& L : layers) {
-    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
-  }
+  for (LayerWeights& L : layers) for_each_matrix(L, [&](Weight& w) { ws.push_back(&w); });
   auto packed_size = [](const Weight& w) -> size_t {
     const auto t = static_cast<uint32_t>(w.type);
     const size_t groups = static_cast<size_t>(w.rows) / simd::kPackRows;
@@ -312,9 +447,7 @@ size_t Model::release_packed_sources() const {
   if (!file_->mapped()) return 0;  // from_memory: the caller's buffer, never ours to discard
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   std::vector<const Weight*> ws = {&output};
-  for (const LayerWeights& L : layers) {
-    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
-  }
+  for (const LayerWeights& L : layers) for_each_matrix(L, [&](const Weight& w) { ws.push_back(&w); });
   size_t released = 0;
   for (const Weight* w : ws) {
     // A tied output matrix is also the embedding table, whose rows the fast path reads.

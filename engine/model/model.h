@@ -1,7 +1,9 @@
 // A loaded model: hyper-parameters read from GGUF metadata and weight views into the mapped file.
-// Supported architectures: llama (Llama 1/2/3.x, Mistral, TinyLlama, SmolLM), qwen2, qwen3, gemma2 and
-// gemma3 (text). What differs between them is a handful of fields of ModelConfig, set from one table
-// in model.cc; the forward pass (forward.cc) is one loop that reads those fields.
+// Supported architectures: llama (Llama 1/2/3.x, Mistral, TinyLlama, SmolLM, and Mixtral-style mixtures
+// of experts), qwen2, qwen3, gemma2, gemma3 (text), phi3 (Phi-3, 3.5, Phi-4, Phi-4-mini), and the
+// mixtures of experts qwen2moe, qwen3moe and olmoe. What differs between them is a handful of fields of
+// ModelConfig, set from one table in model.cc; the forward pass (forward.cc) is one loop that reads
+// those fields.
 #pragma once
 #include <memory>
 #include <string>
@@ -15,7 +17,7 @@ namespace towers {
 
 class Tokenizer;
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma2, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma2, Gemma3, Phi3, Qwen2Moe, Qwen3Moe, OlMoe };
 // Normal: rotate adjacent pairs (x[2i], x[2i+1]) — llama.cpp's LLAMA_ROPE_TYPE_NORM, used by `llama`
 // (its converter permutes Q/K for it). Neox: rotate (x[i], x[i+n_rot/2]) — used by qwen2/3, gemma2/3.
 enum class RopeStyle { Normal, Neox };
@@ -38,7 +40,13 @@ struct ModelConfig {
   float rope_base = 10000.0f;
   float rope_scale = 1.0f;  // linear scaling: positions are divided by this
   RopeStyle rope_style = RopeStyle::Normal;
-  std::vector<float> rope_freq_factors;  // llama3 long-context factors (n_rot/2), empty if none
+  // Frequency divisors per rotated pair (n_rot/2), empty if none: llama3's rope_freqs, or phi3's LongRoPE
+  // factors — rope_factors_long when the served context (n_ctx_train) exceeds rope_ctx_orig, else
+  // rope_factors_short, chosen once at load as llama.cpp chooses them by context size, so that RoPE stays
+  // a function of relative position (segment shifts remain exact rotations).
+  std::vector<float> rope_freq_factors;
+  int rope_ctx_orig = 0;          // rope.scaling.original_context_length (phi3 LongRoPE); 0: absent
+  float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor: the rotated dimensions of q and k are scaled by it
   float norm_eps = 1e-5f;
   bool tied_embeddings = false;
   bool qkv_bias = false;
@@ -47,6 +55,7 @@ struct ModelConfig {
   float embd_scale = 1.0f;        // embeddings are multiplied by this (gemma: sqrt(n_embd))
   FfnGate ffn_gate = FfnGate::Silu;
   bool qk_norm = false;           // RMSNorm of every q and k head before RoPE (qwen3, gemma3)
+  bool qk_norm_whole = false;     // with qk_norm: one RMSNorm over all heads of q, one over k (olmoe)
   bool post_norms = false;        // RMSNorm of the attention and FFN outputs before each residual add (gemma)
   float attn_scale = 0;           // score scale; set to 1/sqrt(head_dim) at load unless the family says otherwise
   float attn_softcap = 0;         // scores become cap * tanh(score / cap) (gemma2); 0: none
@@ -58,6 +67,18 @@ struct ModelConfig {
   // Windowed layers' own RoPE base, without scaling (gemma3's local layers); 0: the same as the others.
   float rope_base_swa = 0;
 
+
+  // Mixture of experts (n_expert > 0): the feed-forward block is n_expert_used of n_expert experts (each a
+  // SwiGLU of width n_ff_exp) chosen per token by softmax over the router's logits then top-k, their
+  // outputs weighted by those probabilities (renormalised to sum 1 when expert_weights_norm), plus, with
+  // n_ff_shexp > 0, a shared expert of that width scaled by sigmoid(gate_inp_shexp · x) (qwen2moe).
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;
+  int n_ff_shexp = 0;
+  bool expert_weights_norm = false;
+
+  bool is_moe() const { return n_expert > 0; }
   bool is_swa(int layer) const { return !swa_layer.empty() && swa_layer[layer]; }
   int kv_dim() const { return n_head_kv * head_dim; }
   int q_dim() const { return n_head * head_dim; }
@@ -73,6 +94,9 @@ struct Weight {
   int64_t rows = 0;
   int64_t cols = 0;
   size_t row_stride() const { return row_bytes(type, static_cast<uint64_t>(cols)); }
+  size_t bytes() const { return static_cast<size_t>(rows) * row_stride(); }
+  // Rows r0 .. r0 + n as a matrix of their own (one expert of a stacked tensor, q of a fused qkv).
+  Weight slice(int64_t r0, int64_t n) const { return Weight{row(r0), nullptr, type, n, cols}; }
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride(); }
   explicit operator bool() const { return data != nullptr; }
 };
@@ -82,8 +106,25 @@ struct LayerWeights {
   Weight bq, bk, bv;                // qwen2 only (rows == 1)
   Weight q_norm, k_norm;            // qk_norm only: head_dim weights shared by every head
   Weight post_attn_norm, post_ffn_norm;  // post_norms only
-  Weight ffn_norm, w_gate, w_up, w_down;
+  Weight ffn_norm, w_gate, w_up, w_down;  // dense feed-forward (phi3's fused ffn_up: views of its halves)
+  // Mixture of experts: the router (n_expert rows), each expert's matrices as views into the stacked
+  // ffn_{gate,up,down}_exps tensors, and qwen2moe's shared expert and its one-row gate.
+  Weight gate_inp;
+  std::vector<Weight> gate_exps, up_exps, down_exps;
+  Weight gate_inp_shexp, gate_shexp, up_shexp, down_shexp;
 };
+
+// Calls f on every matrix of a layer that the matmul kernels read (absent ones included: test `if (w)`).
+template <class Layer, class F>
+void for_each_matrix(Layer& L, F&& f) {
+  for (auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.gate_inp, &L.gate_shexp, &L.up_shexp,
+                  &L.down_shexp}) {
+    f(*w);
+  }
+  for (auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+    for (auto& w : *experts) f(w);
+  }
+}
 
 class Model {
  public:

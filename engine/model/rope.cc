@@ -21,7 +21,7 @@ std::vector<float> inverse_frequencies(int n_rot, double base, const std::vector
 }  // namespace
 
 Rope::Rope(const ModelConfig& c)
-    : head_dim_(c.head_dim), half_(c.n_rot / 2), neox_(c.rope_style == RopeStyle::Neox) {
+    : head_dim_(c.head_dim), half_(c.n_rot / 2), attn_factor_(c.rope_attn_factor), neox_(c.rope_style == RopeStyle::Neox) {
   inv_freq_[0] = inverse_frequencies(c.n_rot, c.rope_base, c.rope_freq_factors, c.rope_scale);
   table_of_layer_.assign(c.n_layer, 0);
   if (c.rope_base_swa > 0) {
@@ -32,13 +32,19 @@ Rope::Rope(const ModelConfig& c)
   }
 }
 
-void Rope::rotate(float* vecs, int n_heads, float pos, int layer) const {
+void Rope::rotate(float* vecs, int n_heads, float pos, int layer) const { apply(vecs, n_heads, pos, layer, 1.0f); }
+
+void Rope::embed(float* vecs, int n_heads, float pos, int layer) const {
+  apply(vecs, n_heads, pos, layer, attn_factor_);
+}
+
+void Rope::apply(float* vecs, int n_heads, float pos, int layer, float magnitude) const {
   const std::vector<float>& inv_freq = inv_freq_[table_of_layer_[layer]];
   float cos_t[256], sin_t[256];  // n_rot <= head_dim <= 512 is checked at load; half <= 256
   for (int i = 0; i < half_; ++i) {
     const float angle = pos * inv_freq[i];
-    cos_t[i] = std::cos(angle);
-    sin_t[i] = std::sin(angle);
+    cos_t[i] = magnitude * std::cos(angle);
+    sin_t[i] = magnitude * std::sin(angle);
   }
   for (int h = 0; h < n_heads; ++h) {
     simd::rope_f32(vecs + static_cast<size_t>(h) * head_dim_, cos_t, sin_t, static_cast<size_t>(half_), neox_);

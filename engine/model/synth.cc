@@ -35,6 +35,40 @@ const std::vector<SynthShape>& synth_shapes() {
        0.2f, 0.5f},
       {"tiny-gemma3", "gemma3", 64, 6, 4, 2, 128, 512, 2048, 1000000.0f, true, 0.0f, "generated", 32, 5, 0, 0, 8.0f,
        0.2f, 0.5f},
+      // Phi-3 and the mixtures of experts: real shapes (bench) and the reference tests' tiny ones (8 experts,
+      // 2 or 3 chosen, so that every token's routing differs; phi3 with a window of 5, LongRoPE whose
+      // original context 16 is shorter than the test's sequences (so the long factors apply), and 12 of
+      // its 16 head dimensions rotated, as Phi-4-mini rotates 96 of 128).
+      {.name = "phi3-mini", .arch = "phi3", .n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32, .n_ff = 8192,
+       .n_vocab = 32064, .n_ctx = 131072, .rope_base = 10000.0f, .tied_embeddings = false, .llama3_rope_factor = 0,
+       .tokenizer = "generated", .sliding_window = 262144, .rope_ctx_orig = 4096},
+      {.name = "qwen3-30b-a3b", .arch = "qwen3moe", .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4,
+       .n_ff = 6144, .n_vocab = 151936, .n_ctx = 40960, .rope_base = 1000000.0f, .tied_embeddings = false,
+       .llama3_rope_factor = 0, .tokenizer = "qwen2", .head_dim = 128, .n_expert = 128, .n_expert_used = 8,
+       .n_ff_exp = 768},
+      {.name = "olmoe-1b-7b", .arch = "olmoe", .n_embd = 2048, .n_layer = 16, .n_head = 16, .n_head_kv = 16,
+       .n_ff = 1024, .n_vocab = 50304, .n_ctx = 4096, .rope_base = 10000.0f, .tied_embeddings = false,
+       .llama3_rope_factor = 0, .tokenizer = "generated", .n_expert = 64, .n_expert_used = 8, .n_ff_exp = 1024},
+      {.name = "tiny-phi3", .arch = "phi3", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 128,
+       .n_vocab = 512, .n_ctx = 2048, .rope_base = 10000.0f, .tied_embeddings = false, .llama3_rope_factor = 0,
+       .tokenizer = "generated", .sliding_window = 5, .weight_std = 0.2f, .norm_jitter = 0.5f, .rope_ctx_orig = 16,
+       .rope_dims = 12},
+      {.name = "tiny-mixtral", .arch = "llama", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 32,
+       .n_vocab = 512, .n_ctx = 2048, .rope_base = 1000000.0f, .tied_embeddings = false, .llama3_rope_factor = 0,
+       .tokenizer = "generated", .weight_std = 0.2f, .norm_jitter = 0.5f, .n_expert = 8, .n_expert_used = 2,
+       .n_ff_exp = 32},
+      {.name = "tiny-qwen2moe", .arch = "qwen2moe", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+       .n_ff = 128, .n_vocab = 512, .n_ctx = 2048, .rope_base = 1000000.0f, .tied_embeddings = false,
+       .llama3_rope_factor = 0, .tokenizer = "generated", .weight_std = 0.2f, .norm_jitter = 0.5f, .n_expert = 8,
+       .n_expert_used = 3, .n_ff_exp = 32, .n_ff_shexp = 64},
+      {.name = "tiny-qwen3moe", .arch = "qwen3moe", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+       .n_ff = 128, .n_vocab = 512, .n_ctx = 2048, .rope_base = 1000000.0f, .tied_embeddings = false,
+       .llama3_rope_factor = 0, .tokenizer = "generated", .head_dim = 32, .weight_std = 0.2f, .norm_jitter = 0.5f,
+       .n_expert = 8, .n_expert_used = 3, .n_ff_exp = 32},
+      {.name = "tiny-olmoe", .arch = "olmoe", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 4, .n_ff = 32,
+       .n_vocab = 512, .n_ctx = 4096, .rope_base = 10000.0f, .tied_embeddings = false, .llama3_rope_factor = 0,
+       .tokenizer = "generated", .weight_std = 0.2f, .norm_jitter = 0.5f, .n_expert = 8, .n_expert_used = 2,
+       .n_ff_exp = 32},
   };
   return shapes;
 }
@@ -180,7 +214,10 @@ Status synthesize_model(const SynthOptions& o) {
   const std::string& a = s.arch;
   const bool is_qwen = s.arch.starts_with("qwen");
   const bool is_gemma = s.arch.starts_with("gemma");
-  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3";
+  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3" || s.arch == "qwen3moe" || s.arch == "olmoe";
+  const bool qk_norm_whole = s.arch == "olmoe";
+  const bool moe = s.n_expert > 0, phi3 = s.arch == "phi3";
+  const bool qwen_moe = s.arch == "qwen2moe" || s.arch == "qwen3moe";
   const int hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
 
   GgufWriter w;
@@ -190,10 +227,28 @@ Status synthesize_model(const SynthOptions& o) {
   w.set_u32(a + ".context_length", s.n_ctx);
   w.set_u32(a + ".embedding_length", s.n_embd);
   w.set_u32(a + ".block_count", s.n_layer);
-  w.set_u32(a + ".feed_forward_length", s.n_ff);
+  w.set_u32(a + ".feed_forward_length", moe && !qwen_moe ? s.n_ff_exp : s.n_ff);
+  if (moe) {
+    w.set_u32(a + ".expert_count", s.n_expert);
+    w.set_u32(a + ".expert_used_count", s.n_expert_used);
+    if (qwen_moe) w.set_u32(a + ".expert_feed_forward_length", s.n_ff_exp);
+    if (s.n_ff_shexp > 0) w.set_u32(a + ".expert_shared_feed_forward_length", s.n_ff_shexp);
+  }
+  if (phi3) {
+    // As convert_hf_to_gguf.py's Phi3MiniModel: the window always (0: none, Phi-4), and with LongRoPE the
+    // original context and attn_factor = sqrt(1 + ln(scale) / ln(original context)).
+    w.set_u32(a + ".attention.sliding_window", s.sliding_window);
+    if (s.rope_ctx_orig > 0) {
+      const double scale = double(s.n_ctx) / s.rope_ctx_orig;
+      w.set_u32(a + ".rope.scaling.original_context_length", s.rope_ctx_orig);
+      w.set_f32(a + ".rope.scaling.attn_factor",
+                scale > 1 ? static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(double(s.rope_ctx_orig)))) : 1.0f);
+    }
+  }
   w.set_u32(a + ".attention.head_count", s.n_head);
   w.set_u32(a + ".attention.head_count_kv", s.n_head_kv);
-  w.set_u32(a + ".rope.dimension_count", hd);
+  const int n_rot = s.rope_dims > 0 ? s.rope_dims : hd;
+  w.set_u32(a + ".rope.dimension_count", n_rot);
   // Gemma 2's converter writes no RoPE base (readers use 10000); the others do.
   if (s.arch != "gemma2") w.set_f32(a + ".rope.freq_base", s.rope_base);
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", is_gemma ? 1e-6f : 1e-5f);
@@ -201,7 +256,7 @@ Status synthesize_model(const SynthOptions& o) {
     w.set_u32(a + ".attention.key_length", hd);
     w.set_u32(a + ".attention.value_length", hd);
   }
-  if (s.sliding_window > 0) w.set_u32(a + ".attention.sliding_window", s.sliding_window);
+  if (s.sliding_window > 0 && !phi3) w.set_u32(a + ".attention.sliding_window", s.sliding_window);
   if (s.attn_softcap > 0) w.set_f32(a + ".attn_logit_softcapping", s.attn_softcap);
   if (s.final_softcap > 0) w.set_f32(a + ".final_logit_softcapping", s.final_softcap);
   if (s.rope_linear_scale > 0) {
@@ -245,9 +300,13 @@ Status synthesize_model(const SynthOptions& o) {
   ThreadPool pool(o.threads);
   const double half_width = std::sqrt(3.0) * s.weight_std;
   int tensor_index = 0;
-  auto add_matrix = [&](const std::string& name, GgmlType type, int64_t cols, int64_t rows) {
+  // A matrix, or with n_stacked > 1 that many matrices stacked as one [cols, rows, n_stacked] tensor (experts).
+  auto add_matrix = [&](const std::string& name, GgmlType type, int64_t cols, int64_t matrix_rows, int64_t n_stacked = 1) {
     const uint64_t salt = o.seed * 0x100000001B3ull + static_cast<uint64_t>(tensor_index++);
-    w.add_tensor(name, type, {uint64_t(cols), uint64_t(rows)}, [&pool, type, cols, rows, salt, half_width](uint8_t* dst, size_t) {
+    const int64_t rows = matrix_rows * n_stacked;
+    std::vector<uint64_t> dims = {uint64_t(cols), uint64_t(matrix_rows)};
+    if (n_stacked > 1) dims.push_back(uint64_t(n_stacked));
+    w.add_tensor(name, type, std::move(dims), [&pool, type, cols, rows, salt, half_width](uint8_t* dst, size_t) {
       const size_t stride = row_bytes(type, cols);
       pool.parallel_for(rows, [&](size_t r0, size_t r1, int) {
         std::vector<float> row(cols);
@@ -285,28 +344,63 @@ Status synthesize_model(const SynthOptions& o) {
     std::memcpy(bytes.data(), f.data(), bytes.size());
     w.add_tensor_bytes("rope_freqs.weight", GgmlType::F32, {f.size()}, std::move(bytes));
   }
+  if (phi3 && s.rope_ctx_orig > 0) {
+    // LongRoPE factors in the range of Phi-3.5-mini's: long ones growing with the wavelength, short near 1.
+    const int half = n_rot / 2;
+    std::vector<float> long_f(half), short_f(half);
+    for (int i = 0; i < half; ++i) {
+      long_f[i] = 1.0f + 4.0f * static_cast<float>(i) / static_cast<float>(half);
+      short_f[i] = 1.0f + 0.25f * static_cast<float>(i) / static_cast<float>(half);
+    }
+    for (auto [name, f] : {std::pair{"rope_factors_long.weight", &long_f}, std::pair{"rope_factors_short.weight", &short_f}}) {
+      std::vector<uint8_t> bytes(f->size() * sizeof(float));
+      std::memcpy(bytes.data(), f->data(), bytes.size());
+      w.add_tensor_bytes(name, GgmlType::F32, {f->size()}, std::move(bytes));
+    }
+  }
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     auto t = [&](const char* role, int64_t cols) { return pick_type(*ftype, role, l, s, false, cols); };
     add_vector(p + "attn_norm.weight", s.n_embd, 1.0f, jit);
-    add_matrix(p + "attn_q.weight", t("attn_q", s.n_embd), s.n_embd, s.n_head * hd);
-    add_matrix(p + "attn_k.weight", t("attn_k", s.n_embd), s.n_embd, s.n_head_kv * hd);
-    add_matrix(p + "attn_v.weight", t("attn_v", s.n_embd), s.n_embd, s.n_head_kv * hd);
-    if (s.arch == "qwen2") {
+    if (phi3) {
+      add_matrix(p + "attn_qkv.weight", t("attn_qkv", s.n_embd), s.n_embd, (s.n_head + 2 * s.n_head_kv) * hd);
+    } else {
+      add_matrix(p + "attn_q.weight", t("attn_q", s.n_embd), s.n_embd, s.n_head * hd);
+      add_matrix(p + "attn_k.weight", t("attn_k", s.n_embd), s.n_embd, s.n_head_kv * hd);
+      add_matrix(p + "attn_v.weight", t("attn_v", s.n_embd), s.n_embd, s.n_head_kv * hd);
+    }
+    if (s.arch == "qwen2" || s.arch == "qwen2moe") {
       add_vector(p + "attn_q.bias", s.n_head * hd, 0.0f, 0.02f);
       add_vector(p + "attn_k.bias", s.n_head_kv * hd, 0.0f, 0.02f);
       add_vector(p + "attn_v.bias", s.n_head_kv * hd, 0.0f, 0.02f);
     }
     if (qk_norm) {
-      add_vector(p + "attn_q_norm.weight", hd, 1.0f, jit);
-      add_vector(p + "attn_k_norm.weight", hd, 1.0f, jit);
+      add_vector(p + "attn_q_norm.weight", qk_norm_whole ? s.n_head * hd : hd, 1.0f, jit);
+      add_vector(p + "attn_k_norm.weight", qk_norm_whole ? s.n_head_kv * hd : hd, 1.0f, jit);
     }
     add_matrix(p + "attn_output.weight", t("attn_output", s.n_head * hd), s.n_head * hd, s.n_embd);
     if (is_gemma) add_vector(p + "post_attention_norm.weight", s.n_embd, 1.0f, jit);
     add_vector(p + "ffn_norm.weight", s.n_embd, 1.0f, jit);
-    add_matrix(p + "ffn_gate.weight", t("ffn_gate", s.n_embd), s.n_embd, s.n_ff);
-    add_matrix(p + "ffn_up.weight", t("ffn_up", s.n_embd), s.n_embd, s.n_ff);
-    add_matrix(p + "ffn_down.weight", t("ffn_down", s.n_ff), s.n_ff, s.n_embd);
+    if (moe) {
+      // The router stays F32, as llama-quantize leaves ffn_gate_inp; the experts take the file's types.
+      add_matrix(p + "ffn_gate_inp.weight", GgmlType::F32, s.n_embd, s.n_expert);
+      add_matrix(p + "ffn_gate_exps.weight", t("ffn_gate", s.n_embd), s.n_embd, s.n_ff_exp, s.n_expert);
+      add_matrix(p + "ffn_up_exps.weight", t("ffn_up", s.n_embd), s.n_embd, s.n_ff_exp, s.n_expert);
+      add_matrix(p + "ffn_down_exps.weight", t("ffn_down", s.n_ff_exp), s.n_ff_exp, s.n_embd, s.n_expert);
+      if (s.n_ff_shexp > 0) {
+        add_vector(p + "ffn_gate_inp_shexp.weight", s.n_embd, 0.0f, 2.0f * s.weight_std * std::sqrt(3.0f));
+        add_matrix(p + "ffn_gate_shexp.weight", t("ffn_gate", s.n_embd), s.n_embd, s.n_ff_shexp);
+        add_matrix(p + "ffn_up_shexp.weight", t("ffn_up", s.n_embd), s.n_embd, s.n_ff_shexp);
+        add_matrix(p + "ffn_down_shexp.weight", t("ffn_down", s.n_ff_shexp), s.n_ff_shexp, s.n_embd);
+      }
+    } else if (phi3) {  // gate and up stacked in ffn_up, gate first (HF Phi3MLP's gate_up_proj)
+      add_matrix(p + "ffn_up.weight", t("ffn_up", s.n_embd), s.n_embd, 2 * s.n_ff);
+      add_matrix(p + "ffn_down.weight", t("ffn_down", s.n_ff), s.n_ff, s.n_embd);
+    } else {
+      add_matrix(p + "ffn_gate.weight", t("ffn_gate", s.n_embd), s.n_embd, s.n_ff);
+      add_matrix(p + "ffn_up.weight", t("ffn_up", s.n_embd), s.n_embd, s.n_ff);
+      add_matrix(p + "ffn_down.weight", t("ffn_down", s.n_ff), s.n_ff, s.n_embd);
+    }
     if (is_gemma) add_vector(p + "post_ffw_norm.weight", s.n_embd, 1.0f, jit);
   }
   log("writing " + o.out + " (" + s.name + ", " + o.type + ", " + std::to_string(tensor_index) + " tensors)");

@@ -13,7 +13,7 @@ namespace towers {
 
 struct SynthShape {
   std::string name;  // e.g. "llama3.2-1b"
-  std::string arch;  // general.architecture: llama, qwen2, qwen3, gemma2, gemma3
+  std::string arch;  // general.architecture: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, qwen3moe, olmoe
   int n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
   float rope_base;
   bool tied_embeddings;
@@ -29,6 +29,14 @@ struct SynthShape {
   // reference shapes use large weights and jittered norms so that every trait moves the logits.
   float weight_std = 0.02f;
   float norm_jitter = 0;
+  // Mixtures of experts (n_expert > 0): expert_count, expert_used_count, the experts' width (written as
+  // expert_feed_forward_length for the qwen MoE families, as feed_forward_length = n_ff for llama and
+  // olmoe, whose n_ff then is this width), qwen2moe's shared expert width.
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  // phi3 LongRoPE: rope.scaling.original_context_length (0: no rope scaling) and the
+  // rope_factors_long/short tensors and attn_factor its converter writes.
+  int rope_ctx_orig = 0;
+  int rope_dims = 0;  // rope.dimension_count when only part of a head rotates (Phi-4-mini: 96 of 128); 0: all
 };
 
 const std::vector<SynthShape>& synth_shapes();

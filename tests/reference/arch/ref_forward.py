@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An independent forward pass for the architecture tests: plain numpy in float64, written from the
 published Hugging Face model definitions (transformers' modeling_qwen3.py, modeling_gemma2.py,
-modeling_gemma3.py), not from Towers' C++. It reads a GGUF file the way llama.cpp's converters write it
+modeling_gemma3.py, modeling_phi3.py, modeling_mixtral.py, modeling_qwen2_moe.py, modeling_qwen3_moe.py,
+modeling_olmoe.py), not from Towers' C++. It reads a GGUF file the way llama.cpp's converters write it
 (gguf-py's metadata keys and tensor names) with a minimal reader of its own, maps it back to the HF
 configuration and weights, and writes the logits of a fixed prompt plus 64 greedy tokens.
 
@@ -13,7 +14,8 @@ u32 n_greedy, i32 greedy[n_greedy] (argmax decoding after the prompt, recomputed
 f32 decode_logits[n_greedy][n_vocab] (row i: the logits at the position of greedy[i], i.e. what predicts
 greedy[i + 1]; the last rows reach far past the window).
 --ablate turns one trait off (attn_softcap, final_softcap, window, qk_norm, post_norm, embd_scale, gelu,
-rope_local, rope_scale) and only prints how far the prompt's logits move: evidence that the test's
+rope_local, rope_scale, unpermute, topk_norm (flipped), qk_norm_per_head (olmoe), shared_expert, shared_gate, longrope_long (the
+other factor set), attn_factor) and only prints how far the prompt's logits move: evidence that the test's
 tolerance would see that trait missing.
 """
 import struct
@@ -113,10 +115,28 @@ def hf_config(meta):
     c["rope_linear_factor"] = g("rope.scaling.factor", 1.0) if g("rope.scaling.type") == "linear" else 1.0
     c["rope_local_base_freq"] = 10000.0  # Gemma3TextConfig's default (not written by the converter)
     c["sliding_window_pattern"] = 6      # Gemma3TextConfig's default
+    c["rotary_dim"] = g("rope.dimension_count", c["head_dim"])  # Phi3's partial_rotary_factor * head_dim
+    # Mixtures of experts. The experts' width: moe_intermediate_size (qwen MoE converters write it as
+    # expert_feed_forward_length); Mixtral and OLMoE write theirs as feed_forward_length.
+    c["num_experts"] = g("expert_count", 0)
+    c["num_experts_per_tok"] = g("expert_used_count", 0)
+    c["moe_intermediate_size"] = g("expert_feed_forward_length", c["intermediate_size"])
+    c["shared_expert_intermediate_size"] = g("expert_shared_feed_forward_length")
+    # norm_topk_prob: MixtralSparseMoeBlock always renormalises; Qwen3-MoE's released configs set it
+    # true, Qwen2-MoE's (Qwen1.5-MoE-A2.7B) and OLMoE's false. A file may say so itself.
+    c["norm_topk_prob"] = g("expert_weights_norm", arch in ("llama", "qwen3moe"))
+    # Phi-3 LongRoPE: max_position_embeddings, original_max_position_embeddings, long/short factors
+    # (read from the tensors below). Phi-4's converter writes sliding_window 0 for "none".
+    c["max_position_embeddings"] = g("context_length")
+    c["original_max_position_embeddings"] = g("rope.scaling.original_context_length")
+    if arch == "phi3" and not c["sliding_window"]:
+        c["sliding_window"] = None
     return c
 
 
 def is_sliding(c, layer):
+    if c["arch"] == "phi3":  # Phi3Model: one sliding-window mask for every layer when config.sliding_window is set
+        return c["sliding_window"] is not None
     if c["arch"] == "gemma2":  # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2)
         return not (layer % 2)
     if c["arch"] == "gemma3":  # Gemma3DecoderLayer: bool((layer_idx + 1) % config.sliding_window_pattern)
@@ -135,15 +155,68 @@ def gemma_rmsnorm(x, w_gguf, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * (1.0 + w_hf)
 
 
-def rope(x, pos, base, factor, dim):
-    # HF's default/linear rotary embedding with rotate_half (x: [T, heads, dim]).
+def rope(x, pos, base, factor, dim, ext_factors=None, attention_factor=1.0):
+    # HF's default/linear rotary embedding with rotate_half (x: [T, heads, head_dim]) on the first `dim`
+    # dimensions (Phi3's partial rotary: the rest pass through). LongRoPE (_compute_longrope_parameters):
+    # inv_freq = 1 / (ext_factors * base^(2i/dim)), cos and sin scaled by attention_factor.
     inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)) / factor
+    if ext_factors is not None:
+        inv_freq = inv_freq / ext_factors
     freqs = np.outer(pos, inv_freq)
     emb = np.concatenate([freqs, freqs], axis=-1)
-    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+    cos, sin = np.cos(emb)[:, None, :] * attention_factor, np.sin(emb)[:, None, :] * attention_factor
     half = dim // 2
-    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rot * sin
+    xr, xp = x[..., :dim], x[..., dim:]
+    rot = np.concatenate([-xr[..., half:], xr[..., :half]], axis=-1)
+    return np.concatenate([xr * cos + rot * sin, xp], axis=-1)
+
+
+def unpermute(w, n_head):
+    # convert_hf_to_gguf.py's LlamaModel.permute interleaves each head's two halves so that llama.cpp's
+    # adjacent-pair RoPE equals HF's rotate_half; this is its inverse, giving back HF's q_proj/k_proj.
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def longrope(c, T, ablate):
+    # Phi3's rotary embedding with rope_scaling type longrope: the long factors when the sequence is
+    # longer than original_max_position_embeddings (HF's dynamic update), attention_factor from the ratio
+    # of the context lengths.
+    orig, maxpos = c["original_max_position_embeddings"], c["max_position_embeddings"]
+    if orig is None:
+        return None, 1.0
+    scale = maxpos / orig
+    attention_factor = np.sqrt(1 + np.log(scale) / np.log(orig)) if scale > 1.0 else 1.0
+    use_long = T > orig if ablate != "longrope_long" else not T > orig
+    ext = c["rope_factors_long"] if use_long else c["rope_factors_short"]
+    return ext, (attention_factor if ablate != "attn_factor" else 1.0)
+
+
+def swiglu_mlp(x, gate, up, down):
+    return (silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+def sparse_moe(c, W, p, x, ablate):
+    # The Mixtral/Qwen2-MoE/Qwen3-MoE/OLMoE SparseMoeBlock: softmax over the router's logits, top-k,
+    # renormalised when norm_topk_prob; plus Qwen2-MoE's shared expert under its sigmoid gate.
+    logits = x @ W[p + "ffn_gate_inp.weight"].T
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    k = c["num_experts_per_tok"]
+    top = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+    out = np.zeros_like(x)
+    gate, up, down = W[p + "ffn_gate_exps.weight"], W[p + "ffn_up_exps.weight"], W[p + "ffn_down_exps.weight"]
+    for t in range(x.shape[0]):
+        w = probs[t, top[t]]
+        if c["norm_topk_prob"] != (ablate == "topk_norm"):  # the ablation flips it
+            w = w / w.sum()
+        for j, e in enumerate(top[t]):
+            out[t] += w[j] * swiglu_mlp(x[t:t + 1], gate[e], up[e], down[e])[0]
+    if c["shared_expert_intermediate_size"] and ablate != "shared_expert":
+        shared = swiglu_mlp(x, W[p + "ffn_gate_shexp.weight"], W[p + "ffn_up_shexp.weight"], W[p + "ffn_down_shexp.weight"])
+        g = x @ W[p + "ffn_gate_inp_shexp.weight"]  # shared_expert_gate: Linear(hidden, 1)
+        gate_value = 1.0 / (1.0 + np.exp(-g)) if ablate != "shared_gate" else np.ones_like(g)
+        out = out + gate_value[:, None] * shared
+    return out
 
 
 def gelu_tanh(x):
@@ -163,20 +236,37 @@ def forward(c, W, ids, ablate=None):
     h = W["token_embd.weight"][ids]
     if gemma and ablate != "embd_scale":
         h = h * np.sqrt(d)  # Gemma*Model: hidden_states * normalizer (hidden_size ** 0.5)
+    ext_factors, attention_factor = longrope(c, T, ablate)
     for l in range(c["num_hidden_layers"]):
         p = f"blk.{l}."
         x = norm(h, W[p + "attn_norm.weight"])
-        q = (x @ W[p + "attn_q.weight"].T).reshape(T, H, hd)
-        k = (x @ W[p + "attn_k.weight"].T).reshape(T, KV, hd)
-        v = (x @ W[p + "attn_v.weight"].T).reshape(T, KV, hd)
-        if arch in ("qwen3", "gemma3") and ablate != "qk_norm":
+        if p + "attn_qkv.weight" in W:  # Phi3Attention's qkv_proj: query, key, value rows in that order
+            qkv = x @ W[p + "attn_qkv.weight"].T
+            q, k, v = qkv[:, :H * hd], qkv[:, H * hd:(H + KV) * hd], qkv[:, (H + KV) * hd:]
+        else:
+            wq, wk = W[p + "attn_q.weight"], W[p + "attn_k.weight"]
+            if arch == "llama" and ablate != "unpermute":
+                wq, wk = unpermute(wq, H), unpermute(wk, KV)
+            q, k, v = x @ wq.T, x @ wk.T, x @ W[p + "attn_v.weight"].T
+        if p + "attn_q.bias" in W:  # Qwen2(-MoE): q/k/v projections with bias
+            q, k, v = q + W[p + "attn_q.bias"], k + W[p + "attn_k.bias"], v + W[p + "attn_v.bias"]
+        if arch == "olmoe" and ablate == "qk_norm_per_head":  # the mistake of normalising each head alone
+            qn, kn = W[p + "attn_q_norm.weight"].reshape(H, hd), W[p + "attn_k_norm.weight"].reshape(KV, hd)
+            q = norm(q.reshape(T, H, hd), qn).reshape(T, H * hd)
+            k = norm(k.reshape(T, KV, hd), kn).reshape(T, KV * hd)
+        elif arch == "olmoe" and ablate != "qk_norm":  # OlmoeAttention: q_norm/k_norm over the whole projections
+            q, k = norm(q, W[p + "attn_q_norm.weight"]), norm(k, W[p + "attn_k_norm.weight"])
+        q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
+        if arch in ("qwen3", "gemma3", "qwen3moe") and ablate != "qk_norm":
             q, k = norm(q, W[p + "attn_q_norm.weight"]), norm(k, W[p + "attn_k_norm.weight"])
         sliding = is_sliding(c, l)
         if arch == "gemma3" and sliding and ablate != "rope_local":
             base, factor = c["rope_local_base_freq"], 1.0
         else:
             base, factor = c["rope_theta"], c["rope_linear_factor"] if ablate != "rope_scale" else 1.0
-        q, k = rope(q, pos, base, factor, hd), rope(k, pos, base, factor, hd)
+        rd = c["rotary_dim"]
+        q = rope(q, pos, base, factor, rd, ext_factors, attention_factor)
+        k = rope(k, pos, base, factor, rd, ext_factors, attention_factor)
         k, v = np.repeat(k, H // KV, axis=1), np.repeat(v, H // KV, axis=1)
         scaling = (c["query_pre_attn_scalar"] if gemma else hd) ** -0.5
         s = np.einsum("thd,shd->hts", q, k) * scaling
@@ -196,7 +286,13 @@ def forward(c, W, ids, ablate=None):
         h = h + o
         x = norm(h, W[p + "ffn_norm.weight"])
         act = gelu_tanh if gemma and ablate != "gelu" else silu
-        f = (act(x @ W[p + "ffn_gate.weight"].T) * (x @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
+        if c["num_experts"]:
+            f = sparse_moe(c, W, p, x, ablate)
+        elif arch == "phi3":  # Phi3MLP: gate_up_proj's output chunked in two, gate first
+            gate, up = np.split(x @ W[p + "ffn_up.weight"].T, 2, axis=-1)
+            f = (silu(gate) * up) @ W[p + "ffn_down.weight"].T
+        else:
+            f = (act(x @ W[p + "ffn_gate.weight"].T) * (x @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
         if gemma and ablate != "post_norm":
             f = norm(f, W[p + "post_ffw_norm.weight"])
         h = h + f
@@ -220,13 +316,15 @@ def main():
         args = [a for a in args if a not in ("--ablate", ablate)]
     meta, W, fnv = read_gguf(args[0])
     c = hf_config(meta)
+    c["rope_factors_long"] = W.get("rope_factors_long.weight")
+    c["rope_factors_short"] = W.get("rope_factors_short.weight")
     n_vocab = W["token_embd.weight"].shape[0]
     ids = prompt(n_vocab)
     logits = forward(c, W, ids)
     if ablate:
         other = forward(c, W, ids, ablate)
         rel = np.abs(other - logits).max() / np.abs(logits).max()
-        print(f"ablate {ablate}: max|dlogit| / max|logit| = {rel:.3g} (the test allows 1e-3)")
+        print(f"ablate {ablate}: max|dlogit| / max|logit| = {rel:.4g} (the test allows 1e-3)")
         return
     seq = list(ids)
     for _ in range(N_GREEDY):
