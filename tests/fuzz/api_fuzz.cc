@@ -2,9 +2,9 @@
 // entry every request takes: handle_request, on a whole daemon in this process (open_state, the
 // scheduler thread, the offload thread) serving a tiny synthetic model written at start-up, so no
 // ../shared is needed. Input: one byte choosing the method and path (chat and legacy completions,
-// segment PUT, link and compress, session create and message, policy), then the body. Every request
-// must get an answer (a generation is bounded by max_tokens 4), and a body the client wrote must
-// never get a 5xx: whatever is wrong with it is the client's error (4xx) with a message.
+// segment PUT, link and compress, session create and message, policy, responses), then the body.
+// Every request must get an answer (a generation is bounded by max_tokens 4), and a body the client
+// wrote must never get a 5xx: whatever is wrong with it is the client's error (4xx) with a message.
 #include <condition_variable>
 #include <mutex>
 
@@ -120,7 +120,7 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/chat/completions"},   {"POST", "/v1/completions"},       {"PUT", "/v1/segments/plat"},
     {"PUT", "/v1/segments/bot"},        {"POST", "/v1/segments/bot/link"}, {"POST", "/v1/segments/plat/compress"},
     {"POST", "/v1/sessions"},           {"POST", "/v1/sessions/s1/messages"}, {"PUT", "/v1/policy"},
-    {"POST", "/v1/compress"},
+    {"POST", "/v1/compress"},           {"POST", "/v1/responses"},
 };
 }  // namespace
 
