@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       "  towerctl sessions create --bot helper\n"
       "  towerctl chat --session ID\n"
       "  towerctl compress --idle-for 3600      (cold tier; towerctl thaw NAME brings one back)\n"
+      "  towerctl ui                            (towerd's page in a browser: the towers, the pool, a chat)\n"
       "`towerctl VERB --help` explains a verb with examples. Exit status: 0 done, 1 failed, 2 usage error."};
   app.set_version_flag("-V,--version", towers::daemon::version_text("towerctl"),
                        "Print the version, git commit and SIMD target, then exit");

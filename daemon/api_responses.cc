@@ -283,7 +283,9 @@ ApiStatus stream_options(const ojson& body) {
 
 ApiStatus responses_chat_body(const ojson& body, ojson* chat) {
   *chat = ojson::object();
-  for (const auto& [k, v] : body.items()) {
+  for (const auto& item : body.items()) {
+    const std::string& k = item.key();  // not a structured binding: clang 14 cannot capture one
+    const auto& v = item.value();
     const auto* rule = std::find_if(std::begin(kResponsesFields), std::end(kResponsesFields),
                                     [&](const ResponsesField& f) { return f.name == k; });
     if (rule == std::end(kResponsesFields)) {
