@@ -792,7 +792,9 @@ TEST_CASE("detect the family of the published template files") {
       {"meta-llama-Llama-3.3-70B-Instruct.jinja", ChatFamily::Llama3},
       {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", ChatFamily::ChatML},
   };
-  for (const auto& [file, family] : shared_files) {
+  for (const auto& entry : shared_files) {  // not a structured binding: CAPTURE's lambda (clang 14)
+    const auto& file = entry.first;
+    const auto& family = entry.second;
     const auto p = test::shared_file(std::string("reference/templates/") + file);
     if (p.empty()) continue;
     CAPTURE(std::string(file));

@@ -186,7 +186,9 @@ TEST_CASE("frequency tables and the range coder give x86-64's bytes, bit for bit
   const auto golden = read_golden();
   const Tables t = compute_tables();
   MESSAGE("this machine: " << codec_target_name(codec_target_tag()));
-  for (const auto& [name, crc] : t.crc) {
+  for (const auto& entry : t.crc) {  // not a structured binding: CAPTURE's lambda (clang 14)
+    const auto& name = entry.first;
+    const auto& crc = entry.second;
     CAPTURE(name);
     const auto it = golden.find("table-crc32:" + name);
     REQUIRE(it != golden.end());

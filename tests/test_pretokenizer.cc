@@ -40,7 +40,9 @@ TEST_CASE("pre-tokenizer words equal the reference regex engine's (tekken, smoll
   REQUIRE_MESSAGE(in.good(), "tests/reference/pretokenizers/splits.json missing (run split.py there)");
   const auto ref = nlohmann::json::parse(in);
   int compared = 0;
-  for (const auto& [name, cases] : ref.at("splits").items()) {
+  for (const auto& split : ref.at("splits").items()) {  // not a structured binding: CHECK_MESSAGE (clang 14)
+    const std::string& name = split.key();
+    const auto& cases = split.value();
     auto pt = PreTokenizer::create(name);
     REQUIRE_MESSAGE(pt.ok(), pt.error());
     for (const auto& c : cases) {

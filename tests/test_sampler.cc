@@ -254,7 +254,11 @@ TEST_CASE("min_p excludes unlikely tokens") {
   Sampler s(c);
   std::map<int32_t, int> seen;
   for (int i = 0; i < 20000; ++i) seen[s.sample(logits, {})]++;
-  for (auto& [id, n] : seen) CHECK_MESSAGE(expect.count(id), "token " << id << " drawn " << n << " times");
+  for (const auto& draw : seen) {  // not a structured binding: CHECK_MESSAGE's lambda (clang 14)
+    const int32_t id = draw.first;
+    const int n = draw.second;
+    CHECK_MESSAGE(expect.count(id), "token " << id << " drawn " << n << " times");
+  }
   for (int32_t id : expect) CHECK(seen[id] > 1000);
   // Without min_p the same setting draws them all.
   Sampler open(plain_config(2.0f, 77));
@@ -358,7 +362,9 @@ TEST_CASE("the fast path matches a full-sort reference draw for draw") {
   };
   const std::pair<size_t, float> vocab_scale[] = {{5000, 0.5f},   {5000, 6.0f},   {5000, 30.0f},
                                                   {151936, 0.5f}, {151936, 6.0f}, {151936, 30.0f}};
-  for (const auto& [vocab, scale] : vocab_scale) {
+  for (const auto& shape : vocab_scale) {  // not a structured binding: INFO's lambda (clang 14)
+    const auto vocab = shape.first;
+    const auto scale = shape.second;
     const auto logits = random_logits(vocab, vocab, scale);
     std::vector<int32_t> recent, generated;
     for (int i = 0; i < 100; ++i) recent.push_back(static_cast<int32_t>((i * 7919) % vocab));

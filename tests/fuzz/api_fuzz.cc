@@ -76,6 +76,7 @@ struct Daemon {
   Config cfg;
   std::unique_ptr<OpenState> state;
   Metrics metrics;
+  std::unique_ptr<ForwardStep> step;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<Service> svc;
   Offload offload;
@@ -102,7 +103,8 @@ struct Daemon {
     auto opened = open_state(cfg, oo, &warnings);
     if (!opened.ok()) fuzz::die(kTarget, "cannot open the state: " + opened.error());
     state = std::move(opened.value());
-    scheduler = std::make_unique<Scheduler>(*state->model, *state->forward, *state->pool, metrics, Scheduler::Options{});
+    step = std::make_unique<ForwardStep>(*state->forward);
+    scheduler = std::make_unique<Scheduler>(*state->model, *step, *state->pool, metrics, Scheduler::Options{});
     if (Status st = state->store->append(state->catalog->header()); !st.ok()) fuzz::die(kTarget, st.message());
     if (auto r = state->catalog->restore(); !r.ok()) fuzz::die(kTarget, r.error());
     scheduler->start();

@@ -73,8 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr size_t kStoreCrcAt = 20;
   if (size >= kStoreCrcAt + 8) {
     std::vector<uint8_t> forged(in.begin(), in.end());
-    put_crc(forged, kStoreCrcAt, crc32(std::span(forged).first(kStoreCrcAt)));
-    put_crc(forged, size - 4, crc32(std::span(forged).first(size - 4)));
+    put_crc(forged, kStoreCrcAt, codec::crc32(std::span(forged).first(kStoreCrcAt)));
+    put_crc(forged, size - 4, codec::crc32(std::span(forged).first(size - 4)));
     check_container(forged);
     must_explain(read_codec_store_header(forged), "read_codec_store_header (forged CRC)");
   }
