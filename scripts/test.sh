@@ -11,11 +11,13 @@
 #            daemon/long_session_kill9), then every libFuzzer target for TOWERS_FUZZ_SECONDS (default
 #            60) each, two at a time (tests/fuzz/run.sh).
 #   scripts/test.sh              the legs CI runs (.ci/run): TOWERS_TEST_LEGS, default "release arm64"
-#                                (the check leg joins the default once a full run of it has been timed
-#                                green on the CI machine: it never finished on 2026-11-26's loaded one)
+#                                (the check leg joins the default once its two open fuzz findings are
+#                                fixed: tests/fuzz/README.md)
 #   scripts/test.sh --release    only the release leg (likewise --arm64, --check)
-# Time of the check leg: the fuzzing is 11 targets x 60 s, two at a time (~6 min); the build compiles
-# only Highway's AVX2 and baseline targets (CMakeLists.txt) to bound its time.
+# Time of the check leg (2026-11-26, this repo's 2-core machine, clean build-check/): the build ~1400
+# CPU-seconds (~12 min on two idle cores; simd/ is left uninstrumented and Highway compiles only its
+# AVX2 and baseline targets there), the unit and kill -9 tests 403 s, the fuzzing 11 targets x 60 s two
+# at a time (~6 min): ~25 min, beside the release and arm64 legs' ~29 min.
 # Tests that need ../shared (models, reference outputs, tokenizer vectors) skip with a message when it
 # is absent; point TOWERS_SHARED at it when it lives elsewhere. TOWERS_BUILD_DIR and
 # TOWERS_CHECK_BUILD_DIR move the build directories.

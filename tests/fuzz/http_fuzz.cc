@@ -120,7 +120,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Server server;
   const std::string_view in = fuzz::text_of(data, size);
   const std::string answer = exchange(server.path, in);
-  if (!answer.empty() && answer.rfind("HTTP/1.", 0) != 0) fuzz::die(kTarget, "an answer that is not HTTP");
+  if (!answer.empty() && answer.rfind("HTTP/1.", 0) != 0) {
+    fuzz::die(kTarget, "an answer that is not HTTP: \"" + answer.substr(0, 80) + "\"");
+  }
   tcp_checks(in);
   return 0;
 }
