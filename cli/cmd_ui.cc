@@ -8,6 +8,7 @@
 #include <utility>  // before Boost.Asio 1.74, which uses std::exchange without it
 
 #include <boost/asio.hpp>
+#include <boost/beast/http.hpp>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 namespace towers::cli {
 
 namespace asio = boost::asio;
+namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 using unix_socket = asio::local::stream_protocol;
 
@@ -37,47 +39,25 @@ struct RequestHead {
   bool chunked = false;
 };
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string trimmed(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return std::string(s);
-}
-
-// The head (without its final empty line); nullopt when it is not an HTTP/1.x request head.
+// The head (with its final empty line), read by Boost.Beast's parser; nullopt when it is not an
+// HTTP/1.x request head.
 std::optional<RequestHead> parse_head(std::string_view head) {
+  http::request_parser<http::empty_body> p;
+  p.header_limit(kMaxHead);
+  boost::system::error_code ec;  // after the head it may ask for the body (not given here): only the head counts
+  p.put(asio::buffer(head.data(), head.size()), ec);
+  if (!p.is_header_done()) return std::nullopt;
+  const auto& req = p.get();
+  auto field = [&](http::field f) { return std::string(req[f]); };
   RequestHead h;
-  size_t eol = head.find("\r\n");
-  const std::string_view line = head.substr(0, eol);
-  const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
-  if (sp1 == std::string_view::npos || sp2 == sp1 || line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) return std::nullopt;
-  h.method = std::string(line.substr(0, sp1));
-  h.target = std::string(line.substr(sp1 + 1, sp2 - sp1 - 1));
-  while (eol != std::string_view::npos) {
-    const size_t start = eol + 2;
-    eol = head.find("\r\n", start);
-    const std::string_view field = head.substr(start, eol == std::string_view::npos ? std::string_view::npos : eol - start);
-    if (field.empty()) continue;
-    const size_t colon = field.find(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    const std::string name = lower(std::string(field.substr(0, colon)));
-    const std::string value = trimmed(field.substr(colon + 1));
-    if (name == "host") h.host = value;
-    else if (name == "origin") h.origin = value;
-    else if (name == "authorization") h.authorization = value;
-    else if (name == "content-type") h.content_type = value;
-    else if (name == "transfer-encoding") h.chunked = lower(value).find("chunked") != std::string::npos;
-    else if (name == "content-length") {
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0') return std::nullopt;
-      h.content_length = static_cast<size_t>(n);
-    }
-  }
+  h.method = std::string(req.method_string());
+  h.target = std::string(req.target());
+  h.host = field(http::field::host);
+  h.origin = field(http::field::origin);
+  h.authorization = field(http::field::authorization);
+  h.content_type = field(http::field::content_type);
+  h.content_length = static_cast<size_t>(p.content_length().value_or(0));
+  h.chunked = p.chunked();
   return h;
 }
 
@@ -144,7 +124,7 @@ struct Forwarder {
         if (ec) goto done;
         pending.append(buf.data(), n);
       }
-      const auto head = parse_head(std::string_view(pending).substr(0, end + 2));
+      const auto head = parse_head(std::string_view(pending).substr(0, end + 4));
       if (!head) {
         refuse(browser, 400, error_body("bad_request", "not an HTTP/1.1 request"));
         goto done;

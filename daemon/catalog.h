@@ -182,6 +182,9 @@ class Catalog {
   Result<SegmentView> segment(const std::string& name) const;
   std::vector<SegmentView> segments() const;  // platform, community, bot order
 
+  // The longest prompt served: [limits] max_prompt_tokens within the model's context.
+  size_t prompt_limit() const;
+
   // Sessions. id "" = a random one. create and delete return once their record is durable.
   Result<SessionView> create_session(const std::string& bot, const std::string& id);
   // create_session without waiting: `done` runs once the record is durable (the session) or not (the
@@ -292,7 +295,6 @@ class Catalog {
   // segments it added go in s.shifted; `derive` lists those whose source is in memory now (the
   // caller shifts them once the lock is released).
   Status shift_kept_locked(Session& s, SegmentId base_id, size_t drop_tokens, std::vector<SegmentId>* derive);
-  size_t prompt_limit() const;
 
   const Model& model_;
   SegmentPool& pool_;

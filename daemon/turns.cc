@@ -26,9 +26,9 @@ class Turn : public GenerationHooks, public std::enable_shared_from_this<Turn> {
   // The prompt fits the context; the job joins the scheduler's queue. An error: it never will run.
   ApiStatus submit() {
     const int n_ctx = svc_.model.config().n_ctx_train;
-    const int prompt_limit = svc_.config.max_prompt_tokens > 0 ? std::min(svc_.config.max_prompt_tokens, n_ctx) : n_ctx;
+    const size_t prompt_limit = svc_.catalog.prompt_limit();
     const size_t prompt_tokens = spec_.prompt_estimate();
-    if (prompt_tokens >= static_cast<size_t>(prompt_limit)) {
+    if (prompt_tokens >= prompt_limit) {
       rejected();
       return ApiStatus(Status::ResourceExhausted("the prompt is " + std::to_string(prompt_tokens) +
                                                  " tokens; this server accepts prompts of at most " +
@@ -182,8 +182,7 @@ ApiStatus begin_session_turn(Service& svc, const std::string& session, const std
                              const GenParams& params, const std::string& session_param, GenerationSpec* spec) {
   // Room for the reply: what it asks for, up to half the prompt limit (a long max_tokens must not
   // drop most of a session's history).
-  const size_t n_ctx = static_cast<size_t>(svc.model.config().n_ctx_train);
-  const size_t limit = svc.config.max_prompt_tokens > 0 ? std::min<size_t>(svc.config.max_prompt_tokens, n_ctx) : n_ctx;
+  const size_t limit = svc.catalog.prompt_limit();
   const size_t reserve = std::min<size_t>(static_cast<size_t>(std::max(1, params.max_tokens)), limit / 2);
   auto turn = svc.catalog.begin_turn(session, message, reserve);
   if (!turn.ok()) {
