@@ -10,9 +10,7 @@
 #            benchmarks: it runs the unit tests and the kill -9 checks (daemon/kill9,
 #            daemon/long_session_kill9), then every libFuzzer target for TOWERS_FUZZ_SECONDS (default
 #            60) each, two at a time (tests/fuzz/run.sh).
-#   scripts/test.sh              the legs CI runs (.ci/run): TOWERS_TEST_LEGS, default "release arm64"
-#                                (the check leg joins the default once its two open fuzz findings are
-#                                fixed: tests/fuzz/README.md)
+#   scripts/test.sh              the legs CI runs (.ci/run): TOWERS_TEST_LEGS, default "release arm64 check"
 #   scripts/test.sh --release    only the release leg (likewise --arm64, --check)
 # Time of the check leg (2026-11-26, this repo's 2-core machine, clean build-check/): the build ~1400
 # CPU-seconds (~12 min on two idle cores; simd/ is left uninstrumented and Highway compiles only its
@@ -23,7 +21,7 @@
 # TOWERS_CHECK_BUILD_DIR move the build directories.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-read -r -a legs <<< "${TOWERS_TEST_LEGS:-release arm64}"
+read -r -a legs <<< "${TOWERS_TEST_LEGS:-release arm64 check}"
 case "${1:-}" in
   "") ;;
   --release) legs=(release) ;;

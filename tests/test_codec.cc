@@ -367,6 +367,9 @@ TEST_CASE("forged headers (valid CRC) with absurd sizes or garbage coded bytes a
       forge(cat({varint(10), varint(0), crc4, chunked, varint(5), varint(5), {7, 7}})),          // sizes disagree
       forge(cat({varint(10), varint(0), crc4, chunked, {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
                                                         0xFF, 0x01}})),                            // overlong
+      forge(cat({{0x8A, 0x00}, varint(0), crc4, one, {7}})),                                      // 10, padded
+      forge(cat({varint(10), {0x80, 0x80, 0x00}, crc4, one, {7}})),                              // 0, padded
+      forge(cat({varint(10), varint(0), crc4, chunked, {0x85, 0x00}, varint(1), {7, 7}})),       // chunk padded
       forge(cat({varint(10), varint(0), crc4, one})),                                            // no coded bytes
       forge(cat({varint(0), varint(0), crc4, one, {7}})),                                        // bytes for none
       forge(cat({varint(0), varint(0), crc4, chunked})),                                         // chunks of none

@@ -300,13 +300,19 @@ struct Reader {
     for (int i = 0; i < bytes; ++i) v |= uint64_t{in[pos++]} << (8 * i);
     return v;
   }
+  // Only the shortest encoding of a value is read (as put_varint writes it): a last byte of zero
+  // after others, or bits beyond 64, fail, so every container has one byte string (codec_fuzz).
   uint64_t varint() {
     uint64_t v = 0;
     for (int shift = 0; ok && shift < 64; shift += 7) {
       if (pos >= in.size()) return ok = false, 0;
       const uint8_t b = in[pos++];
+      if (shift == 63 && b > 1) return ok = false, 0;
       v |= uint64_t{b & 0x7Fu} << shift;
-      if (!(b & 0x80)) return v;
+      if (!(b & 0x80)) {
+        if (b == 0 && shift > 0) return ok = false, 0;
+        return v;
+      }
     }
     return ok = false, 0;
   }

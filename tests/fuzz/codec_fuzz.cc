@@ -52,6 +52,15 @@ fuzz::Seeds seeds() {
   out.push_back(write_codec_container(store, {0, 0, 0}, empty));
   out.push_back(write_codec_container(store, {10, 5, 0xCAFEF00D}, one));
   out.push_back(write_codec_container(store, {10, 300, 0xCAFEF00D}, chunked));
+  // The first finding: a token count written with a zero byte after it (10 as 0x8A 0x00) was read,
+  // then written back shorter. The reader now takes only the shortest encoding.
+  std::vector<uint8_t> padded = write_codec_container(store, {10, 5, 0xCAFEF00D}, one);
+  padded.insert(padded.begin() + codec::kStoreHeaderBytes + 1, 0x00);
+  padded[codec::kStoreHeaderBytes] |= 0x80;
+  padded.resize(padded.size() - 4);
+  const uint32_t crc = codec::crc32(padded);
+  for (int i = 0; i < 4; ++i) padded.push_back(static_cast<uint8_t>(crc >> (8 * i)));
+  out.push_back(padded);
   for (const auto& [tokens, record] : {std::pair<uint32_t, std::vector<uint8_t>>{0, empty}, {10, one}, {10, chunked}}) {
     std::vector<uint8_t> bare(4);
     std::memcpy(bare.data(), &tokens, 4);

@@ -59,7 +59,7 @@ struct Server {
 };
 
 // One connection: the input as the client's bytes, then EOF; returns the server's answer.
-std::string exchange(const std::filesystem::path& path, std::string_view in) {
+std::string one_connection(const std::filesystem::path& path, std::string_view in) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -119,7 +119,10 @@ void tcp_checks(std::string_view in) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Server server;
   const std::string_view in = fuzz::text_of(data, size);
-  const std::string answer = exchange(server.path, in);
+  // Not named `exchange`: with a std::filesystem::path argument, argument-dependent lookup finds
+  // std::exchange(path&, string_view&), a better match than a const path&, and the first version of
+  // this target called it: it assigned the input to the socket's path and never connected.
+  const std::string answer = one_connection(server.path, in);
   if (!answer.empty() && answer.rfind("HTTP/1.", 0) != 0) {
     fuzz::die(kTarget, "an answer that is not HTTP: \"" + answer.substr(0, 80) + "\"");
   }
