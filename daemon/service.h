@@ -84,6 +84,17 @@ struct GenParams {
   // tool_calls in this format (engine/constrained/tool_format.h); nullopt: the reply is text.
   std::optional<ToolFormat> tool_format;
 };
+// "tools": [{"type": "function", "function": {"name", "description", "parameters", "strict"}}],
+// "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name"}},
+// "parallel_tool_calls": bool, parsed by parse_tools. Parameter schemas keep the client's key order
+// (`ordered`: the body parsed in order, or null). With a session (`session`), a call may be asked for
+// without tools: the session's are meant.
+struct ToolRequest {
+  std::vector<ToolDefinition> tools;
+  ToolChoice choice;
+  bool parallel = true;
+};
+ApiStatus parse_tools(const nlohmann::json& body, const nlohmann::ordered_json& ordered, bool session, ToolRequest* out);
 // raw_body: the request's text, for what must keep the client's key order (a JSON schema's properties).
 // api: whose "logprobs" (chat: a boolean with "top_logprobs"; completions: a count).
 ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, ReplyApi api, GenParams* params,
@@ -97,7 +108,8 @@ ApiStatus one_choice(const GenParams& params);
 // metadata such as "user"), and a generation field towerd does not support (yet) unless it holds
 // that field's neutral value. The error names the field (param).
 ApiStatus check_generation_fields(const nlohmann::json& body, std::initializer_list<std::string_view> own);
-// Refuses tools and tool_choice (param "tools"): a session's transcript holds text turns only.
+// Refuses tools and tool_choice (param "tools") on POST /v1/sessions/ID/messages, whose message is the
+// user's text (tools on sessions go through /v1/chat/completions with "session").
 ApiStatus no_tools_with_session(const nlohmann::json& body);
 
 // The handlers of the route table (daemon/routes.cc), which has checked the method; path_param is what
