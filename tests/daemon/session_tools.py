@@ -17,6 +17,7 @@
     function_call_output item, is the answer, its cached_tokens covering the first turn; streamed,
     the function call's typed events (output_item.added, function_call_arguments.delta/.done,
     output_item.done) give the same call; GET gives the function_call item back;
+  - an edit of the bot does not stop its tool session;
   - after a restart the session continues: the transcript (tool calls, results, tools) is back and
     its next reply equals the one a session that never restarted gives for the same turns.
 
@@ -247,6 +248,12 @@ def main():
         check(call(sock, "GET", "/v1/sessions/" + a)["messages"] == 6, "turn 3 not recorded")
         print("restart: transcript and tools back; turn 3 %s equals the twin's" %
               (a3["calls"] if a3["calls"] else repr(a3["content"])))
+        # An edit of the bot: the session goes on, on the new text (its tools' segments under it).
+        call(sock, "PUT", "/v1/segments/guide", {"level": "bot", "parent": "plat", "text": "Your name is Guide. Be brief."})
+        a4 = whole(sock, {"session": a, "messages": [{"role": "user", "content": "Thanks"}], "temperature": 0, "max_tokens": 8})
+        check(a4["usage"]["prompt_tokens"] > a3["usage"]["prompt_tokens"], "after the bot's edit: %s" % a4)
+        check(call(sock, "GET", "/v1/sessions/" + a)["messages"] == 8, "turn 4 not recorded")
+        print("bot edited: the session's turn 4 ran on the new text (prompt %d tokens)" % a4["usage"]["prompt_tokens"])
     finally:
         stop_towerd(p)
     print("PASS")
