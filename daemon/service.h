@@ -40,6 +40,8 @@ struct Service {
   Compressor* compressor = nullptr;  // the cold tier's background compressor
   Offload* offload = nullptr;        // blocking jobs that are not model steps (compress now, fsyncs)
   const HttpServer* http = nullptr;  // its connection counters, for /metrics
+  // The model thread's forward pass: used only in Scheduler::run tasks (embeddings), never elsewhere.
+  Forward* forward = nullptr;
   // The vocabulary as a byte trie, for constrained decoding (response_format); built on first use.
   std::shared_ptr<const TokenTrie> token_trie() const;
   mutable std::once_flag token_trie_once{};
@@ -123,6 +125,8 @@ ApiStatus handle_policy(Service&, const HttpRequest&, HttpResponder&, const std:
 ApiStatus handle_models(Service&, const HttpRequest&, HttpResponder&, const std::string& name);
 ApiStatus handle_chat_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+// POST /v1/embeddings (daemon/api_embeddings.cc):
+ApiStatus handle_embeddings(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 // OpenAI's Responses API on sessions (daemon/api_responses.cc):
 ApiStatus handle_responses(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_response(Service&, const HttpRequest&, HttpResponder&, const std::string& id);
