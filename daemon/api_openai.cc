@@ -211,16 +211,9 @@ ApiStatus check_turn_order(const std::vector<ToolChatMessage>& messages) {
   return {};
 }
 
-// "tools": [{"type": "function", "function": {"name", "description", "parameters", "strict"}}],
-// "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name"}},
-// "parallel_tool_calls": bool. Parameter schemas keep the client's key order (`ordered`: the body
-// parsed in order, or null).
-struct ToolRequest {
-  std::vector<ToolDefinition> tools;
-  ToolChoice choice;
-  bool parallel = true;
-};
-ApiStatus parse_tools(const json& b, const nlohmann::ordered_json& ordered, ToolRequest* out) {
+}  // namespace
+
+ApiStatus parse_tools(const json& b, const nlohmann::ordered_json& ordered, bool session, ToolRequest* out) {
   if (b.contains("tools") && !b["tools"].is_null()) {
     const json& ts = b["tools"];
     if (!ts.is_array()) return invalid_field("tools", "\"tools\" must be an array");
@@ -261,7 +254,7 @@ ApiStatus parse_tools(const json& b, const nlohmann::ordered_json& ordered, Tool
                            "\"tool_choice\" must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
     const bool asks = out->choice.mode == ToolChoice::Mode::Required || out->choice.mode == ToolChoice::Mode::Named;
-    if (asks && out->tools.empty()) return invalid_field("tool_choice", "\"tool_choice\" asks for a tool call but \"tools\" is empty");
+    if (asks && out->tools.empty() && !session) return invalid_field("tool_choice", "\"tool_choice\" asks for a tool call but \"tools\" is empty");
   }
   if (b.contains("parallel_tool_calls") && !b["parallel_tool_calls"].is_null()) {
     if (!b["parallel_tool_calls"].is_boolean()) return invalid_field("parallel_tool_calls", "\"parallel_tool_calls\" must be true or false");
@@ -269,6 +262,8 @@ ApiStatus parse_tools(const json& b, const nlohmann::ordered_json& ordered, Tool
   }
   return {};
 }
+
+namespace {
 
 // "logit_bias": {"token id": bias, ...}; ids checked against the vocabulary.
 ApiStatus parse_logit_bias(const Service& svc, const json& b, SamplerConfig* sampling) {
@@ -481,8 +476,8 @@ ApiStatus no_tools_with_session(const json& body) {
   for (const char* k : {"tools", "tool_choice"}) {
     if (body.contains(k) && !body[k].is_null() && !is_empty(body[k]) && body[k] != "none" && body[k] != "auto") {
       return ApiStatus(Status::Unimplemented(std::string("\"") + k +
-                                             "\" is not supported with a session (a session's transcript holds text turns; "
-                                             "send the conversation to /v1/chat/completions without \"session\")"),
+                                             "\" is not supported on /v1/sessions/ID/messages (its message is the user's "
+                                             "text): send tools to /v1/chat/completions with \"session\""),
                        k);
     }
   }
@@ -506,40 +501,41 @@ ApiStatus model_not_found(const std::string& name, const char* param) {
                    param, "model_not_found");
 }
 
-// A chat request with tools (or tool calls and results in its history): the conversation rendered in
-// the model family's tool format (engine/constrained/tool_format.h) on the session-less path (the system block with
-// the tools is a shared segment), and the tool-call grammar for tool_choice.
-ApiStatus tool_generation(Service& svc, const std::string& session, const std::string& bot,
-                          const std::vector<ToolChatMessage>& messages, const ToolRequest& tools,
-                          const std::vector<int32_t>& reply_opening, GenParams* params, GenerationSpec* spec) {
-  if (!session.empty()) {
-    return ApiStatus(Status::Unimplemented("tools and tool messages are not supported with \"session\" (a session's "
-                                           "transcript holds text turns): send the conversation without it"),
-                     "tools");
-  }
-  if (!bot.empty()) {
-    return ApiStatus(Status::Unimplemented("tools and tool messages are not supported with \"bot\" yet (the tools "
-                                           "are part of the system prompt): send the bot's text as a system message"),
-                     "tools");
-  }
-  if (params->grammar) {
-    return invalid_field("response_format", "\"response_format\" cannot be combined with \"tools\" (tool calls have their own grammar)");
-  }
-  const ChatFamily family = svc.prompts.family();
-  const ToolFormat format = tool_format_for(family);
-  auto rendered = render_tool_messages(family, messages, tools.tools, tools.choice,
-                                       chat_template_default_system(svc.model.tokenizer().chat_template()));
-  if (!rendered.ok()) return ApiStatus(rendered.status(), "messages");
-  auto conv = svc.prompts.conversation(rendered.value());
-  if (!conv.ok()) return ApiStatus(conv.status(), "messages");
-  auto gbnf = tool_call_gbnf(format, tools.tools, tools.choice, tools.parallel ? 8 : 1);
-  if (!gbnf.ok()) return ApiStatus(gbnf.status(), tools.choice.mode == ToolChoice::Mode::Named ? "tool_choice" : "tools");
+// The decoding of a reply whose prompt holds `tools`: the tool-call grammar for tool_choice, and the
+// reply parsed into calls in the family's format (nothing with "none" or no tools).
+ApiStatus tool_decoding(Service& svc, const std::vector<ToolDefinition>& tools, const ToolRequest& request,
+                        GenParams* params) {
+  const ToolFormat format = tool_format_for(svc.prompts.family());
+  auto gbnf = tool_call_gbnf(format, tools, request.choice, request.parallel ? 8 : 1);
+  if (!gbnf.ok()) return ApiStatus(gbnf.status(), request.choice.mode == ToolChoice::Mode::Named ? "tool_choice" : "tools");
   if (!gbnf.value().empty()) {
     auto g = Grammar::parse(gbnf.value());
     if (!g.ok()) return ApiStatus(Status::Error("internal: the tool-call grammar does not parse: " + g.error()), "tools");
     params->grammar = std::make_shared<GrammarAutomaton>(g.value(), svc.token_trie());
   }
-  if (tools.choice.mode != ToolChoice::Mode::None && !tools.tools.empty()) params->tool_format = format;
+  if (request.choice.mode != ToolChoice::Mode::None && !tools.empty()) params->tool_format = format;
+  return {};
+}
+
+ApiStatus no_tools_with_response_format(const GenParams& params) {
+  if (!params.grammar) return {};
+  return invalid_field("response_format", "\"response_format\" cannot be combined with \"tools\" (tool calls have their own grammar)");
+}
+
+// A chat request with tools (or tool calls and results in its history) without a session or bot: the
+// conversation rendered in the model family's tool format (engine/constrained/tool_format.h) on the
+// session-less path (the system block with the tools is a shared segment), and the tool-call grammar
+// for tool_choice.
+ApiStatus tool_generation(Service& svc, const std::vector<ToolChatMessage>& messages, const ToolRequest& tools,
+                          const std::vector<int32_t>& reply_opening, GenParams* params, GenerationSpec* spec) {
+  if (ApiStatus e = no_tools_with_response_format(*params); !e.ok()) return e;
+  const ChatFamily family = svc.prompts.family();
+  auto rendered = render_tool_messages(family, messages, tools.tools, tools.choice,
+                                       chat_template_default_system(svc.model.tokenizer().chat_template()));
+  if (!rendered.ok()) return ApiStatus(rendered.status(), "messages");
+  auto conv = svc.prompts.conversation(rendered.value());
+  if (!conv.ok()) return ApiStatus(conv.status(), "messages");
+  if (ApiStatus e = tool_decoding(svc, tools.tools, tools, params); !e.ok()) return e;
   Catalog::Stateless st;
   st.base = std::move(conv.value().base);
   st.rest = std::move(conv.value().rest);
@@ -548,6 +544,69 @@ ApiStatus tool_generation(Service& svc, const std::string& session, const std::s
   *spec = stateless_spec(std::move(st));
   return {};
 }
+
+// A bot's conversation with tools (or tool calls and results in its history), without a session: the
+// bot's chain and the tools' segments as a session with these tools has them (daemon/catalog.h,
+// "Tools on sessions"), then the conversation in the family's tool format.
+ApiStatus bot_tool_generation(Service& svc, const std::string& bot, const std::vector<ToolChatMessage>& messages,
+                              const ToolRequest& tools, const std::vector<int32_t>& reply_opening, GenParams* params,
+                              GenerationSpec* spec) {
+  if (ApiStatus e = no_tools_with_response_format(*params); !e.ok()) return e;
+  if (!messages.empty() && messages[0].role == "system") {
+    return invalid_field("messages", "the bot's segments are the system prompt: remove the system message or the bot");
+  }
+  auto rendered = render_tool_messages(svc.prompts.family(), messages, {}, ToolChoice{ToolChoice::Mode::None, ""}, "");
+  if (!rendered.ok()) return ApiStatus(rendered.status(), "messages");
+  const std::string tools_text = tools.tools.empty() ? "" : tools_json(tools.tools);
+  auto begun = svc.catalog.begin_stateless(bot, std::move(rendered.value()), tools_text);
+  if (!begun.ok()) return not_found_as(begun.status(), "segment_not_found", "bot");
+  if (ApiStatus e = tool_decoding(svc, tools.tools, tools, params); !e.ok()) return e;
+  begun->rest.insert(begun->rest.end(), reply_opening.begin(), reply_opening.end());
+  begun->prompt_estimate += reply_opening.size();
+  *spec = stateless_spec(std::move(begun.value()));
+  spec->extra = {{"bot", bot}};
+  return {};
+}
+
+}  // namespace
+
+ApiStatus session_generation(Service& svc, const std::string& session, const std::vector<ToolChatMessage>& messages,
+                             const ToolRequest& tools, const std::string& session_param, GenParams* params,
+                             GenerationSpec* spec) {
+  if (ApiStatus e = one_choice(*params); !e.ok()) return e;
+  // The session holds the history: the request brings what is new, the user's message or the tool
+  // results. More would have to be merged into the transcript or dropped; neither is done behind the
+  // client's back.
+  const bool user = messages.size() == 1 && messages[0].role == "user";
+  const bool results = std::all_of(messages.begin(), messages.end(), [](const ToolChatMessage& m) { return m.role == "tool"; });
+  if (!user && !results) {
+    return invalid_field("messages", "with \"session\", \"messages\" must hold exactly one message, the user's new "
+                                     "one, or the tool messages answering the last reply's tool calls (the session "
+                                     "keeps the history; got " + std::to_string(messages.size()) + " messages, the last a " +
+                                     messages.back().role + " message)");
+  }
+  if (!tools.tools.empty()) {
+    if (ApiStatus e = no_tools_with_response_format(*params); !e.ok()) return e;
+  }
+  Catalog::TurnInput input;
+  input.role = user ? "user" : "tool";
+  input.content = user ? messages[0].content : tool_results_json(messages);
+  input.tools = tools.tools.empty() ? "" : tools_json(tools.tools);
+  if (ApiStatus e = begin_session_turn(svc, session, input, *params, session_param, spec); !e.ok()) return e;
+  const std::string& session_tools = spec->session_turn()->tools;
+  const bool asks = tools.choice.mode == ToolChoice::Mode::Required || tools.choice.mode == ToolChoice::Mode::Named;
+  if (session_tools.empty() && asks) {
+    svc.catalog.abort_turn(session);
+    return invalid_field("tool_choice", "\"tool_choice\" asks for a tool call but neither the request nor the session has tools");
+  }
+  if (session_tools.empty() || params->grammar) return {};  // no tools, or response_format's grammar
+  auto defs = parse_tools_json(session_tools);
+  ApiStatus e = defs.ok() ? tool_decoding(svc, defs.value(), tools, params) : ApiStatus(defs.status(), "tools");
+  if (!e.ok()) svc.catalog.abort_turn(session);
+  return e;
+}
+
+namespace {
 
 // A generation request's body, parsed once: what /v1/chat/completions and /v1/completions share (the
 // model, the sampling and limits) and each one's own fields.
@@ -598,7 +657,7 @@ ApiStatus parse_chat_request(const Service& svc, const HttpRequest& req, Generat
   // Tool schemas keep the client's key order: the body parsed once more, in order, only when it has tools.
   const auto ordered = body.contains("tools") ? nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false)
                                               : nlohmann::ordered_json();
-  if (ApiStatus e = parse_tools(body, ordered, &r->tools); !e.ok()) return e;
+  if (ApiStatus e = parse_tools(body, ordered, !r->session.empty(), &r->tools); !e.ok()) return e;
   r->tool_history = std::any_of(r->messages.begin(), r->messages.end(), [](const ToolChatMessage& m) {
     return m.role == "tool" || !m.tool_calls.empty();
   });
@@ -666,29 +725,23 @@ ApiStatus handle_chat_completions(Service& svc, const HttpRequest& req, HttpResp
   // Thinking off: the reply opens with the template's empty reasoning block (nothing for templates
   // without the switch).
   const std::vector<int32_t> reply_opening = r.enable_thinking ? std::vector<int32_t>() : svc.prompts.thinking_off();
-  if (!r.tools.tools.empty() || r.tool_history) {
-    if (ApiStatus e = tool_generation(svc, r.session, r.bot, r.messages, r.tools, reply_opening, &r.params, &spec);
-        !e.ok()) {
-      return e;
-    }
-  } else if (!r.session.empty()) {
+  const bool tools = !r.tools.tools.empty() || r.tool_history;
+  if (!r.session.empty()) {
     if (!reply_opening.empty()) {
       return ApiStatus(Status::Unimplemented("\"chat_template_kwargs.enable_thinking\": false is not supported with "
                                              "\"session\" (a session's transcript keeps its turns as generated): send "
                                              "the conversation without it"),
                        "chat_template_kwargs.enable_thinking");
     }
-    if (ApiStatus e = one_choice(r.params); !e.ok()) return e;
-    // The session holds the history: the request brings one new message, the user's. More would have
-    // to be merged into the transcript or dropped; neither is done behind the client's back.
-    if (r.messages.size() != 1 || r.messages.back().role != "user") {
-      return invalid_field("messages", "with \"session\", \"messages\" must hold exactly one message, the user's new "
-                                       "one (the session keeps the history; got " + std::to_string(r.messages.size()) +
-                                       " messages, the last a " + r.messages.back().role + " message)");
-    }
-    if (ApiStatus e = begin_session_turn(svc, r.session, r.messages.back().content, r.params, "session", &spec); !e.ok()) {
+    if (ApiStatus e = session_generation(svc, r.session, r.messages, r.tools, "session", &r.params, &spec); !e.ok()) {
       return e;
     }
+  } else if (tools && !r.bot.empty()) {
+    if (ApiStatus e = bot_tool_generation(svc, r.bot, r.messages, r.tools, reply_opening, &r.params, &spec); !e.ok()) {
+      return e;
+    }
+  } else if (tools) {
+    if (ApiStatus e = tool_generation(svc, r.messages, r.tools, reply_opening, &r.params, &spec); !e.ok()) return e;
   } else {
     if (ApiStatus e = check_turn_order(r.messages); !e.ok()) return e;
     std::vector<ChatMessage> chat;

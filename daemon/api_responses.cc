@@ -65,10 +65,10 @@ ApiStatus unsupported(const std::string& param, const std::string& why) {
   return ApiStatus(Status::Unimplemented(why), param);
 }
 
-// Why a response cannot hold tools or function calls (yet).
-constexpr std::string_view kNoToolsRule =
-    "a response is a turn of a towerd session, and tools on sessions are not there yet (a session's transcript "
-    "holds text turns): use /v1/chat/completions without \"session\" and \"bot\" for tool calls";
+// What a function call may be answered with: the session keeps the calls, the client sends their outputs.
+constexpr std::string_view kFunctionCallRule =
+    "a stored response is a turn of a towerd session, which keeps its replies' function calls: send the "
+    "function_call_output items with \"previous_response_id\" (or \"store\": false with the whole conversation)";
 
 // One input message's text: a string, or parts of type input_text / output_text.
 ApiStatus message_text(const json& item, const std::string& at, std::string* out) {
@@ -137,8 +137,17 @@ ApiStatus parse_response_input(const json& body, ResponseInput* out) {
       const std::string type = item.contains("type") && item["type"].is_string() ? item["type"].get<std::string>() : "message";
       if (type == "message") {
         if (ApiStatus e = parse_message_item(item, at, &system, out); !e.ok()) return e;
-      } else if (type == "function_call" || type == "function_call_output") {
-        return unsupported(at + ".type", at + ".type \"" + type + "\" is not supported: " + std::string(kNoToolsRule));
+      } else if (type == "function_call_output") {
+        if (!item.contains("call_id") || !item["call_id"].is_string()) return invalid_field(at + ".call_id", at + ".call_id must be a string");
+        if (!item.contains("output") || !item["output"].is_string()) {
+          return invalid_field(at + ".output", at + ".output must be a string (the function's result)");
+        }
+        out->messages.push_back({"tool", item["output"].get<std::string>()});
+        out->references.emplace_back();
+        out->call_ids.resize(out->messages.size());
+        out->call_ids.back() = item["call_id"].get<std::string>();
+      } else if (type == "function_call") {
+        return unsupported(at + ".type", at + ".type \"function_call\" is not supported: " + std::string(kFunctionCallRule));
       } else if (type == "item_reference") {
         if (!item.contains("id") || !item["id"].is_string()) return invalid_field(at + ".id", at + ".id must be a string");
         const std::string id = item["id"].get<std::string>();
@@ -155,6 +164,7 @@ ApiStatus parse_response_input(const json& body, ResponseInput* out) {
     return invalid_field("input", "\"input\" must be a string or an array of items");
   }
   if (out->messages.empty()) return invalid_field("input", "\"input\" holds no user message");
+  out->call_ids.resize(out->messages.size());
   if (!system.empty()) {
     std::string joined;
     for (const auto& s : system) joined += (joined.empty() ? "" : "\n\n") + s;
@@ -249,18 +259,39 @@ ApiStatus text_format(const ojson& text, ojson* chat) {
   return {};
 }
 
-// The fields about tools: only what asks for no tool.
-ApiStatus no_tools(const ojson& body) {
-  if (body.contains("tools") && !body["tools"].is_null() && !(body["tools"].is_array() && body["tools"].empty())) {
-    return unsupported("tools", "\"tools\" is not supported on /v1/responses yet: " + std::string(kNoToolsRule));
+// The Responses API's tool fields as the chat API's: "tools": [{"type": "function", "name",
+// "description", "parameters", "strict"}] -> [{"type": "function", "function": {...}}]; "tool_choice"
+// {"type": "function", "name"} -> {"type": "function", "function": {"name"}}; other tool types
+// (web_search, file_search, ...) are refused by name.
+ApiStatus responses_tools(const ojson& body, ojson* chat) {
+  if (body.contains("tools") && !body["tools"].is_null()) {
+    const ojson& ts = body["tools"];
+    if (!ts.is_array()) return invalid_field("tools", "\"tools\" must be an array");
+    ojson tools = ojson::array();
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const std::string at = "tools[" + std::to_string(i) + "]";
+      const ojson& t = ts[i];
+      const std::string type = t.is_object() && t.contains("type") && t["type"].is_string() ? t["type"].get<std::string>() : "";
+      if (type != "function") return unsupported(at + ".type", at + ".type \"" + type + "\" is not supported: only \"function\" tools");
+      ojson f = ojson::object();
+      for (const auto& item : t.items()) {
+        if (item.key() != "type") f[item.key()] = item.value();
+      }
+      tools.push_back({{"type", "function"}, {"function", std::move(f)}});
+    }
+    (*chat)["tools"] = std::move(tools);
   }
-  if (body.contains("tool_choice") && !body["tool_choice"].is_null() && body["tool_choice"] != "none" &&
-      body["tool_choice"] != "auto") {
-    return unsupported("tool_choice", "\"tool_choice\" asks for a tool call: " + std::string(kNoToolsRule));
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const ojson& c = body["tool_choice"];
+    if (c.is_object() && c.value("type", "") == "function" && c.contains("name")) {
+      (*chat)["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
+    } else if (c.is_string()) {
+      (*chat)["tool_choice"] = c;
+    } else {
+      return unsupported("tool_choice", "\"tool_choice\" must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\"}");
+    }
   }
-  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() && !body["parallel_tool_calls"].is_boolean()) {
-    return invalid_field("parallel_tool_calls", "\"parallel_tool_calls\" must be true or false");
-  }
+  if (body.contains("parallel_tool_calls")) (*chat)["parallel_tool_calls"] = body["parallel_tool_calls"];
   return {};
 }
 
@@ -300,7 +331,7 @@ ApiStatus responses_chat_body(const ojson& body, ojson* chat) {
   if (body.contains("text") && !body["text"].is_null()) {
     if (ApiStatus e = text_format(body["text"], chat); !e.ok()) return e;
   }
-  if (ApiStatus e = no_tools(body); !e.ok()) return e;
+  if (ApiStatus e = responses_tools(body, chat); !e.ok()) return e;
   return stream_options(body);
 }
 
@@ -310,7 +341,8 @@ ApiStatus as_responses_error(ApiStatus e) {
     const std::string q = quoted ? "\"" : "";
     for (auto [from, to] : {std::pair<std::string, std::string>{q + "max_tokens" + q, q + "max_output_tokens" + q},
                             {"response_format.json_schema.", "text.format."},
-                            {"response_format", "text.format"}}) {
+                            {"response_format", "text.format"},
+                            {"].function.", "]."}}) {
       for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
     }
     return s;
@@ -321,6 +353,19 @@ ApiStatus as_responses_error(ApiStatus e) {
 
 namespace {
 
+// A session's tools (tools_json) as the Responses API writes them: [{"type": "function", "name", ...}].
+json responses_tools_json(const std::string& tools) {
+  json out = json::array();
+  const json defs = tools.empty() ? json::array() : json::parse(tools, nullptr, /*allow_exceptions=*/false);
+  if (!defs.is_array()) return out;
+  for (const auto& f : defs) {
+    json t = {{"type", "function"}};
+    t.update(f);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 // As a response shows them: null when there are none.
 json instructions_json(const std::optional<std::string>& instructions) {
   return instructions && !instructions->empty() ? json(*instructions) : json(nullptr);
@@ -329,6 +374,7 @@ json instructions_json(const std::optional<std::string>& instructions) {
 // A POST /v1/responses body, parsed once.
 struct ResponsesRequest {
   GenParams params;
+  ToolRequest tools;
   ResponseInput input;
   std::string previous, bot;
   bool store = true;
@@ -351,9 +397,12 @@ ApiStatus parse_responses_request(const Service& svc, const HttpRequest& req, Re
   }
   if (ApiStatus e = parse_response_input(body, &r->input); !e.ok()) return e;
   const std::string chat_text = chat.dump();
-  if (ApiStatus e = parse_gen_params(svc, json::parse(chat_text), ReplyApi::Chat, &r->params, chat_text); !e.ok()) {
+  const json chat_body = json::parse(chat_text);
+  if (ApiStatus e = parse_gen_params(svc, chat_body, ReplyApi::Chat, &r->params, chat_text); !e.ok()) {
     return as_responses_error(e);
   }
+  // A stored response's session may have tools of its own (a call asked for without tools means them).
+  if (ApiStatus e = parse_tools(chat_body, chat, r->store, &r->tools); !e.ok()) return as_responses_error(e);
   auto given = [&](const char* k, json otherwise) { return body.contains(k) && !body[k].is_null() ? body[k] : otherwise; };
   r->base = {{"created_at", static_cast<int64_t>(std::time(nullptr))},
              {"model", svc.model_id},
@@ -364,7 +413,7 @@ ApiStatus parse_responses_request(const Service& svc, const HttpRequest& req, Re
              {"top_p", given("top_p", r->params.sampling.top_p)},
              {"text", given("text", {{"format", {{"type", "text"}}}})},
              {"store", r->store},
-             {"tools", json::array()},
+             {"tools", given("tools", json::array())},
              {"tool_choice", given("tool_choice", "auto")},
              {"parallel_tool_calls", given("parallel_tool_calls", true)},
              {"truncation", "disabled"},
@@ -438,9 +487,13 @@ ApiStatus run_response(Service& svc, HttpResponder& out, GenerationSpec spec) {
 ApiStatus run_turn(Service& svc, HttpResponder& out, const std::string& session, const std::string& bot, ResponsesRequest r,
                    uint64_t expect_turn, const std::string& session_param) {
   GenerationSpec spec;
-  if (ApiStatus e = begin_session_turn(svc, session, r.input.messages.back().content, r.params, session_param, &spec); !e.ok()) {
-    if (e.code == "context_length_exceeded") e.param = "input";
-    return e;
+  std::vector<ToolChatMessage> messages;
+  for (size_t i = 0; i < r.input.messages.size(); ++i) {
+    messages.push_back({r.input.messages[i].role, r.input.messages[i].content, {}, r.input.call_ids[i]});
+  }
+  if (ApiStatus e = session_generation(svc, session, messages, r.tools, session_param, &r.params, &spec); !e.ok()) {
+    if (e.code == "context_length_exceeded" || e.param == "messages") e.param = "input";
+    return as_responses_error(e);
   }
   if (spec.session_turn()->number != expect_turn) {
     svc.catalog.abort_turn(session);
@@ -500,6 +553,12 @@ ApiStatus first_response(Service& svc, HttpResponder& out, ResponsesRequest r) {
 // given, then the input, which may hold a whole conversation) runs on the session-less path, and the
 // response's id names no session.
 ApiStatus unstored_response(Service& svc, HttpResponder& out, ResponsesRequest r) {
+  const bool outputs = std::any_of(r.input.messages.begin(), r.input.messages.end(), [](const ChatMessage& m) { return m.role == "tool"; });
+  if (!r.tools.tools.empty() || outputs) {
+    return unsupported(outputs ? "input" : "tools",
+                       "tools and function_call_output items need a stored response (a session turn, which keeps the calls): "
+                       "send \"store\": true, or the conversation to /v1/chat/completions");
+  }
   std::vector<ChatMessage> chat;
   std::string bot = r.bot;
   if (!r.previous.empty()) {
@@ -582,9 +641,12 @@ ApiStatus handle_responses(Service& svc, const HttpRequest& req, HttpResponder& 
   if (r.previous.empty()) {
     if (ApiStatus e = continue_referenced(svc, &r); !e.ok()) return e;
   }
-  if (r.input.messages.size() != 1 || r.input.messages[0].role != "user") {
+  const bool outputs = !r.previous.empty() && std::all_of(r.input.messages.begin(), r.input.messages.end(),
+                                                          [](const ChatMessage& m) { return m.role == "tool"; });
+  if (!outputs && (r.input.messages.size() != 1 || r.input.messages[0].role != "user")) {
     return invalid_field("input", "a stored response is the next turn of a towerd session, so \"input\" holds exactly one user "
-                                  "message (got " + std::to_string(r.input.messages.size()) + " user/assistant messages): the "
+                                  "message, or with \"previous_response_id\" the function_call_output items answering its "
+                                  "function calls (got " + std::to_string(r.input.messages.size()) + " messages): the "
                                   "session keeps the history; continue with \"previous_response_id\" (or end the conversation "
                                   "with an item_reference to the session's last reply and the new message), or send "
                                   "\"store\": false with a whole conversation");
@@ -620,12 +682,12 @@ ApiStatus handle_response(Service& svc, const HttpRequest& req, HttpResponder& o
                {"instructions", instructions_json(session_instructions(svc, at.session.bot))},
                {"previous_response_id", at.ref.turn > 1 ? json(response_id(at.ref.session, at.ref.turn - 1)) : json(nullptr)},
                {"store", true},
-               {"tools", json::array()},
+               {"tools", responses_tools_json(at.session.tools)},
                {"text", {{"format", {{"type", "text"}}}}},
                {"session", at.ref.session},
                {"bot", at.session.bot}};
   return reply(out, response_object(base, "completed",
-                                    json::array({response_message_item(id, "completed", messages[at.at + 1].content)}), nullptr));
+                                    response_output(id, "completed", messages[at.at + 1].content, at.session.tool_format), nullptr));
 }
 
 }  // namespace towers::daemon::api

@@ -41,12 +41,14 @@ std::optional<ResponseRef> parse_item_id(std::string_view id);
 // assistant messages in order. An item_reference ({"type": "item_reference", "id": "msg_..."}, what
 // the AI SDK sends for an earlier reply when responses are stored) is an assistant message whose
 // text the handler reads from the session (references[i] = the id; "" for a message sent whole).
-// Function calls and their outputs and non-text parts are refused by name (param "input[i]..."):
-// they need tools, which sessions do not have yet.
+// A function_call_output item ({"type": "function_call_output", "call_id", "output"}) is a "tool"
+// message (the session's reply holds the call). function_call items and non-text parts are refused
+// by name (param "input[i]...").
 struct ResponseInput {
   std::optional<std::string> system;
-  std::vector<ChatMessage> messages;
+  std::vector<ChatMessage> messages;    // user, assistant, and "tool" (a function_call_output's output)
   std::vector<std::string> references;  // one per message
+  std::vector<std::string> call_ids;    // one per message: a tool message's call_id ("" for the others)
 };
 ApiStatus parse_response_input(const nlohmann::json& body, ResponseInput* out);
 

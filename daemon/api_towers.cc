@@ -244,7 +244,7 @@ ApiStatus handle_session_messages(Service& svc, const HttpRequest& req, HttpResp
   if (ApiStatus e = parse_gen_params(svc, b, ReplyApi::Chat, &params, req.body); !e.ok()) return e;
   if (ApiStatus e = one_choice(params); !e.ok()) return e;
   GenerationSpec spec;
-  if (ApiStatus e = begin_session_turn(svc, id, content, params, "", &spec); !e.ok()) return e;
+  if (ApiStatus e = begin_session_turn(svc, id, {"user", content, ""}, params, "", &spec); !e.ok()) return e;
   return run_generation(svc, out, std::move(spec));
 }
 

@@ -20,15 +20,61 @@ json segment_json(const SegmentView& s) {
   return j;
 }
 
+namespace {
+
+// A session's tools (tools_json) as a request sends them: [{"type": "function", "function": {...}}].
+json tools_openai_json(const std::string& tools) {
+  json out = json::array();
+  const json defs = json::parse(tools, nullptr, /*allow_exceptions=*/false);
+  if (!defs.is_array()) return out;
+  for (const auto& f : defs) out.push_back({{"type", "function"}, {"function", f}});
+  return out;
+}
+
+// The messages as the chat API writes them: a turn of tool results is one "tool" message per result,
+// and with tools an assistant's calls are "tool_calls" (their ids the ones the results answered with).
+json transcript_json(const std::vector<ChatMessage>& messages, std::optional<ToolFormat> format) {
+  json out = json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "tool") {
+      auto results = parse_tool_results_json(m.content);
+      if (results.ok()) {
+        for (const auto& r : results.value()) out.push_back({{"role", "tool"}, {"tool_call_id", r.tool_call_id}, {"content", r.content}});
+        continue;
+      }
+    }
+    json msg = {{"role", m.role}, {"content", m.content}};
+    auto parsed = format && m.role == "assistant" ? parse_tool_reply(*format, m.content, /*as_streamed=*/true)
+                                                  : Result<ParsedReply>(ParsedReply{});
+    if (parsed.ok() && !parsed.value().tool_calls.empty()) {
+      std::vector<ToolChatMessage> answers;
+      if (i + 1 < messages.size() && messages[i + 1].role == "tool") {
+        if (auto r = parse_tool_results_json(messages[i + 1].content); r.ok()) answers = std::move(r.value());
+      }
+      json calls = json::array();
+      const auto& tc = parsed.value().tool_calls;
+      for (size_t k = 0; k < tc.size(); ++k) {
+        const std::string id = k < answers.size() && !answers[k].tool_call_id.empty() ? answers[k].tool_call_id
+                                                                                       : "call_" + std::to_string(i) + "_" + std::to_string(k);
+        calls.push_back({{"id", id}, {"type", "function"}, {"function", {{"name", tc[k].name}, {"arguments", tc[k].arguments}}}});
+      }
+      msg["content"] = parsed.value().content.empty() ? json(nullptr) : json(parsed.value().content);
+      msg["tool_calls"] = std::move(calls);
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
 json session_json(const SessionView& s) {
   json j = {{"id", s.id}, {"bot", s.bot}, {"created", s.created}, {"updated", s.updated},
             {"messages", s.messages}, {"transcript_tokens", s.transcript_tokens}, {"busy", s.busy},
             {"warm", s.warm}};
-  if (s.transcript) {
-    json msgs = json::array();
-    for (const auto& m : *s.transcript) msgs.push_back({{"role", m.role}, {"content", m.content}});
-    j["transcript"] = msgs;
-  }
+  if (!s.tools.empty()) j["tools"] = tools_openai_json(s.tools);
+  if (s.transcript) j["transcript"] = transcript_json(*s.transcript, s.tool_format);
   return j;
 }
 

@@ -43,7 +43,8 @@ Status drop_oldest(Session& s, size_t turns, size_t tokens) {
 }
 
 void append_turn(Session& s, const record::SessionTurn& t) {
-  s.messages.push_back({"user", t.user});
+  s.messages.push_back({t.role.empty() ? "user" : t.role, t.user});
+  if (!t.tools.empty()) s.tools = t.tools;
   s.messages.push_back({"assistant", t.assistant});
   s.transcript.insert(s.transcript.end(), t.delta.begin(), t.delta.end());
   s.transcript.insert(s.transcript.end(), t.generated.begin(), t.generated.end());
@@ -58,7 +59,7 @@ record::SessionSnapshot snapshot_of(const Session& s) {
   return record::SessionSnapshot{s.id,         s.bot,        s.created,
                                  s.updated,    s.messages,   s.transcript,
                                  s.seals,      std::vector<uint64_t>(s.seal_ids.begin(), s.seal_ids.end()),
-                                 s.turns,      s.turn_ends};
+                                 s.turns,      s.turn_ends,  s.tools};
 }
 
 }  // namespace catalog_detail
@@ -123,13 +124,15 @@ SegmentView Catalog::view_locked(const SegmentDef& d) const {
 }
 
 SessionView Catalog::view_locked(const Session& s, bool with_transcript) const {
-  SessionView v{s.id, s.bot, s.created, s.updated, s.messages.size(), s.transcript.size(), s.busy, false, std::nullopt};
+  SessionView v{s.id, s.bot, s.created, s.updated, s.messages.size(), s.transcript.size(), s.busy, false, std::nullopt, 0, "", std::nullopt};
   if (s.tail_segment) {
     auto info = pool_.info(s.tail_segment);
     v.warm = info && info->tier == Tier::Hot;
   }
   if (with_transcript) v.transcript = s.messages;
   v.turns = s.turns;
+  v.tools = s.tools;
+  if (!s.tools.empty()) v.tool_format = tool_format_for(prompts_.family());
   return v;
 }
 

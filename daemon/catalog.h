@@ -35,6 +35,18 @@
 // with the lock released; segments a request needs that are not computed yet are put in the pool
 // cold and the scheduler computes them as scheduled work. docs/store.md, "Who waits for what".
 //
+// Tools on sessions: a session may have tool definitions (OpenAI "tools"), given by its first turn
+// and fixed for its life (a request with other tools is refused; one without them keeps them). They
+// are part of its system block, where the model family's tool format wants them
+// (engine/constrained/tool_format.h, tools_block): Hermes at the end of the system text, so the
+// session's base is its bot's parent chain, the bot's level left open (no template text after it:
+// "bot-open:BOT") and the tools segment closing the block ("tools:BOT"); Llama 3 JSON at the start of
+// the first user message, so the tools segment follows the bot's own segment. These two are pool
+// segments keyed by their tokens under their parent, like a session-less system block: every session
+// of the bot with the same tools shares them; they are not recorded (the session's `tools` is), and
+// a restart puts them in cold. A turn that answers the previous reply's tool calls brings their
+// results (role "tool") instead of a user message; the reply's calls are its text, as generated.
+//
 // Recovery never invents a conversation: turns are numbered, and a session whose replay misses a turn
 // (a damaged record) is cut after the last turn before the gap (later turns dropped, the log line
 // names the session); the log is then rewritten to the state served.
@@ -88,13 +100,16 @@ struct SegmentDef {
 struct Session {
   std::string id, bot;
   int64_t created = 0, updated = 0;
-  std::vector<ChatMessage> messages;  // user, assistant, user, assistant, ...
+  // user, assistant, user, assistant, ...; a "tool" message in a user's place holds the results of the
+  // calls of the reply before it, as JSON (tool_results_json)
+  std::vector<ChatMessage> messages;
   std::vector<int32_t> transcript;    // tokens after the bot's chain
   std::vector<size_t> seals;          // transcript offsets where its pool segments end, ascending
   std::vector<SegmentId> seal_ids;    // the pool segment ending at each seal (empty: not recorded)
   SegmentId tail_segment = kNoSegment;  // the pool segment ending at seals.back() (0 = not resident)
   uint64_t turns = 0;                 // completed turns (numbered 1..turns in the log)
   std::vector<size_t> turn_ends;      // transcript offset after each kept turn
+  std::string tools;                  // its tool definitions (tools_json), "" none ("Tools on sessions")
   bool cut = false;                   // replay found a gap: later turns of it were dropped
   // Per seal, its segment from before an edit above the session's bot (kNoSegment: none to reuse):
   // the session's next turn places its transcript segments from them modularly ([modular]).
@@ -130,6 +145,8 @@ struct SessionView {
   bool busy = false, warm = false;     // warm: its transcript segments are in RAM
   std::optional<std::vector<ChatMessage>> transcript;  // when asked for
   uint64_t turns = 0;  // completed turns, numbered 1..turns (the kept ones are the last messages / 2)
+  std::string tools;   // tools_json, "" none
+  std::optional<ToolFormat> tool_format;  // with tools: how its replies' calls are written
 };
 
 class Catalog {
@@ -204,7 +221,10 @@ class Catalog {
   // cleared, and the segments the session no longer uses (after a drop) leave the pool.
   struct Turn {
     std::string session;
+    std::string role;  // "user", or "tool": `user` holds tool results (TurnInput)
     std::string user;
+    std::string tools;       // the session's tools for this turn (tools_json; "" none)
+    bool sets_tools = false;  // this turn brings them (the session's first): recorded with it
     std::vector<int32_t> delta;
     size_t prompt_estimate = 0;  // base + transcript + delta tokens (after any drop)
     size_t drop_turns = 0, drop_tokens = 0;  // oldest turns left out so that the reply fits the context
@@ -213,7 +233,14 @@ class Catalog {
   // reserve: tokens to keep free for the reply. When base + transcript + message + reserve pass the
   // prompt limit, the oldest whole turns are dropped ([limits] overflow = "truncate"); the kept
   // transcript segments move up by a RoPE shift. ResourceExhausted when even that cannot fit.
-  Result<Turn> begin_turn(const std::string& session, const std::string& user, size_t reserve = 0);
+  // What a turn brings: a user message, or (role "tool") the results of the previous reply's tool
+  // calls as tool_results_json; and the request's tools (tools_json; "" none sent: the session's
+  // stay). InvalidArgument when the tools differ from the session's, or when a session that had turns
+  // without tools is sent some ("Tools on sessions").
+  struct TurnInput {
+    std::string role = "user", content, tools;
+  };
+  Result<Turn> begin_turn(const std::string& session, const TurnInput& input, size_t reserve = 0);
   Result<std::vector<int32_t>> prepare_turn(const Turn& t);
   void finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, const std::string& reply_text,
                    std::function<void(const Status&)> done);
@@ -223,13 +250,17 @@ class Catalog {
   // (scheduler thread) returns the prompt; finish seals the prompt for reuse (bounded count).
   struct Stateless {
     std::string bot;                   // "" = none
+    std::string tools;                 // with a bot: tools_json, in the base as a session's ("Tools on sessions")
     std::optional<std::string> system;
     std::vector<ChatMessage> turns;    // user, assistant, ..., user
     std::vector<int32_t> base;         // without a bot: the system block's tokens
     std::vector<int32_t> rest;         // tokens after the base
     size_t prompt_estimate = 0;
   };
-  Result<Stateless> begin_stateless(const std::string& bot, std::vector<ChatMessage> messages);
+  // tools (with a bot only): the base holds them as a session with these tools has them, and the
+  // messages may be of any role the template knows (as render_tool_messages gives them).
+  Result<Stateless> begin_stateless(const std::string& bot, std::vector<ChatMessage> messages,
+                                    const std::string& tools = "");
   Result<std::vector<int32_t>> prepare_stateless(const Stateless& s);
   void finish_stateless(GenOutcome& out, Lease* lease);
 
@@ -260,6 +291,19 @@ class Catalog {
   Status tokenize_def_locked(SegmentDef& d);
   Status ensure_chain_locked(const std::string& name, SegmentId* id, std::vector<int32_t>* base);
   Status ensure_session_locked(Session& s, SegmentId base_id);
+  // A session's base: its bot's chain, and with tools the segments that hold them ("Tools on
+  // sessions"). session_base_locked puts them in the pool (cold when missing) and gives the last one's
+  // id and their tokens; base_tokens_locked only counts the tokens.
+  struct BasePlan {
+    std::string chain;  // the hierarchy chain it starts with ("": none, a root bot opened for tools)
+    std::vector<std::vector<int32_t>> pieces;  // then these pool segments, in order
+    std::vector<std::string> labels;
+  };
+  Result<BasePlan> base_plan_locked(const std::string& bot, const std::string& tools);
+  Status session_base_locked(const std::string& bot, const std::string& tools, SegmentId* id, std::vector<int32_t>* base);
+  Result<size_t> base_tokens_locked(const std::string& bot, const std::string& tools);
+  // The tokens of a turn's user side (a user message, or tool results) after n_before turns.
+  Result<std::vector<int32_t>> turn_delta_locked(size_t n_before, const std::string& role, const std::string& content) const;
   SegmentOptions def_options_locked(const SegmentDef& d) const;
   SegmentOptions transcript_options(const Session& s) const;
   void record_binding_locked(SegmentDef& d);  // a segment_put naming d's current pool id

@@ -55,6 +55,7 @@ Status Catalog::apply(const Record& r) {
       s.seal_ids.assign(r.segments.begin(), r.segments.end());
       s.turns = r.turns ? r.turns : r.messages.size() / 2;
       s.turn_ends = r.turn_ends;
+      s.tools = r.tools;
       if (s.turn_ends.size() != r.messages.size() / 2) s.turn_ends.clear();  // an older log: not truncatable
       c.sessions_[s.id] = std::move(s);
       return Status::Ok();
@@ -113,7 +114,7 @@ Result<Catalog::Restored> Catalog::restore() {
       s.seal_ids.clear();
       // Re-tokenize each turn from its text.
       for (size_t i = 0; i < turns.size(); i += 2) {
-        auto d = prompts_.last_turn(true, i / 2 + 1, turns[i].content);
+        auto d = turn_delta_locked(i / 2, turns[i].role, turns[i].content);
         if (!d.ok()) break;
         s.transcript.insert(s.transcript.end(), d->begin(), d->end());
         if (i + 1 < turns.size()) {
@@ -178,7 +179,7 @@ Result<Catalog::Restored> Catalog::restore() {
   std::vector<const Session*> repaired;  // a transcript file unusable: recorded again below
   for (auto& [id, s] : sessions_) {
     SegmentId parent = kNoSegment;
-    if (!find_def(s.bot) || !ensure_chain_locked(s.bot, &parent, nullptr).ok()) continue;
+    if (!find_def(s.bot) || !session_base_locked(s.bot, s.tools, &parent, nullptr).ok()) continue;
     const bool named = s.seal_ids.size() == s.seals.size();
     size_t at = 0;
     bool adopting = named;

@@ -110,7 +110,7 @@ std::vector<SessionView> Catalog::sessions() const {
   return out;
 }
 
-Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const std::string& user, size_t reserve) {
+Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const TurnInput& input, size_t reserve) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return no_session(session);
@@ -119,13 +119,30 @@ Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const std:
   if (!find_def(s.bot)) return Status::Conflict("the session's bot \"" + s.bot + "\" no longer exists");
   Turn t;
   t.session = session;
-  t.user = user;
+  t.role = input.role;
+  t.user = input.content;
   t.number = s.turns + 1;
-  auto delta = prompts_.last_turn(true, s.messages.size() / 2 + 1, user);
+  t.tools = s.tools;
+  if (!input.tools.empty() && input.tools != s.tools) {
+    // The tools are in the session's system block, below which its whole transcript was computed.
+    if (!s.tools.empty()) {
+      return Status::InvalidArgument("session \"" + session + "\" has other tools: a session's tools are part of its "
+                                     "system block and fixed by its first turn; send the same tools, none (the "
+                                     "session's stay), or start a new session");
+    }
+    if (s.turns > 0 || !s.transcript.empty()) {
+      return Status::InvalidArgument("session \"" + session + "\" has turns without tools: a session's tools are part of "
+                                     "its system block and given by its first turn; start a new session with them");
+    }
+    t.tools = input.tools;
+    t.sets_tools = true;
+  }
+  auto delta = turn_delta_locked(s.messages.size() / 2, t.role, t.user);
   if (!delta.ok()) return delta.status();
   t.delta = std::move(delta.value());
-  size_t base = 0;
-  for (SegmentDef* d : chain_locked(s.bot)) base += d->tokens.size();
+  auto base_tokens = base_tokens_locked(s.bot, t.tools);
+  if (!base_tokens.ok()) return base_tokens.status();
+  const size_t base = base_tokens.value();
   const size_t limit = prompt_limit();
   auto needed = [&](size_t dropped) { return base + (s.transcript.size() - dropped) + t.delta.size() + reserve; };
   if (needed(0) > limit && config_.overflow_truncate && s.turn_ends.size() * 2 == s.messages.size()) {
@@ -151,6 +168,77 @@ void Catalog::abort_turn(const std::string& session) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(session);
   if (it != sessions_.end()) it->second.busy = false;
+}
+
+Result<Catalog::BasePlan> Catalog::base_plan_locked(const std::string& bot, const std::string& tools) {
+  BasePlan plan;
+  plan.chain = bot;
+  if (tools.empty()) return plan;
+  const SegmentDef* b = find_def(bot);
+  if (!b) return no_segment(bot);
+  auto defs = parse_tools_json(tools);
+  if (!defs.ok()) return defs.status();
+  auto block = tools_block(tool_format_for(prompts_.family()), defs.value());
+  if (!block.ok()) return block.status();
+  auto segment = prompts_.tools_segment(block.value());
+  if (!segment.ok()) return segment.status();
+  if (block->place == ToolsBlock::Place::SystemEnd) {
+    // The tools close the system block: the bot's level goes in open, under its parent.
+    auto open = prompts_.level(b->text, b->parent.empty(), /*closes=*/false);
+    if (!open.ok()) return open.status();
+    plan.chain = b->parent;
+    plan.pieces.push_back(std::move(open.value()));
+    plan.labels.push_back("bot-open:" + bot);
+  }
+  plan.pieces.push_back(std::move(segment.value()));
+  plan.labels.push_back("tools:" + bot);
+  return plan;
+}
+
+Status Catalog::session_base_locked(const std::string& bot, const std::string& tools, SegmentId* id,
+                                    std::vector<int32_t>* base) {
+  auto plan = base_plan_locked(bot, tools);
+  if (!plan.ok()) return plan.status();
+  SegmentId parent = kNoSegment;
+  if (!plan->chain.empty()) {
+    if (Status st = ensure_chain_locked(plan->chain, &parent, base); !st.ok()) return st;
+  }
+  for (size_t i = 0; i < plan->pieces.size(); ++i) {
+    SegmentOptions o;
+    o.label = plan->labels[i];
+    auto added = pool_.add_cold(parent, plan->pieces[i], o);  // the same tokens under the same parent: the same segment
+    if (!added.ok()) return added.status().prefixed("session tools: ");
+    parent = added.value();
+    if (base) base->insert(base->end(), plan->pieces[i].begin(), plan->pieces[i].end());
+  }
+  if (id) *id = parent;
+  return Status::Ok();
+}
+
+Result<size_t> Catalog::base_tokens_locked(const std::string& bot, const std::string& tools) {
+  auto plan = base_plan_locked(bot, tools);
+  if (!plan.ok()) return plan.status();
+  size_t n = 0;
+  for (SegmentDef* d : chain_locked(plan->chain)) {
+    if (d->tokens.empty()) {
+      if (Status st = tokenize_def_locked(*d); !st.ok()) return st;
+    }
+    n += d->tokens.size();
+  }
+  for (const auto& p : plan->pieces) n += p.size();
+  return n;
+}
+
+Result<std::vector<int32_t>> Catalog::turn_delta_locked(size_t n_before, const std::string& role,
+                                                        const std::string& content) const {
+  if (role == "user") return prompts_.last_turn(true, n_before + 1, content);
+  if (role != "tool") return Status::InvalidArgument("a session turn brings a user message or tool results, not \"" + role + "\"");
+  if (n_before == 0) return Status::InvalidArgument("tool results answer a reply's tool calls, and the session has no reply yet");
+  auto results = parse_tool_results_json(content);
+  if (!results.ok()) return results.status();
+  auto rendered = render_tool_messages(prompts_.family(), results.value(), {}, ToolChoice{ToolChoice::Mode::None, ""}, "");
+  if (!rendered.ok()) return rendered.status();
+  return prompts_.next_turn(true, n_before, rendered.value());
 }
 
 Status Catalog::ensure_session_locked(Session& s, SegmentId base_id) {
@@ -237,7 +325,7 @@ Result<std::vector<int32_t>> Catalog::prepare_turn(const Turn& t) {
     if (it == sessions_.end()) return Status::NotFound("session \"" + t.session + "\" was removed");
     Session& s = it->second;
     SegmentId base_id;
-    if (Status st = ensure_chain_locked(s.bot, &base_id, &prompt); !st.ok()) return st;
+    if (Status st = session_base_locked(s.bot, t.tools, &base_id, &prompt); !st.ok()) return st;
     if (t.drop_tokens > 0) {
       if (Status st = shift_kept_locked(s, base_id, t.drop_tokens, &derive); !st.ok()) return st;
     } else if (Status st = ensure_session_locked(s, base_id); !st.ok()) {
@@ -278,7 +366,8 @@ void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, co
       s.shifted.clear();
     } else {
       const Session& s = it->second;
-      for (SegmentDef* d : chain_locked(s.bot)) base_len += d->tokens.size();
+      auto base_tokens = base_tokens_locked(s.bot, t.tools);
+      base_len = base_tokens.ok() ? base_tokens.value() : 0;
       options = transcript_options(s);
       seals = s.seals;
       seal_ids = s.seal_ids;
@@ -313,7 +402,7 @@ void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, co
   }
   record::SessionTurn rec{t.session, n,          t.drop_turns, t.drop_tokens, t.user,
                           reply_text, t.delta,   out.tokens,   seals,         std::vector<uint64_t>(seal_ids.begin(), seal_ids.end()),
-                          now_s()};
+                          now_s(),   t.role == "user" ? "" : t.role, t.sets_tools ? t.tools : ""};
   // Segments the record names that no prefill could give back (the kept turns, RoPE-shifted after a
   // drop): the record waits for their files, so a crash never leaves it naming one that is missing.
   // The others are recomputed from the log's tokens, to the same bytes, when their file is missing.
@@ -378,9 +467,11 @@ void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, co
   else pool_.when_durable(derived, std::move(record));
 }
 
-Result<Catalog::Stateless> Catalog::begin_stateless(const std::string& bot, std::vector<ChatMessage> messages) {
+Result<Catalog::Stateless> Catalog::begin_stateless(const std::string& bot, std::vector<ChatMessage> messages,
+                                                    const std::string& tools) {
   Stateless s;
   s.bot = bot;
+  s.tools = tools;
   std::lock_guard lock(mu_);
   if (!bot.empty()) {
     const SegmentDef* b = find_def(bot);
@@ -388,6 +479,8 @@ Result<Catalog::Stateless> Catalog::begin_stateless(const std::string& bot, std:
     if (b->level != Level::Bot) {
       return Status::InvalidArgument("segment \"" + bot + "\" is a " + std::string(to_string(b->level)) + ", not a bot");
     }
+  } else if (!tools.empty()) {
+    return Status::InvalidArgument("internal: session-less tools without a bot go in the system block");
   }
   size_t i = 0;
   if (!messages.empty() && messages[0].role == "system") {
@@ -398,12 +491,19 @@ Result<Catalog::Stateless> Catalog::begin_stateless(const std::string& bot, std:
     i = 1;
   }
   s.turns.assign(messages.begin() + static_cast<std::ptrdiff_t>(i), messages.end());
-  auto rest = prompts_.turns(!bot.empty() || s.system.has_value(), s.turns);
+  const bool plain = std::all_of(s.turns.begin(), s.turns.end(), [](const ChatMessage& m) {
+    return m.role == "user" || m.role == "assistant";
+  });
+  // Turns of other roles (tool results) render where the template puts them, after the system block.
+  auto rest = plain && tools.empty() ? prompts_.turns(!bot.empty() || s.system.has_value(), s.turns)
+                                     : prompts_.next_turn(!bot.empty() || s.system.has_value(), 0, s.turns);
   if (!rest.ok()) return rest.status();
   s.rest = std::move(rest.value());
   size_t base = 0;
   if (!bot.empty()) {
-    for (SegmentDef* d : chain_locked(bot)) base += d->tokens.size();
+    auto n = base_tokens_locked(bot, tools);
+    if (!n.ok()) return n.status();
+    base = n.value();
   } else {
     auto block = prompts_.system_block(s.system ? &*s.system : nullptr);
     if (!block.ok()) return block.status();
@@ -419,7 +519,7 @@ Result<std::vector<int32_t>> Catalog::prepare_stateless(const Stateless& s) {
   std::vector<int32_t> prompt;
   if (!s.bot.empty()) {
     SegmentId id;
-    if (Status st = ensure_chain_locked(s.bot, &id, &prompt); !st.ok()) return st;
+    if (Status st = session_base_locked(s.bot, s.tools, &id, &prompt); !st.ok()) return st;
   } else {
     prompt = s.base;
     if (!prompt.empty()) {

@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
   std::string model_id = std::filesystem::path(cfg.model_path).stem().string();
   Service svc{cfg, m, pool, scheduler, catalog, metrics, prompts, model_id};
   if (cfg.cold_enabled) svc.compressor = &compressor;
+  svc.forward = &forward;
   Offload offload;
   svc.offload = &offload;
   ho.on_response = [&metrics](std::string_view method, std::string_view path, int status, double seconds) {

@@ -142,13 +142,57 @@ Result<std::vector<int32_t>> PromptBuilder::turns(bool has_system, std::span<con
 }
 
 Result<std::vector<int32_t>> PromptBuilder::last_turn(bool has_system, size_t n_user, const std::string& user) const {
-  auto sk = skeleton(has_system, n_user);
-  if (!sk.ok()) return sk.status();
+  if (n_user == 0) return Status::InvalidArgument("a conversation needs a user message");
+  const ChatMessage message{"user", user};
+  return next_turn(has_system, n_user - 1, std::span(&message, 1));
+}
+
+Result<std::vector<int32_t>> PromptBuilder::next_turn(bool has_system, size_t n_before,
+                                                      std::span<const ChatMessage> messages) const {
+  if (messages.empty()) return Status::InvalidArgument("a turn needs a message");
+  if (n_before == 0 && messages[0].role != "user") {
+    return Status::InvalidArgument("the first turn after the system block must start with a user message, not \"" +
+                                   messages[0].role + "\"");
+  }
+  // The conversation rendered with sentinels for contents: what lies between them is template text.
+  auto sentinel = [&](char kind, size_t i) { return "TWRSNTL" + nonce_ + kind + std::to_string(i) + "Z"; };
+  std::vector<ChatMessage> slotted;
+  if (has_system) slotted.push_back({"system", sentinel('S', 0)});
+  for (size_t i = 0; i < n_before; ++i) {
+    slotted.push_back({"user", sentinel('U', i)});
+    slotted.push_back({"assistant", sentinel('A', i)});
+  }
+  for (size_t i = 0; i < messages.size(); ++i) slotted.push_back({messages[i].role, sentinel('N', i)});
+  auto text = apply_chat_template(family_, slotted, special_, /*add_generation_prompt=*/true);
+  if (!text.ok()) return text.status();
+  const std::string& r = text.value();
+  size_t at = 0;
+  if (n_before > 0) {
+    const std::string last = sentinel('A', n_before - 1);
+    const size_t p = r.find(last);
+    if (p == std::string::npos) return Status::Error("chat template dropped an assistant message");
+    at = p + last.size();
+  }
   std::vector<int32_t> out;
-  if (n_user >= 2) append(out, encode_template(sk->gaps[2 * n_user - 3], false));  // after the last assistant
-  append(out, encode_content(trim_content(user)));
-  append(out, encode_template(sk->gaps.back(), false));
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string s = sentinel('N', i);
+    const size_t p = r.find(s, at);
+    if (p == std::string::npos) return Status::Error("chat template reorders or drops messages");
+    if (n_before > 0 || i > 0) append(out, encode_template(r.substr(at, p - at), false));
+    append(out, encode_content(history_content(messages[i])));
+    at = p + s.size();
+  }
+  append(out, encode_template(r.substr(at), false));
   return out;
+}
+
+Result<std::vector<int32_t>> PromptBuilder::tools_segment(const ToolsBlock& block) const {
+  if (block.place == ToolsBlock::Place::FirstUserStart) return encode_content(block.text);
+  auto sk = skeleton(true, 1);
+  if (!sk.ok()) return sk.status();
+  std::vector<int32_t> t = encode_content("\n\n" + block.text);
+  append(t, encode_template(sk->after_system, false));
+  return t;
 }
 
 Result<PromptBuilder::Conversation> PromptBuilder::conversation(std::span<const ChatMessage> messages) const {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/constrained/tool_format.h"
 #include "engine/text/chat_template.h"
 #include "engine/base/status.h"
 #include "engine/text/tokenizer.h"
@@ -50,6 +51,18 @@ class PromptBuilder {
   // Tokens of the last user turn only (template text after the previous assistant message, the user
   // content, the opening of the reply) for a conversation of n_user turns (n_user >= 1).
   Result<std::vector<int32_t>> last_turn(bool has_system, size_t n_user, const std::string& user) const;
+  // The same for one or more messages of any roles the template knows (a tool-result turn: Hermes'
+  // user turn of <tool_response> blocks, Llama 3's "ipython" turns; engine/constrained/tool_format.h
+  // renders them) after n_before user/assistant turns: the template text after the last assistant
+  // message (none when n_before is 0: the system block ends where the first message's content
+  // starts, so it must be a user message), each content, the text between, the reply's opening.
+  Result<std::vector<int32_t>> next_turn(bool has_system, size_t n_before, std::span<const ChatMessage> messages) const;
+
+  // A session's tool definitions as segments (daemon/catalog.h, "Tools on sessions"), from
+  // tools_block(): SystemEnd gives the system block's end, "\n\n" + the tools' text and the template
+  // text up to the first user content (under the bot's level opened with closes = false);
+  // FirstUserStart the tools' text as the start of the first user content (under the closed bot).
+  Result<std::vector<int32_t>> tools_segment(const ToolsBlock& block) const;
 
   // The system block of a session-less request: template opening + system text + text up to the
   // first user content; without a system message, the template opening alone (maybe empty).

@@ -51,6 +51,8 @@ json to_json(const record::SessionTurn& r) {
   if (r.n) j["n"] = r.n;
   if (r.dropped) j["dropped"] = r.dropped, j["dropped_tokens"] = r.dropped_tokens;
   if (!r.segments.empty()) j["segments"] = r.segments;
+  if (!r.role.empty()) j["role"] = r.role;
+  if (!r.tools.empty()) j["tools"] = r.tools;
   return j;
 }
 json to_json(const record::SessionDelete& r) { return {{"id", r.id}}; }
@@ -60,6 +62,7 @@ json to_json(const record::SessionSnapshot& r) {
   if (!r.segments.empty()) j["segments"] = r.segments;
   if (r.turns) j["turns"] = r.turns;
   if (!r.turn_ends.empty()) j["turn_ends"] = r.turn_ends;
+  if (!r.tools.empty()) j["tools"] = r.tools;
   return j;
 }
 
@@ -169,7 +172,9 @@ Record read(Reader& in, RecordType type) {
                                  in.integers<int32_t>("generated"),
                                  in.integers<size_t>("seals"),
                                  in.integers<uint64_t>("segments", false),
-                                 in.integer<int64_t>("at", false)};
+                                 in.integer<int64_t>("at", false),
+                                 in.str("role", false),
+                                 in.str("tools", false)};
     case RecordType::SessionDelete: return record::SessionDelete{in.str("id")};
     case RecordType::SessionSnapshot:
       return record::SessionSnapshot{in.str("id"),
@@ -181,7 +186,8 @@ Record read(Reader& in, RecordType type) {
                                      in.integers<size_t>("seals"),
                                      in.integers<uint64_t>("segments", false),
                                      in.integer<uint64_t>("turns", false),
-                                     in.integers<size_t>("turn_ends", false)};
+                                     in.integers<size_t>("turn_ends", false),
+                                     in.str("tools", false)};
   }
   return record::Header{};
 }

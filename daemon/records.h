@@ -18,10 +18,11 @@
 //                                          `dropped` oldest turns (`dropped_tokens` transcript tokens)
 //                                          left the session before this turn (it had reached the
 //                                          context); segments[i] is the pool id (and file) of the
-//                                          transcript segment ending at seals[i]
+//                                          transcript segment ending at seals[i]; role? "tool":
+//                                          `user` holds tool results; tools?: the session's tools
 //   session_delete    {id}
 //   session_snapshot  {id, bot, created, updated, messages, transcript, seals, segments?, turns?,
-//                      turn_ends?}   (compaction, and a session repaired at start; turns: numbered so
+//                      turn_ends?, tools?}   (compaction, and a session repaired at start; turns: numbered so
 //                      far, turn_ends: transcript offset where each kept turn ends; a segment id 0:
 //                      no file, the segment is recomputed from the tokens)
 #pragma once
@@ -84,6 +85,10 @@ struct SessionTurn {
   std::vector<size_t> seals;
   std::vector<uint64_t> segments;  // pool ids of the transcript segments, one per seal (may be empty)
   int64_t at = 0;
+  // "" (a user message in `user`), or "tool": `user` holds the tool results answering the previous
+  // reply's calls, as JSON [{"tool_call_id", "content"}, ...] (daemon/catalog.h, "Tools on sessions").
+  std::string role;
+  std::string tools;  // the session's tools (tools_json), on the turn that brought them (its first)
 };
 struct SessionDelete {
   std::string id;
@@ -97,6 +102,7 @@ struct SessionSnapshot {
   std::vector<uint64_t> segments;
   uint64_t turns = 0;             // turns numbered so far (0: messages / 2, an older log)
   std::vector<size_t> turn_ends;  // transcript offset after each kept turn (empty: an older log)
+  std::string tools;              // the session's tools (tools_json; "": none)
 };
 }  // namespace record
 

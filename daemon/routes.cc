@@ -20,6 +20,7 @@ constexpr std::array kRoutes = {
     Route{"/v1/models/{name}", "GET", handle_models},
     Route{"/v1/chat/completions", "POST", handle_chat_completions},
     Route{"/v1/completions", "POST", handle_completions},
+    Route{"/v1/embeddings", "POST", handle_embeddings},
     Route{"/v1/responses", "POST", handle_responses},
     Route{"/v1/responses/{id}", "GET DELETE", handle_response},
     Route{"/v1/compress", "POST", handle_compress},

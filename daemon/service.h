@@ -40,6 +40,8 @@ struct Service {
   Compressor* compressor = nullptr;  // the cold tier's background compressor
   Offload* offload = nullptr;        // blocking jobs that are not model steps (compress now, fsyncs)
   const HttpServer* http = nullptr;  // its connection counters, for /metrics
+  // The model thread's forward pass: used only in Scheduler::run tasks (embeddings), never elsewhere.
+  Forward* forward = nullptr;
   // The vocabulary as a byte trie, for constrained decoding (response_format); built on first use.
   std::shared_ptr<const TokenTrie> token_trie() const;
   mutable std::once_flag token_trie_once{};
@@ -84,6 +86,17 @@ struct GenParams {
   // tool_calls in this format (engine/constrained/tool_format.h); nullopt: the reply is text.
   std::optional<ToolFormat> tool_format;
 };
+// "tools": [{"type": "function", "function": {"name", "description", "parameters", "strict"}}],
+// "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name"}},
+// "parallel_tool_calls": bool, parsed by parse_tools. Parameter schemas keep the client's key order
+// (`ordered`: the body parsed in order, or null). With a session (`session`), a call may be asked for
+// without tools: the session's are meant.
+struct ToolRequest {
+  std::vector<ToolDefinition> tools;
+  ToolChoice choice;
+  bool parallel = true;
+};
+ApiStatus parse_tools(const nlohmann::json& body, const nlohmann::ordered_json& ordered, bool session, ToolRequest* out);
 // raw_body: the request's text, for what must keep the client's key order (a JSON schema's properties).
 // api: whose "logprobs" (chat: a boolean with "top_logprobs"; completions: a count).
 ApiStatus parse_gen_params(const Service& svc, const nlohmann::json& body, ReplyApi api, GenParams* params,
@@ -97,7 +110,8 @@ ApiStatus one_choice(const GenParams& params);
 // metadata such as "user"), and a generation field towerd does not support (yet) unless it holds
 // that field's neutral value. The error names the field (param).
 ApiStatus check_generation_fields(const nlohmann::json& body, std::initializer_list<std::string_view> own);
-// Refuses tools and tool_choice (param "tools"): a session's transcript holds text turns only.
+// Refuses tools and tool_choice (param "tools") on POST /v1/sessions/ID/messages, whose message is the
+// user's text (tools on sessions go through /v1/chat/completions with "session").
 ApiStatus no_tools_with_session(const nlohmann::json& body);
 
 // The handlers of the route table (daemon/routes.cc), which has checked the method; path_param is what
@@ -111,6 +125,8 @@ ApiStatus handle_policy(Service&, const HttpRequest&, HttpResponder&, const std:
 ApiStatus handle_models(Service&, const HttpRequest&, HttpResponder&, const std::string& name);
 ApiStatus handle_chat_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_completions(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
+// POST /v1/embeddings (daemon/api_embeddings.cc):
+ApiStatus handle_embeddings(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 // OpenAI's Responses API on sessions (daemon/api_responses.cc):
 ApiStatus handle_responses(Service&, const HttpRequest&, HttpResponder&, const std::string& path_param);
 ApiStatus handle_response(Service&, const HttpRequest&, HttpResponder&, const std::string& id);

@@ -178,16 +178,19 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec) 
   return std::make_shared<Turn>(svc, out.shared_from_this(), std::move(spec))->submit();
 }
 
-ApiStatus begin_session_turn(Service& svc, const std::string& session, const std::string& message,
+ApiStatus begin_session_turn(Service& svc, const std::string& session, const Catalog::TurnInput& input,
                              const GenParams& params, const std::string& session_param, GenerationSpec* spec) {
   // Room for the reply: what it asks for, up to half the prompt limit (a long max_tokens must not
   // drop most of a session's history).
   const size_t limit = svc.catalog.prompt_limit();
   const size_t reserve = std::min<size_t>(static_cast<size_t>(std::max(1, params.max_tokens)), limit / 2);
-  auto turn = svc.catalog.begin_turn(session, message, reserve);
+  auto turn = svc.catalog.begin_turn(session, input, reserve);
   if (!turn.ok()) {
     if (turn.status().code() == Status::Code::kResourceExhausted) {
       return ApiStatus(turn.status(), "messages", "context_length_exceeded");
+    }
+    if (turn.status().code() == Status::Code::kInvalidArgument) {
+      return ApiStatus(turn.status(), input.tools.empty() ? "messages" : "tools");
     }
     return not_found_as(turn.status(), "session_not_found", session_param);
   }

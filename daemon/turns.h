@@ -49,8 +49,19 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec);
 // A session's next message: Catalog::begin_turn with room kept for the reply. Errors are the API's (a
 // session that cannot fit its message even without its earlier turns: 400 context_length_exceeded).
 // session_param: the request field that named the session ("" when the path did).
-ApiStatus begin_session_turn(Service& svc, const std::string& session, const std::string& message,
+// input: the user's message, or tool results, and the request's tools (Catalog::TurnInput); an error
+// about the tools names param "tools".
+ApiStatus begin_session_turn(Service& svc, const std::string& session, const Catalog::TurnInput& input,
                              const GenParams& params, const std::string& session_param, GenerationSpec* spec);
+
+// A session's next turn from chat messages: the user's one message, or the tool messages answering
+// the last reply's calls (anything else: 400 param "messages"), with the request's tools (the
+// session's first turn sets them, later ones send the same or none: daemon/catalog.h, "Tools on
+// sessions"); the reply is decoded under the session's tools and the request's tool_choice
+// (params gets the grammar and the tool format). daemon/api_openai.cc.
+ApiStatus session_generation(Service& svc, const std::string& session, const std::vector<ToolChatMessage>& messages,
+                             const ToolRequest& tools, const std::string& session_param, GenParams* params,
+                             GenerationSpec* spec);
 
 // A session-less generation: the catalog's prefix-reusing path (the prompt is sealed for reuse).
 GenerationSpec stateless_spec(Catalog::Stateless stateless);

@@ -75,7 +75,7 @@ inline std::map<std::pair<std::string, uint64_t>, std::vector<uint64_t>> logged_
 inline std::future<Status> run_turn(Catalog& catalog, SegmentPool& pool, Forward& fwd, const std::string& session,
                                     const std::string& user, int n_gen, Catalog::Turn* turn_out,
                                     const std::function<void(const Catalog::Turn&)>& before_prepare = {}) {
-  auto t = catalog.begin_turn(session, user, static_cast<size_t>(n_gen));
+  auto t = catalog.begin_turn(session, {"user", user, ""}, static_cast<size_t>(n_gen));
   REQUIRE_MESSAGE(t.ok(), t.error());
   if (before_prepare) before_prepare(*t);
   auto prompt = catalog.prepare_turn(*t);

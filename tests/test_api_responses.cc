@@ -124,6 +124,20 @@ TEST_CASE("input: an item reference to a response's message is an assistant mess
   CHECK(!parse_item_id("resp_s-1_1"));
 }
 
+TEST_CASE("input: function_call_output items are tool messages with their call ids") {
+  ResponseInput in;
+  REQUIRE(input_of({{"input", json::array({{{"type", "function_call_output"}, {"call_id", "call_s_1_0"}, {"output", "18 C"}},
+                                           {{"type", "function_call_output"}, {"call_id", "call_s_1_1"}, {"output", "9 C"}}})}},
+                   &in)
+              .ok());
+  REQUIRE(in.messages.size() == 2);
+  CHECK(in.messages[0].role == "tool");
+  CHECK(in.messages[0].content == "18 C");
+  CHECK(in.call_ids == std::vector<std::string>{"call_s_1_0", "call_s_1_1"});
+  REQUIRE(input_of({{"input", "x"}}, &in).ok());
+  CHECK(in.call_ids.back().empty());
+}
+
 TEST_CASE("input: function calls, foreign item references, images and unknown fields are refused by name") {
   struct Case {
     json input;
@@ -132,8 +146,9 @@ TEST_CASE("input: function calls, foreign item references, images and unknown fi
   };
   const std::vector<Case> cases = {
       {json::array({{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}, {"arguments", "{}"}}}), "input[0].type", Status::Code::kUnimplemented},
-      {json::array({{{"role", "user"}, {"content", "a"}}, {{"type", "function_call_output"}, {"call_id", "c"}, {"output", "1"}}}),
-       "input[1].type", Status::Code::kUnimplemented},
+      {json::array({{{"type", "function_call_output"}, {"output", "1"}}}), "input[0].call_id", Status::Code::kInvalidArgument},
+      {json::array({{{"type", "function_call_output"}, {"call_id", "c"}, {"output", json::object()}}}), "input[0].output",
+       Status::Code::kInvalidArgument},
       {json::array({{{"type", "item_reference"}, {"id", "fc_1"}}}), "input[0].id", Status::Code::kUnimplemented},
       {json::array({{{"type", "item_reference"}}}), "input[0].id", Status::Code::kInvalidArgument},
       {json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_image"}, {"image_url", "x"}}})}}}),
@@ -173,9 +188,11 @@ TEST_CASE("the body's fields become the chat path's: max_output_tokens, text.for
   CHECK(chat["stream"] == true);
   CHECK(chat["model"] == "m");
   for (const char* own : {"input", "instructions", "store", "previous_response_id", "bot", "max_output_tokens", "text",
-                          "tools", "tool_choice", "stream_options", "include", "reasoning"}) {
+                          "stream_options", "include", "reasoning"}) {
     CHECK_MESSAGE(!chat.contains(own), own);
   }
+  CHECK(chat["tools"] == ojson::array());
+  CHECK(chat["tool_choice"] == "auto");
   const ojson& rf = chat["response_format"];
   CHECK(rf["type"] == "json_schema");
   CHECK(rf["json_schema"]["name"] == "n");
@@ -187,6 +204,16 @@ TEST_CASE("the body's fields become the chat path's: max_output_tokens, text.for
   CHECK(chat["response_format"] == ojson{{"type", "json_object"}});
   REQUIRE(chat_of(R"({"input":"x","text":{"format":{"type":"text"}}})", &chat).ok());
   CHECK(chat["response_format"] == ojson{{"type", "text"}});
+  // Function tools and a named tool_choice in the chat API's shape (the parameters in key order).
+  REQUIRE(chat_of(R"({"input":"x","tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object",
+                      "properties":{"z":{},"a":{}}},"strict":true}],"tool_choice":{"type":"function","name":"f"},
+                      "parallel_tool_calls":false})",
+                  &chat)
+              .ok());
+  CHECK(chat["tools"].dump() ==
+        R"([{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"z":{},"a":{}}},"strict":true}}])");
+  CHECK(chat["tool_choice"] == ojson{{"type", "function"}, {"function", {{"name", "f"}}}});
+  CHECK(chat["parallel_tool_calls"] == false);
 }
 
 TEST_CASE("unknown fields and unsupported ones are refused by name, never ignored") {
@@ -200,8 +227,8 @@ TEST_CASE("unknown fields and unsupported ones are refused by name, never ignore
       {R"({"input":"x","temprature":1})", "temprature", "unknown_parameter", Status::Code::kInvalidArgument},
       {R"({"input":"x","max_tokens":5})", "max_tokens", "unknown_parameter", Status::Code::kInvalidArgument},
       {R"({"input":"x","messages":[]})", "messages", "unknown_parameter", Status::Code::kInvalidArgument},
-      {R"({"input":"x","tools":[{"type":"function","name":"f","parameters":{}}]})", "tools", "", Status::Code::kUnimplemented},
-      {R"({"input":"x","tool_choice":"required"})", "tool_choice", "", Status::Code::kUnimplemented},
+      {R"({"input":"x","tools":[{"type":"web_search"}]})", "tools[0].type", "", Status::Code::kUnimplemented},
+      {R"({"input":"x","tool_choice":{"type":"file_search"}})", "tool_choice", "", Status::Code::kUnimplemented},
       {R"({"input":"x","reasoning":{"effort":"high"}})", "reasoning", "", Status::Code::kUnimplemented},
       {R"({"input":"x","include":["message.output_text.logprobs"]})", "include", "", Status::Code::kUnimplemented},
       {R"({"input":"x","background":true})", "background", "", Status::Code::kUnimplemented},

@@ -55,7 +55,7 @@ History write_log(const std::filesystem::path& dir) {
       const std::string user = id + " asks question " + std::to_string(n);
       const std::string reply = id + " gets answer " + std::to_string(n);
       std::vector<size_t> seals = {n * 4};
-      REQUIRE(store.value()->append(record::SessionTurn{id, n, 0, 0, user, reply, {1, 2}, {3, 4}, seals, {}, int64_t(n)}).ok());
+      REQUIRE(store.value()->append(record::SessionTurn{id, n, 0, 0, user, reply, {1, 2}, {3, 4}, seals, {}, int64_t(n), "", ""}).ok());
       h.sessions[id].push_back({"user", user});
       h.sessions[id].push_back({"assistant", reply});
     }

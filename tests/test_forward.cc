@@ -7,6 +7,7 @@
 
 #include "engine/model/forward.h"
 #include "engine/generate/perplexity.h"
+#include "engine/gguf/quant.h"
 #include "engine/model/synth.h"
 #include "engine/text/tokenizer.h"
 #include "test_support.h"
@@ -294,4 +295,50 @@ TEST_CASE("fast kernels track the reference kernels on every quantized file type
     // 8-bit activations cost about 0.5% relative error; more would mean a kernel bug.
     CHECK(std::sqrt(num / den) < 0.02);
   }
+}
+
+// Embeddings (daemon/api_embeddings.cc) read Logits::Hidden: it must be the state the output
+// projection reads, every token's, whatever the thread count. Projected here (the output rows
+// dequantized, f64 dot products), it gives the logits eval gives for every token.
+TEST_CASE("stories260K: Logits::Hidden projected by the output matrix gives the logits, for 1 and 2 threads") {
+  auto model_path = test::shared_file("models/stories260K.gguf");
+  auto ids_path = test::shared_file("reference/stories260K.passage.ids");
+  if (model_path.empty() || ids_path.empty()) return;
+  auto model = load(model_path);
+  std::vector<int32_t> ids = read_ids(ids_path);
+  ids.resize(24);
+  const int d = model->config().n_embd, V = model->config().n_vocab;
+  auto run = [&](int threads, Logits which) {
+    ThreadPool pool(threads);
+    Forward fwd(*model, pool, Kernels::Reference);
+    DenseKvCache cache(model->config(), static_cast<int32_t>(ids.size()));
+    std::vector<float> out;
+    REQUIRE(fwd.eval(cache, ids, which, out).ok());
+    return out;
+  };
+  const auto hidden = run(1, Logits::Hidden);
+  const auto logits = run(1, Logits::All);
+  REQUIRE(hidden.size() == ids.size() * size_t(d));
+  REQUIRE(logits.size() == ids.size() * size_t(V));
+  CHECK(run(2, Logits::Hidden) == hidden);
+  const Weight& out = model->output;
+  std::vector<float> row(static_cast<size_t>(d));
+  double worst = 0;
+  for (int v = 0; v < V; ++v) {
+    dequantize_row(out.type, out.row(v), row.data(), size_t(d));
+    for (size_t t = 0; t < ids.size(); ++t) {
+      double dot = 0;
+      for (int i = 0; i < d; ++i) dot += double(row[size_t(i)]) * hidden[t * size_t(d) + size_t(i)];
+      worst = std::max(worst, std::abs(dot - logits[t * size_t(V) + size_t(v)]));
+    }
+  }
+  CHECK(worst < 1e-3);
+  // Hidden and logits cannot share a batch (the caller gets an error, not a mixed buffer).
+  ThreadPool pool(1);
+  Forward fwd(*model, pool);
+  DenseKvCache a(model->config(), 4), b(model->config(), 4);
+  const std::vector<int32_t> two = {1, 2};
+  const Forward::Sequence mixed[] = {{&a, two, Logits::Hidden}, {&b, two, Logits::Last}};
+  std::vector<float> sink;
+  CHECK_FALSE(fwd.eval_batch(mixed, sink).ok());
 }

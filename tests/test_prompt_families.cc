@@ -62,3 +62,78 @@ TEST_CASE("Qwen3 prompts: history without reasoning, thinking off opens the repl
   CHECK(tok.decode(c.value(), true).find("Add them") != std::string::npos);
   CHECK(chatml.thinking_off().empty());
 }
+
+// A session with tools (daemon/catalog.h, "Tools on sessions") is built of pieces: the bot's level
+// (left open when the tools close the system block), the tools' segment, then each turn's delta and
+// the reply's tokens (as generated). Decoded, they must read as the family's template renders the
+// same conversation with the tools (render_tool_messages, the session-less path), but for Llama 3's
+// "Environment: ipython" line, which a session's system block (its bot's) does not get: the prompt
+// of the first turn, and the turn of tool results after the reply's call.
+TEST_CASE("tools on a session: its pieces read as the template renders the conversation") {
+  auto model = test::synth_tiny("prompt-session-tools", "f16");
+  const Tokenizer& tok = model->tokenizer();
+  const ChatTemplateTokens special{tok.bos() >= 0 ? std::string(tok.token_text(tok.bos())) : "",
+                                   tok.eos() >= 0 ? std::string(tok.token_text(tok.eos())) : ""};
+  const std::vector<ToolDefinition> tools = {
+      {"get_weather", "The weather in a city", R"({"type":"object","properties":{"city":{"type":"string"}}})"}};
+  const std::vector<ToolChatMessage> conversation = {
+      {"system", "You are kind.", {}, ""},
+      {"user", "Weather in Paris?", {}, ""},
+      {"assistant", "", {{"call_1", "get_weather", R"({"city": "Paris"})"}}, ""},
+      {"tool", "18 degrees", {}, "call_1"}};
+  const ToolChoice none{ToolChoice::Mode::None, ""};
+  for (ChatFamily family : {ChatFamily::ChatML, ChatFamily::Llama3, ChatFamily::Llama2, ChatFamily::Gemma,
+                            ChatFamily::Qwen3, ChatFamily::Plain}) {
+    CAPTURE(chat_family_name(family));
+    PromptBuilder prompts(tok, family);
+    const ToolFormat format = tool_format_for(family);
+    // The template's renderings: the first turn's prompt, and the whole conversation.
+    auto render = [&](size_t n) {
+      auto msgs = render_tool_messages(family, std::span(conversation).first(n), tools, {}, "");
+      REQUIRE(msgs.ok());
+      auto text = apply_chat_template(family, msgs.value(), special, /*add_generation_prompt=*/true);
+      REQUIRE(text.ok());
+      std::string t = text.value();
+      if (format == ToolFormat::Llama3Json) {
+        const std::string env = "Environment: ipython\n\n";
+        REQUIRE(t.find(env) != std::string::npos);
+        t.erase(t.find(env), env.size());
+      }
+      return t;
+    };
+    auto decoded = [&](const std::vector<int32_t>& tokens, const std::string& want) {
+      std::string got = tok.decode(tokens, true);
+      if (!special.bos.empty() && got.starts_with(special.bos) && !want.starts_with(special.bos)) got.erase(0, special.bos.size());
+      return got;
+    };
+
+    auto block = tools_block(format, tools);
+    REQUIRE_MESSAGE(block.ok(), block.error());
+    const bool system_end = block.value().place == ToolsBlock::Place::SystemEnd;
+    CHECK(system_end == (format == ToolFormat::Hermes));
+    auto bot = prompts.level("You are kind.", /*root=*/true, /*closes=*/!system_end);
+    auto tools_tokens = prompts.tools_segment(block.value());
+    auto turn1 = prompts.last_turn(true, 1, "Weather in Paris?");
+    REQUIRE(bot.ok());
+    REQUIRE(tools_tokens.ok());
+    REQUIRE(turn1.ok());
+    std::vector<int32_t> first = bot.value();
+    first.insert(first.end(), tools_tokens.value().begin(), tools_tokens.value().end());
+    first.insert(first.end(), turn1.value().begin(), turn1.value().end());
+    const std::string want_first = render(2);
+    CHECK(decoded(first, want_first) == want_first);
+
+    // The turn of tool results: what the whole rendering has after the reply's call.
+    auto call = render_tool_messages(family, std::span(conversation).subspan(2, 1), {}, none, "");
+    auto results = render_tool_messages(family, std::span(conversation).subspan(3), {}, none, "");
+    REQUIRE(call.ok());
+    REQUIRE(results.ok());
+    auto turn2 = prompts.next_turn(true, 1, results.value());
+    REQUIRE_MESSAGE(turn2.ok(), turn2.error());
+    const std::string whole = render(4);
+    const std::string& reply = call.value()[0].content;
+    REQUIRE(whole.find(reply) != std::string::npos);
+    const std::string want_results = whole.substr(whole.find(reply) + reply.size());
+    CHECK(tok.decode(turn2.value(), true) == want_results);
+  }
+}

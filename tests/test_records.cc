@@ -16,7 +16,8 @@ namespace {
 
 std::vector<Record> one_of_each() {
   record::SessionSnapshot snap{"s-1", "helper", 1700000000, 1700000100,
-                               {{"user", "hi \xc3\xa9"}, {"assistant", "hello"}}, {1, 2, 3, 50000}, {2, 4}, {7, 9}, 3, {2, 4}};
+                               {{"user", "hi \xc3\xa9"}, {"assistant", "hello"}, {"tool", R"([{"tool_call_id":"c","content":"1"}])"}},
+                               {1, 2, 3, 50000}, {2, 4}, {7, 9}, 3, {2, 4}, R"([{"name":"f"}])"};
   return {
       record::Header{"tiny-llama", 0xfedcba9876543210ull},
       record::SegmentPut{"acme", Level::Platform, "", "You work for Acme.\n\"Quoted\"", 1700000000},
@@ -24,8 +25,11 @@ std::vector<Record> one_of_each() {
       record::SegmentTier{"helper", {0, 1, 2, 255, 128, 7}, 1700000002},
       record::SegmentTier{"helper", {}, 1700000003},
       record::SessionCreate{"s-1", "helper", 1700000004},
-      record::SessionTurn{"s-1", 1, 0, 0, "hi", "hello", {10, 11}, {12, -1, 13}, {5, 9}, {7, 8}, 1700000005},
-      record::SessionTurn{"s-1", 2, 1, 5, "again", "yes", {14}, {15}, {5}, {9}, 1700000006},
+      record::SessionTurn{"s-1", 1, 0, 0, "hi", "hello", {10, 11}, {12, -1, 13}, {5, 9}, {7, 8}, 1700000005, "", ""},
+      record::SessionTurn{"s-1", 2, 1, 5, "again", "yes", {14}, {15}, {5}, {9}, 1700000006, "", ""},
+      // A turn of tool results, on the turn that brought the session's tools.
+      record::SessionTurn{"s-1", 3, 0, 0, R"([{"tool_call_id":"c","content":"18 C"}])", "ok", {16}, {17}, {7}, {}, 1700000007,
+                          "tool", R"([{"name":"get_weather"}])"},
       record::SessionDelete{"s-1"},
       snap,
       record::SegmentDelete{"helper"},
@@ -47,6 +51,8 @@ void check_same(const Record& a, const Record& b) {
     CHECK(x->dropped == y.dropped);
     CHECK(x->dropped_tokens == y.dropped_tokens);
     CHECK(x->assistant == y.assistant);
+    CHECK(x->role == y.role);
+    CHECK(x->tools == y.tools);
   }
   if (auto* x = std::get_if<record::SegmentTier>(&a)) CHECK(x->coded == std::get<record::SegmentTier>(b).coded);
   if (auto* x = std::get_if<record::SegmentPut>(&a)) {
@@ -65,6 +71,7 @@ void check_same(const Record& a, const Record& b) {
     CHECK(x->segments == y.segments);
     CHECK(x->turns == y.turns);
     CHECK(x->turn_ends == y.turn_ends);
+    CHECK(x->tools == y.tools);
   }
 }
 

@@ -136,6 +136,50 @@ TEST_CASE("generic format for families without one: alternation kept") {
   }
 }
 
+TEST_CASE("a session's tools: the block and its place, the canonical JSON and the results JSON round trip") {
+  // The block is the text render_tool_messages puts in the system message (Hermes) or the first user
+  // message (Llama 3): a session's tools segment holds it (daemon/catalog.h, "Tools on sessions").
+  auto hermes = tools_block(ToolFormat::Hermes, weather_tools());
+  REQUIRE(hermes.ok());
+  CHECK(hermes->place == ToolsBlock::Place::SystemEnd);
+  auto hermes_msgs = render_tool_messages(ChatFamily::ChatML, weather_conversation(), weather_tools(), {}, "Be brief.");
+  REQUIRE(hermes_msgs.ok());
+  CHECK((*hermes_msgs)[0].content == "Be brief.\n\n" + hermes->text);
+  auto llama = tools_block(ToolFormat::Llama3Json, weather_tools());
+  REQUIRE(llama.ok());
+  CHECK(llama->place == ToolsBlock::Place::FirstUserStart);
+  auto llama_msgs = render_tool_messages(ChatFamily::Llama3, weather_conversation(), weather_tools(), {}, "");
+  REQUIRE(llama_msgs.ok());
+  CHECK((*llama_msgs)[1].content == llama->text + "What's the weather in Paris?");
+  CHECK_FALSE(tools_block(ToolFormat::Hermes, std::vector<ToolDefinition>{}).ok());
+  CHECK_FALSE(tools_block(ToolFormat::Hermes, std::vector<ToolDefinition>{{"bad name", "", ""}}).ok());
+
+  // The canonical JSON keeps the parameters' key order and reads back to the same definitions, so two
+  // requests with the same tools (however spaced) give the same text and the same tools block.
+  const std::vector<ToolDefinition> spaced = {{"get_weather", "Get the weather",
+                                               R"({ "type":"object",  "properties":{"city":{"type":"string"}}, "required":["city"]})"}};
+  const std::string canonical = tools_json(weather_tools());
+  CHECK(tools_json(spaced) == canonical);
+  CHECK(canonical.find(R"("parameters":{"type":"object","properties")") != std::string::npos);
+  auto back = parse_tools_json(canonical);
+  REQUIRE(back.ok());
+  REQUIRE(back->size() == 1);
+  CHECK(tools_json(back.value()) == canonical);
+  CHECK(tools_block(ToolFormat::Hermes, back.value())->text == hermes->text);
+  CHECK_FALSE(parse_tools_json("{}").ok());
+  CHECK_FALSE(parse_tools_json(R"([{"description":"no name"}])").ok());
+
+  const std::vector<ToolChatMessage> results = {{"tool", "18 C", {}, "call_1"}, {"tool", "{\"rain\": false}", {}, "call_2"}};
+  auto read = parse_tool_results_json(tool_results_json(results));
+  REQUIRE(read.ok());
+  REQUIRE(read->size() == 2);
+  CHECK((*read)[1].role == "tool");
+  CHECK((*read)[1].content == results[1].content);
+  CHECK((*read)[1].tool_call_id == "call_2");
+  CHECK_FALSE(parse_tool_results_json("[]").ok());
+  CHECK_FALSE(parse_tool_results_json("[{\"tool_call_id\": \"c\"}]").ok());
+}
+
 TEST_CASE("bad tool input is rejected with a reason") {
   auto bad = [](std::vector<ToolDefinition> tools, std::vector<ToolChatMessage> msgs = {{"user", "hi", {}, ""}}) {
     auto r = render_tool_messages(ChatFamily::ChatML, msgs, tools, {}, "");

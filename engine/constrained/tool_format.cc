@@ -110,6 +110,18 @@ const char* const kHermesToolsTail =
     "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
     "<args-json-object>}\n</tool_call>";
 
+std::string llama3_tools_text(std::span<const ToolDefinition> tools) {
+  std::string text = kLlama3ToolsPrompt;
+  for (const auto& t : tools) text += py_json(tool_json(t), 4) + "\n\n";
+  return text;
+}
+
+std::string hermes_tools_text(std::span<const ToolDefinition> tools) {
+  std::string section = kHermesToolsHead;
+  for (const auto& t : tools) section += "\n" + py_json(tool_json(t));
+  return section + kHermesToolsTail;
+}
+
 // The system text (the first message's, else the template's default) and whether the conversation
 // has one; `next` moves past it.
 std::pair<std::string, bool> leading_system(std::span<const ToolChatMessage> messages,
@@ -132,9 +144,7 @@ Result<std::vector<ChatMessage>> render_llama3(std::span<const ToolChatMessage> 
   if (tools_on) {
     if (i >= messages.size() || messages[i].role != "user")
       return Status::InvalidArgument("the llama3 tool format puts the tools in the first user message, and there is none");
-    std::string content = kLlama3ToolsPrompt;
-    for (const auto& t : tools) content += py_json(tool_json(t), 4) + "\n\n";
-    out.push_back({"user", content + messages[i++].content});
+    out.push_back({"user", llama3_tools_text(tools) + messages[i++].content});
   }
   for (; i < messages.size(); ++i) {
     const ToolChatMessage& m = messages[i];
@@ -162,9 +172,7 @@ Result<std::vector<ChatMessage>> render_hermes(std::span<const ToolChatMessage> 
   size_t i = 0;
   const auto [system, has_system] = leading_system(messages, default_system, i);
   if (tools_on) {
-    std::string section = kHermesToolsHead;
-    for (const auto& t : tools) section += "\n" + py_json(tool_json(t));
-    section += kHermesToolsTail;
+    const std::string section = hermes_tools_text(tools);
     out.push_back({"system", system.empty() ? section : system + "\n\n" + section});
   } else if (has_system || !system.empty()) {
     out.push_back({"system", system});
@@ -260,6 +268,58 @@ Result<std::vector<ChatMessage>> render_tool_messages(ChatFamily family, std::sp
   const bool tools_on = !tools.empty() && choice.mode != ToolChoice::Mode::None;
   if (tool_format_for(family) == ToolFormat::Llama3Json) return render_llama3(messages, tools, tools_on, default_system);
   return render_hermes(messages, tools, tools_on, default_system);
+}
+
+Result<ToolsBlock> tools_block(ToolFormat format, std::span<const ToolDefinition> tools) {
+  if (Status s = check_tools(tools); !s.ok()) return s;
+  if (tools.empty()) return Status::InvalidArgument("no tools");
+  if (format == ToolFormat::Llama3Json) return ToolsBlock{ToolsBlock::Place::FirstUserStart, llama3_tools_text(tools)};
+  return ToolsBlock{ToolsBlock::Place::SystemEnd, hermes_tools_text(tools)};
+}
+
+std::string tools_json(std::span<const ToolDefinition> tools) {
+  Json out = Json::array();
+  for (const auto& t : tools) out.push_back(tool_json(t)["function"]);
+  return out.dump();
+}
+
+Result<std::vector<ToolDefinition>> parse_tools_json(std::string_view text) {
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return Status::InvalidArgument("tools JSON is not an array");
+  std::vector<ToolDefinition> tools;
+  for (const auto& f : j) {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string())
+      return Status::InvalidArgument("tools JSON: an entry without a name");
+    ToolDefinition t;
+    t.name = f["name"].get<std::string>();
+    if (f.contains("description") && f["description"].is_string()) t.description = f["description"].get<std::string>();
+    if (f.contains("parameters")) t.parameters = f["parameters"].dump();
+    tools.push_back(std::move(t));
+  }
+  if (Status s = check_tools(tools); !s.ok()) return s;
+  return tools;
+}
+
+std::string tool_results_json(std::span<const ToolChatMessage> results) {
+  Json out = Json::array();
+  for (const auto& m : results) out.push_back({{"tool_call_id", m.tool_call_id}, {"content", m.content}});
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Result<std::vector<ToolChatMessage>> parse_tool_results_json(std::string_view text) {
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array() || j.empty()) return Status::InvalidArgument("tool results JSON is not a non-empty array");
+  std::vector<ToolChatMessage> out;
+  for (const auto& r : j) {
+    if (!r.is_object() || !r.contains("content") || !r["content"].is_string())
+      return Status::InvalidArgument("tool results JSON: an entry without a string content");
+    ToolChatMessage m;
+    m.role = "tool";
+    m.content = r["content"].get<std::string>();
+    if (r.contains("tool_call_id") && r["tool_call_id"].is_string()) m.tool_call_id = r["tool_call_id"].get<std::string>();
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 Result<std::string> tool_call_gbnf(ToolFormat format, std::span<const ToolDefinition> tools, const ToolChoice& choice,

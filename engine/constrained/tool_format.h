@@ -78,6 +78,27 @@ Result<std::vector<ChatMessage>> render_tool_messages(ChatFamily family, std::sp
                                                       std::span<const ToolDefinition> tools,
                                                       const ToolChoice& choice, std::string_view default_system);
 
+// Where a format puts the tool definitions, and their text there, for a prompt built of segments
+// (daemon/prompt.h: a session's tools are a segment of their own under its bot). SystemEnd (Hermes):
+// appended to the system text after "\n\n"; FirstUserStart (Llama3Json): at the start of the first
+// user message's content. render_tool_messages writes the same text in the same place.
+struct ToolsBlock {
+  enum class Place { SystemEnd, FirstUserStart };
+  Place place = Place::SystemEnd;
+  std::string text;
+};
+Result<ToolsBlock> tools_block(ToolFormat format, std::span<const ToolDefinition> tools);
+
+// The canonical JSON of tool definitions ([{"name", "description"?, "parameters"?}], parameters in
+// the client's key order): what a session records, and what decides whether two requests send the
+// same tools. parse_tools_json reads it back (InvalidArgument when it is not such an array).
+std::string tools_json(std::span<const ToolDefinition> tools);
+Result<std::vector<ToolDefinition>> parse_tools_json(std::string_view text);
+// Tool messages (role "tool") as JSON [{"tool_call_id", "content"}, ...], and back: how a session
+// keeps a turn of tool results.
+std::string tool_results_json(std::span<const ToolChatMessage> results);
+Result<std::vector<ToolChatMessage>> parse_tool_results_json(std::string_view text);
+
 // GBNF for the reply under `choice` ("" when nothing constrains it: Mode None, or no tools).
 // max_calls: how many calls one reply may hold (OpenAI's parallel_tool_calls false = 1; Llama3Json: 1).
 // InvalidArgument for a Named choice that is not among the tools, a schema the compiler rejects

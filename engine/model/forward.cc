@@ -38,6 +38,9 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
     for (size_t j = 0; j < s; ++j) {
       if (batch[j].cache == q.cache) return Status::Error("eval: a cache appears twice in one batch");
     }
+    if ((q.which == Logits::Hidden) != (batch[0].which == Logits::Hidden)) {
+      return Status::Error("eval: hidden states and logits in one batch");
+    }
     for (int32_t i = 0; i < n; ++i) {
       const int32_t t = q.tokens[i];
       if (t < 0 || t >= cfg_.n_vocab) {
@@ -105,6 +108,12 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
   for (const Sequence& q : batch) q.cache->commit(static_cast<int32_t>(q.tokens.size()));
 
   // Final norm and output projection, for the rows the callers want (gathered into xb).
+  const bool hidden = batch[0].which == Logits::Hidden;
+  if (hidden) {  // the final norm of every token, no projection
+    logits.resize(size_t(T) * d);
+    for (int t = 0; t < T; ++t) rmsnorm(&x_[size_t(t) * d], model_.output_norm, &logits[size_t(t) * d], 1);
+    return Status::Ok();
+  }
   int rows = 0;
   for (int t = 0; t < T; ++t) {
     const Sequence& q = batch[seq_of_[t]];

@@ -16,7 +16,10 @@
 
 namespace towers {
 
-enum class Logits { Last, All };
+// Hidden: no logits; every token's final hidden state (after the output norm, before the output
+// projection: n_embd floats a token), for embeddings. A batch asks for Hidden in all its sequences or
+// in none.
+enum class Logits { Last, All, Hidden };
 
 // Kernels: Reference dequantizes each weight row to f32 and takes f32 dot products (exact reading of
 // the file, the path the reference tests pin down). Fast quantizes the activations to 8 bits per block
@@ -30,7 +33,8 @@ class Forward {
   Kernels kernels() const { return kernels_; }
 
   // Runs `tokens` at positions cache.next_pos()..., appending their K/V to `cache`.
-  // logits receives n_vocab floats for the last token (Logits::Last) or for every token (All).
+  // logits receives n_vocab floats for the last token (Logits::Last) or for every token (All), or
+  // n_embd floats of hidden state for every token (Hidden).
   Status eval(KvCache& cache, std::span<const int32_t> tokens, Logits which, std::vector<float>& logits);
 
   // Several sequences in one step (batched decode of many sessions, or prefill beside decode): the

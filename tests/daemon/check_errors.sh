@@ -87,7 +87,9 @@ expect_error 400 invalid_request_error response_format "$chat" \
   -d "{$msg,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"response_format\":{\"type\":\"json_object\"}}"
 expect_error 400 invalid_request_error 'messages[1].tool_calls[0].function.arguments' "$chat" \
   -d '{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{nope"}}]}]}'
-expect_error 400 unsupported_parameter tools "$chat" -d "{$msg,\"bot\":\"bot\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
+# With a bot its segments are the system prompt, tools or not.
+expect_error 400 invalid_request_error messages "$chat" \
+  -d '{"bot":"bot","messages":[{"role":"system","content":"s"},{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}'
 expect_error 400 unsupported_parameter 'messages[0].audio' "$chat" -d '{"messages":[{"role":"user","content":"x","audio":{"id":"a"}}]}'
 expect_error 400 unsupported_parameter tools http://localhost/v1/sessions/nope/messages -d '{"content":"x","tools":[{"type":"function"}]}'
 # chat_template_kwargs: enable_thinking only (stories260K's plain format has no switch: accepted, no change).

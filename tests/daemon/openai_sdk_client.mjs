@@ -273,7 +273,7 @@ const checks = {
   // The Responses API (docs/api.md, "Responses"): three turns chained by previous_response_id are one
   // session's turns, and each turn's cached_tokens covers the turn before (its prompt and all but the
   // reply's last token); the SDK's own stream helper sees the typed events and the final response;
-  // retrieve reads a response back, delete removes its chain.
+  // retrieve reads a response back, delete removes its chain; a function call and its output.
   async responses() {
     const base = { model, temperature: 0, max_output_tokens: 10, instructions: 'Tell a story.' };
     const r1 = await client.responses.create({ ...base, input: 'Once upon a time' });
@@ -305,8 +305,19 @@ const checks = {
     assert.equal(got.previous_response_id, prev.id);
     await client.responses.delete(r1.id);
     await expectApiError(client.responses.retrieve(last.id), 404, 'response_not_found');
-    await expectApiError(client.responses.create({ ...base, input: 'x', tools: [{ type: 'function', name: 'f', parameters: {}, strict: true }] }),
-      400, 'unsupported_parameter', 'tools');
+    // Function calls on a session: a required call, then its output with previous_response_id.
+    const tools = [{ type: 'function', name: 'get_weather', strict: true,
+      parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'], additionalProperties: false } }];
+    const f1 = await client.responses.create({ ...base, max_output_tokens: 200, input: 'Weather in Paris?', tools, tool_choice: 'required' });
+    const calls = f1.output.filter((i) => i.type === 'function_call');
+    assert.ok(calls.length > 0 && calls[0].name === 'get_weather', JSON.stringify(f1.output));
+    assert.equal(typeof JSON.parse(calls[0].arguments).city, 'string');
+    const f2 = await client.responses.create({ ...base, previous_response_id: f1.id, tool_choice: 'none',
+      input: calls.map((c) => ({ type: 'function_call_output', call_id: c.call_id, output: '18 degrees' })) });
+    assert.ok(f2.output_text.length > 0);
+    assert.ok(f2.usage.input_tokens_details.cached_tokens >= f1.usage.input_tokens + f1.usage.output_tokens - 1);
+    await expectApiError(client.responses.create({ ...base, input: 'x', tools: [{ type: 'web_search' }] }),
+      400, 'unsupported_parameter', 'tools[0].type');
   },
   async errors() {
     await expectApiError(client.chat.completions.create({ model: 'no-such-model', messages: user('Hi') }), 404, 'model_not_found', 'model');

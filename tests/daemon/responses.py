@@ -12,7 +12,7 @@
   - text.format json_schema gives JSON that follows the schema;
   - store: false keeps nothing (no session, GET is 404) and takes a whole conversation;
   - DELETE deletes the chain's session; errors are 4xx naming the field (unknown field, tools,
-    function_call items, two messages with store, not the latest previous_response_id, other
+    function_call input items, outputs without previous_response_id, two messages with store, not the latest previous_response_id, other
     instructions on a continued session, instructions with bot, unknown ids).
 
   responses.py TOWERD MODEL TMPDIR
@@ -156,10 +156,10 @@ def main():
         expect_error(sock, {"input": "x", "temprature": 1}, 400, "temprature", "unknown_parameter")
         expect_error(sock, {"input": "x", "max_tokens": 4}, 400, "max_tokens", "unknown_parameter")
         expect_error(sock, {"input": "x", "max_output_tokens": 0}, 400, "max_output_tokens")
-        expect_error(sock, {"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {}}]}, 400, "tools",
-                     "unsupported_parameter")
-        expect_error(sock, {"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, 400, "input[0].type",
-                     "unsupported_parameter")
+        expect_error(sock, {"input": "x", "tools": [{"type": "web_search"}]}, 400, "tools[0].type", "unsupported_parameter")
+        expect_error(sock, {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]}, 400,
+                     "input[0].type", "unsupported_parameter")
+        expect_error(sock, {"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, 400, "input")
         expect_error(sock, {"input": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                                       {"role": "user", "content": "c"}]}, 400, "input")
         expect_error(sock, {"input": "x", "previous_response_id": r2["id"]}, 400, "previous_response_id")

@@ -18,7 +18,7 @@ fuzz::Seeds seeds() {
       SegmentPut{"hal", Level::Bot, "acme", "Your name is Hal. \u00e9\n", 1700000001, 0},
       SegmentDelete{"hal"},
       SessionCreate{"s1", "hal", 1700000002},
-      SessionTurn{"s1", 2, 1, 12, "Hi", "Hello!", {1, 2, 3}, {4, 5}, {3, 5}, {7, 8}, 1700000003},
+      SessionTurn{"s1", 2, 1, 12, "Hi", "Hello!", {1, 2, 3}, {4, 5}, {3, 5}, {7, 8}, 1700000003, "", ""},
       SessionDelete{"s1"},
       SessionSnapshot{"s2", "hal", 1700000004, 1700000005, {{"user", "Hi"}, {"assistant", "Hey"}}, {1, 2, 3, 4},
                       {2, 4}, {9, 10}, 1, {4}},
