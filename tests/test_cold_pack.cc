@@ -212,11 +212,12 @@ TEST_CASE("cold pack: after any crash or fault, every acknowledged record is the
     auto pack = ColdPack::open(dir, posix_fs(), {.pack_bytes = 2048}, &rep);
     REQUIRE_MESSAGE(pack.ok(), pack.error());
     CHECK(rep.damaged == 0);  // only tails tear
-    for (const auto& [id, rec] : acked) {
+    for (const auto& one : acked) {  // (no structured binding: CAPTURE's lambda cannot take one on clang 14)
+      const uint64_t id = one.first;
       CAPTURE(id);
       ColdRecordRef ref;
       REQUIRE(pack.value()->find(id, &ref));
-      REQUIRE(pack.value()->read(ref).value() == rec);
+      REQUIRE(pack.value()->read(ref).value() == one.second);
     }
     for (const ColdRecordRef& ref : pack.value()->entries()) {
       CAPTURE(ref.id);
