@@ -35,10 +35,10 @@
 #include <thread>
 #include <vector>
 
+#include "bench/synth_1b.h"
 #include "cli/http_client.h"
 #include "daemon/open_state.h"
 #include "engine/model/segment.h"
-#include "engine/model/synth.h"
 
 extern char** environ;
 
@@ -206,16 +206,9 @@ int main(int argc, char** argv) {
   fs::create_directories(dir, ec);
   if (ec) return fail("cannot create " + dir.string() + ": " + ec.message());
   if (model.empty()) {
-    model = (dir / "synth-llama3.2-1b-q4_0.gguf").string();
-    if (!fs::exists(model)) {
-      SynthOptions so;
-      so.shape = "llama3.2-1b";
-      so.type = "q4_0";
-      so.out = model;
-      const char* shared = std::getenv("TOWERS_SHARED");
-      so.shared_dir = shared ? shared : TOWERS_SHARED_DEFAULT;
-      if (Status s = synthesize_model(so); !s.ok()) return fail(s.message());
-    }
+    auto synth = bench::synthetic_llama_1b(dir);
+    if (!synth.ok()) return fail(synth.error());
+    model = synth.value();
   }
   const fs::path state = dir / "state";
   const int probe = n / 2;

@@ -45,6 +45,14 @@ void print_pool(const json& p, const json& segments) {
                 format_bytes(u64(p, "token_bytes")).c_str(), static_cast<unsigned long long>(u64(r, "wakes")),
                 static_cast<unsigned long long>(u64(r, "wake_errors")));
   }
+  const json none = json::object();
+  const json& packed = p.contains("at_rest") && p["at_rest"].contains("packed") ? p["at_rest"]["packed"] : none;
+  if (const json& k = packed; k.is_object() && u64(k, "segments") > 0) {
+    std::printf("cold packs: %llu record(s), %s on disk with their index (%s dead)%s%s\n",
+                static_cast<unsigned long long>(u64(k, "segments")), format_bytes(u64(k, "disk_bytes")).c_str(),
+                format_bytes(u64(k, "dead_bytes")).c_str(), k.value("error", "").empty() ? "" : "; last error: ",
+                k.value("error", "").c_str());
+  }
   if (const json& m = p["modular"]; m.is_object() && u64(m, "segments") > 0) {
     std::printf("modular: %llu segment(s) placed after an edit above them, not exact yet (%llu to place, %llu exact rebuild(s) queued)\n",
                 static_cast<unsigned long long>(u64(m, "segments")), static_cast<unsigned long long>(u64(m, "placements_pending")),

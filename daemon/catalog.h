@@ -167,6 +167,7 @@ class Catalog {
   // next start finds nothing to repair.
   struct Restored {
     size_t adopted = 0, cold = 0, sessions_cut = 0;
+    size_t at_rest = 0;              // transcript segments back at rest from the cold packs
     size_t sessions_repaired = 0;    // sessions whose log named a transcript file that cannot be used
     std::vector<SegmentId> rebuild;  // hierarchy segments whose file was unusable
     std::vector<SegmentId> exact;    // segments adopted modular (hierarchy, transcripts): to rebuild exactly

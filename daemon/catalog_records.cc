@@ -181,12 +181,33 @@ Result<Catalog::Restored> Catalog::restore() {
     SegmentId parent = kNoSegment;
     if (!find_def(s.bot) || !session_base_locked(s.bot, s.tools, &parent, nullptr).ok()) continue;
     const bool named = s.seal_ids.size() == s.seals.size();
+    // The session's last segments whose records are in the cold packs and whose KV files are gone
+    // (it went to rest from its last turn up) come back at rest: no file, no tokens in the pool.
+    size_t first_at_rest = s.seals.size();
+    while (named && first_at_rest > 0) {
+      const SegmentId id = s.seal_ids[first_at_rest - 1];
+      std::error_code ec;
+      if (id == kNoSegment || !pool_.packed(id) || std::filesystem::exists(pool_.file_path(id), ec)) break;
+      --first_at_rest;
+    }
     size_t at = 0;
     bool adopting = named;
     for (size_t i = 0; i < s.seals.size(); ++i) {
       const size_t end = s.seals[i];
       if (end <= at || end > s.transcript.size()) break;
       std::span<const int32_t> toks = std::span<const int32_t>(s.transcript).subspan(at, end - at);
+      if (i >= first_at_rest) {
+        Status st = pool_.adopt_at_rest(s.seal_ids[i], parent, transcript_options(s), toks);
+        if (st.ok()) {
+          ++out.at_rest;
+          parent = s.seal_ids[i];
+          at = end;
+          continue;
+        }
+        log_warn("session \"" + s.id + "\": transcript segment " + std::to_string(i + 1) +
+                 " cannot come back at rest (" + st.message() + "); it is recomputed on the session's next message");
+        first_at_rest = s.seals.size();
+      }
       // A segment without an id (kNoSegment): a start before this one found its file unusable.
       adopting = adopting && s.seal_ids[i] != kNoSegment;
       if (adopting) {

@@ -161,13 +161,14 @@ int main(int argc, char** argv) {
   // Restore: every segment from its file (header checks only) or cold; no model runs before the
   // socket opens. What must be recomputed is built in the background once it is open.
   const auto t_restore = std::chrono::steady_clock::now();
+  for (const std::string& problem : pool.cold_pack_problems()) log_warn(problem);
   auto restored = catalog.restore();
   if (!restored.ok()) return die(1, "cannot restore the state: " + restored.error());
   log_info("restored " + std::to_string(catalog.segment_count()) + " segments and " +
            std::to_string(catalog.session_count()) + " sessions in " +
            std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_restore).count()) +
-           " s: " + std::to_string(restored->adopted) + " segment files adopted, " + std::to_string(restored->cold) +
-           " segments to recompute" +
+           " s: " + std::to_string(restored->adopted) + " segment files adopted, " + std::to_string(restored->at_rest) +
+           " transcript segments at rest in the cold packs, " + std::to_string(restored->cold) + " segments to recompute" +
            (restored->sessions_cut ? ", " + std::to_string(restored->sessions_cut) + " session(s) cut at damaged records" : ""));
   catalog.maybe_compact();
   scheduler.set_waker([&pool, &wake_forward](SegmentId id) { return pool.wake(id, &wake_forward); });

@@ -104,6 +104,10 @@ void pool_metrics(Exposition& e, Service& svc) {
           static_cast<double>(st.token_bytes));
   e.gauge("towerd_pool_at_rest_segments", "Cold segments out of the cache trie: their coded record only.",
           static_cast<double>(st.at_rest_segments));
+  e.gauge("towerd_pool_packed_segments", "Segments whose coded record is in the cold packs (on disk, not in RAM at rest).",
+          static_cast<double>(st.packed_segments));
+  e.gauge("towerd_pool_pack_disk_bytes", "Bytes of the cold packs and their index on disk.",
+          static_cast<double>(st.pack_disk_bytes));
   e.counter("towerd_pool_wakes_total", "Segments at rest decoded back into the cache trie.", st.wakes);
   e.counter("towerd_pool_wake_errors_total", "Segments at rest whose coded record failed to decode (not served).",
             st.wake_errors);

@@ -8,6 +8,7 @@
 
 #include "engine/base/no_wait_lock.h"
 #include "engine/model/modular.h"
+#include "mmapstore/cold_pack.h"
 #include "mmapstore/segment_file.h"
 #include "mmapstore/segment_pool_entry.h"
 #include "mmapstore/segment_writer.h"
@@ -39,6 +40,15 @@ SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions optio
     writer_ = std::make_unique<SegmentWriter>(
         fs_, options_.model_fingerprint,
         [this](const SegmentWriter::Job& job, const Status& st) { on_written(job.segment->id(), job.path, st); });
+    ColdPackReport report;
+    auto pack = ColdPack::open(options_.store_dir / "cold", fs_, {}, &report);
+    cold_pack_problems_ = report.problems;
+    if (pack.ok()) {
+      cold_pack_ = std::move(pack.value());
+    } else {
+      counters_.pack_error = pack.error();
+      cold_pack_problems_.push_back("the cold packs cannot be opened (records at rest stay in RAM): " + pack.error());
+    }
   }
 }
 
@@ -482,6 +492,14 @@ size_t SegmentPool::collect_garbage() {
   }
   for (const auto& p : doomed) (void)fs_.remove(p);
   if (!doomed.empty()) (void)fs_.sync_dir(options_.store_dir);
+  // Records in the cold packs of segments no record names any more: dead.
+  if (cold_pack_) {
+    std::lock_guard lock(mu_);
+    for (const ColdRecordRef& r : cold_pack_->entries()) {
+      if (!entries_.count(r.id)) unpack_.push_back(r.id);
+    }
+  }
+  pack_resting();
   return doomed.size();
 }
 
@@ -731,6 +749,12 @@ Status SegmentPool::derive_locked(SegmentId id, std::unique_lock<Mutex>& lock) {
 
 Status SegmentPool::remove(SegmentId id) {
   check_may_wait("SegmentPool::remove");
+  Status st = remove_entry(id);
+  pack_resting();  // its parent may have gone to rest; its own record is dead
+  return st;
+}
+
+Status SegmentPool::remove_entry(SegmentId id) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
@@ -744,6 +768,7 @@ Status SegmentPool::remove(SegmentId id) {
   if (Status st = trie_.evict(id); !st.ok()) return Status::Conflict(st.message());
   const SegmentId parent = it->second->parent;
   delete_file_locked(*it->second);
+  if (it->second->packed) unpack_.push_back(id);
   entries_.erase(it);
   if (parent != kNoSegment) rest_locked(parent);  // its last child in the trie may have gone
   assert_invariants_locked();
@@ -765,6 +790,7 @@ Status SegmentPool::retire(SegmentId id) {
     erase_at_rest_locked(id);
   } else if (trie_.evict(id).ok()) {
     delete_file_locked(e);
+    if (e.packed) unpack_.push_back(id);
     entries_.erase(it);
   } else {
     // Only the trie holds on to it: segments of other chains extend its tokens (the text was edited
@@ -889,6 +915,7 @@ PoolStats SegmentPool::stats() const {
         case Tier::Cold: s.cold_segments++, s.cold_bytes += e->coded.size(); break;
       }
       if (e->at_rest) s.at_rest_segments++, s.at_rest_bytes += e->coded.size();
+      s.packed_segments += e->packed;
       // The entry, its node in entries_ (key, links, colour: ~48 bytes) and what it owns on the heap
       // (strings beyond their in-place buffer of 15 characters).
       auto heap = [](const std::string& t) { return t.size() > 15 ? t.capacity() + 1 : 0; };
@@ -902,6 +929,12 @@ PoolStats SegmentPool::stats() const {
     const CacheTrie::Stats trie = trie_.stats();
     s.trie_bytes = trie.bytes;
     s.token_bytes = trie.edge_tokens * sizeof(int32_t);
+  }
+  if (cold_pack_) {
+    const ColdPackStats p = cold_pack_->stats();
+    s.pack_record_bytes = p.record_bytes;
+    s.pack_disk_bytes = p.pack_bytes + p.index_bytes;
+    s.pack_dead_bytes = p.dead_bytes;
   }
   // What the kernel really holds of the mappings (it may reclaim pages of a mapped file).
   for (const auto& [d, f] : mapped) {
@@ -947,7 +980,7 @@ Status SegmentPool::check_invariants() const {
     const std::string which = "segment " + std::to_string(id) + ": ";
     if (e->at_rest) {
       if (trie_.contains(id)) return Status::Corruption(which + "at rest and in the trie");
-      if (e->tier() != Tier::Cold || e->coded.empty()) return Status::Corruption(which + "at rest without being cold and coded");
+      if (e->tier() != Tier::Cold || !e->has_record()) return Status::Corruption(which + "at rest without being cold and coded");
       if (e->parent != kNoSegment && !entries_.count(e->parent)) return Status::Corruption(which + "its parent is gone");
       continue;
     }

@@ -26,6 +26,10 @@
 //                            by hashing the query's tokens after its parent; wake() decodes it under
 //                            its parents (checked by the hash and the record's CRC) and puts it back
 //                            in the trie, cold; a build then prefills it as any cold segment.
+//                            With a store, a session's record (a segment with a lineage) is
+//                            appended to the cold packs (mmapstore/cold_pack.h) as it goes to rest,
+//                            and once durable there it leaves RAM too; a restart brings it back at
+//                            rest from the packs' index (adopt_at_rest) without reading it.
 //
 // Threading: every method may be called from any thread (one internal mutex, never held across model
 // work or file I/O), but the methods that run the model (add, thaw) use the Forward given at
@@ -54,6 +58,7 @@
 
 namespace towers {
 
+class ColdPack;
 class SegmentFile;
 class SegmentWriter;
 
@@ -166,6 +171,11 @@ struct PoolStats {
   size_t entry_bytes = 0;                   // the pool's record of each segment, coded bytes included (estimate)
   size_t at_rest_segments = 0, at_rest_bytes = 0;  // cold segments out of the trie; their coded bytes
   uint64_t wakes = 0, wake_tokens = 0, wake_errors = 0;  // at rest -> cold by decoding (wake)
+  // Cold packs (mmapstore/cold_pack.h): segments whose record is there, the records' bytes, the
+  // packs' and index's bytes on disk, pack bytes of records no segment uses any more.
+  size_t packed_segments = 0;
+  uint64_t pack_record_bytes = 0, pack_disk_bytes = 0, pack_dead_bytes = 0;
+  std::string pack_error;  // the last failure to open or write the packs, if any
 };
 
 // A session's view of the pool: a tower over pinned segments. Give it back with SegmentPool::release.
@@ -219,7 +229,8 @@ class SegmentPool {
   // Ids allocated from now on are above `id` (a restart: ids its record log names stay free).
   void reserve_ids(SegmentId id);
   // Removes files in the store directory that no segment of the pool names (crashed writes, removed
-  // segments whose unlink did not happen, and stray .tmp files). Returns how many went.
+  // segments whose unlink did not happen, and stray .tmp files), and marks dead the cold packs'
+  // records of segments not in the pool. Returns how many files went.
   size_t collect_garbage();
 
   // Where `tokens` stands: the chain (parent chain, root first, any tier) of the deepest segment
@@ -317,6 +328,17 @@ class SegmentPool {
   // go on meanwhile: daemon/scheduler.h's waker).
   Result<std::vector<int32_t>> wake(SegmentId id, Forward* forward = nullptr);
   bool at_rest(SegmentId id) const;
+  // A restart: the segment comes back at rest from its record in the cold packs (no file, no tokens,
+  // no record read: the packs' index says its parent, token count and hash). Its parent must be in
+  // the pool (in the trie or at rest itself) with nothing of the trie below it. own_tokens, when
+  // given, must be its tokens (count and hash). NotFound when the packs hold no record of it, or one
+  // under another parent.
+  Status adopt_at_rest(SegmentId id, SegmentId parent, const SegmentOptions& options,
+                       std::span<const int32_t> own_tokens = {});
+  // Whether the cold packs hold a record of this segment id (read at construction from the index).
+  bool packed(SegmentId id) const;
+  // What opening the cold packs found (torn tails cut, damaged entries), one line each.
+  std::vector<std::string> cold_pack_problems() const;
 
   // The segment, paged in when warm; nullptr when unknown, cold or unreadable.
   std::shared_ptr<const Segment> get(SegmentId id);
@@ -383,6 +405,10 @@ class SegmentPool {
   void erase_at_rest_locked(SegmentId id);
   // e leaves rest: off resting_ (the caller puts it in the trie, or erases it).
   void unrest_locked(Entry& e);
+  Status remove_entry(SegmentId id);  // remove() but the packs' part (pack_resting)
+  // Appends the records of segments gone to rest (to_pack_) to the cold packs, without the lock;
+  // once durable their coded bytes leave RAM. Records of segments removed meanwhile are marked dead.
+  void pack_resting();
   // Puts e, at rest, back in the trie with its own tokens (checked against its hash) after its
   // parent's sequence (the parent must be in the trie). Conflict when the same tokens were added
   // again meanwhile as another segment.
@@ -408,6 +434,10 @@ class SegmentPool {
     std::unordered_multimap<uint64_t, SegmentId> by_hash;
   };
   std::map<SegmentId, Resting> resting_;
+  std::unique_ptr<ColdPack> cold_pack_;  // with a store: <store_dir>/cold
+  std::vector<std::string> cold_pack_problems_;
+  std::vector<SegmentId> to_pack_;       // gone to rest, record not in the packs yet
+  std::vector<SegmentId> unpack_;        // removed: their records in the packs are dead
   std::unique_ptr<SegmentWriter> writer_;  // last member: its thread calls back into the pool
 };
 

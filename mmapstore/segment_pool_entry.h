@@ -36,6 +36,12 @@ struct SegmentPool::Entry {
   bool at_rest = false;
   uint64_t tokens_xxh3 = 0;                 // xxh3_tokens of its own tokens (at rest)
   std::string damage;                       // at rest: why its record cannot be decoded (never served)
+  // Its record is durable in the cold packs (mmapstore/cold_pack.h): at rest, `coded` is then empty
+  // (the record is read back by wake). Valid for as long as the segment lives (its tokens never change).
+  bool packed = false;
+  uint32_t pack = 0, pack_length = 0, pack_crc = 0;
+  uint64_t pack_offset = 0;
+  bool has_record() const { return !coded.empty() || packed; }
   std::string label;
   std::string lineage;                      // SegmentOptions::lineage
   bool pinned = false;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/base/no_wait_lock.h"
+#include "mmapstore/cold_pack.h"
 #include "mmapstore/segment_file.h"
 #include "mmapstore/segment_pool.h"
 #include "mmapstore/segment_pool_entry.h"
@@ -36,7 +37,7 @@ size_t SegmentPool::rest_locked(SegmentId id) {
     if (it == entries_.end()) break;
     Entry& e = *it->second;
     // A recipe (derive, modular placement) needs the segment's own rows, not its tokens: it stays.
-    if (e.at_rest || e.tier() != Tier::Cold || e.coded.empty() || e.derive_from != kNoSegment || !e.modular_from.empty()) break;
+    if (e.at_rest || e.tier() != Tier::Cold || !e.has_record() || e.derive_from != kNoSegment || !e.modular_from.empty()) break;
     auto seq = trie_.sequence(at);
     if (!seq.ok()) break;
     // The trie refuses while it is leased or a segment still in the trie extends its tokens (its
@@ -48,6 +49,16 @@ size_t SegmentPool::rest_locked(SegmentId id) {
     Resting& r = resting_[e.parent];
     r.lengths[e.length]++;
     r.by_hash.emplace(e.tokens_xxh3, at);
+    // A session's record goes to the cold packs (hierarchy segments restart cold from the log's
+    // segment_tier records); one already there is the same record: its bytes leave RAM now.
+    if (cold_pack_ && !e.lineage.empty()) {
+      if (e.packed) {
+        e.coded.clear();
+        e.coded.shrink_to_fit();
+      } else {
+        to_pack_.push_back(at);
+      }
+    }
     ++n;
     at = e.parent;
   }
@@ -130,7 +141,8 @@ Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id, Forward* forward) {
     SegmentId id = kNoSegment;
     int32_t length = 0;
     uint64_t xxh3 = 0;
-    std::vector<uint8_t> coded;
+    std::vector<uint8_t> coded;  // empty: read it from the packs
+    ColdRecordRef packed;
     std::string name;
   };
   std::vector<Job> jobs;
@@ -151,7 +163,10 @@ Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id, Forward* forward) {
     for (size_t i = first; i < ids.size(); ++i) {
       const Entry& e = *entries_.at(ids[i]);
       if (!e.damage.empty()) return Status::Corruption(e.damage);
-      jobs.push_back({e.id, e.length, e.tokens_xxh3, e.coded, segment_name(e.id, e.label)});
+      jobs.push_back({e.id, e.length, e.tokens_xxh3, e.coded,
+                      {.id = e.id, .parent = e.parent, .tokens_xxh3 = e.tokens_xxh3, .tokens = e.length, .pack = e.pack,
+                       .offset = e.pack_offset, .length = e.pack_length, .crc = e.pack_crc},
+                      segment_name(e.id, e.label)});
     }
     decode = decode_;
   }
@@ -161,9 +176,15 @@ Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id, Forward* forward) {
   // token count and the 64-bit hash kept here are checked after it.
   Status failed;
   std::vector<size_t> starts;  // where each decoded segment's tokens start in `context`
-  for (const Job& j : jobs) {
-    auto tokens = decode(forward ? *forward : forward_, context, j.coded);
+  for (Job& j : jobs) {
     std::string why;
+    if (j.coded.empty()) {
+      auto record = cold_pack_ ? cold_pack_->read(j.packed) : Result<std::vector<uint8_t>>(Status::NotFound("no cold packs"));
+      if (record.ok()) j.coded = std::move(record.value());
+      else why = record.error();
+    }
+    auto tokens = why.empty() ? decode(forward ? *forward : forward_, context, j.coded)
+                              : Result<std::vector<int32_t>>(Status::Corruption(why));
     if (!tokens.ok()) why = tokens.error();
     else if (tokens->size() != static_cast<size_t>(j.length)) {
       why = "it decoded to " + std::to_string(tokens->size()) + " tokens, not " + std::to_string(j.length);
@@ -188,6 +209,8 @@ Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id, Forward* forward) {
     if (Status st = attach_locked(e, std::span<const int32_t>(context).subspan(starts[i], static_cast<size_t>(e.length))); !st.ok()) {
       return st;
     }
+    // Cold in the trie, its record at hand again (read from the packs) until a build computes it.
+    if (e.coded.empty()) e.coded = std::move(jobs[i].coded);
     counters_.wakes++;
     counters_.wake_tokens += static_cast<uint64_t>(e.length);
   }
@@ -208,7 +231,104 @@ void SegmentPool::erase_at_rest_locked(SegmentId id) {
   auto it = entries_.find(id);
   if (it == entries_.end() || !it->second->at_rest) return;
   unrest_locked(*it->second);
+  if (it->second->packed) unpack_.push_back(id);
   entries_.erase(it);
+}
+
+Status SegmentPool::adopt_at_rest(SegmentId id, SegmentId parent, const SegmentOptions& options,
+                                  std::span<const int32_t> own_tokens) {
+  std::lock_guard lock(mu_);
+  auto name = [&] { return segment_name(id, options.label); };  // for errors only: a restart adopts millions
+  ColdRecordRef r;
+  if (!cold_pack_ || !cold_pack_->find(id, &r)) return Status::NotFound(name() + " has no record in the cold packs");
+  if (r.parent != parent) return Status::NotFound(name() + ": its cold record was coded under another parent");
+  const Entry* up = nullptr;
+  if (parent != kNoSegment) {
+    auto p = entries_.find(parent);
+    if (p == entries_.end()) return Status::NotFound(name() + ": unknown parent segment " + std::to_string(parent));
+    up = p->second.get();
+  }
+  if (!own_tokens.empty() && (static_cast<int32_t>(own_tokens.size()) != r.tokens || xxh3_tokens(own_tokens) != r.tokens_xxh3)) {
+    return Status::Corruption(name() + ": its cold record codes other tokens than the log's");
+  }
+  if (r.tokens <= 0 || r.tokens > options_.max_segment_tokens) {
+    return Status::Corruption(name() + ": its cold record has " + std::to_string(r.tokens) + " tokens");
+  }
+  SegmentOptions o = options;
+  o.id = id;
+  auto allocated = allocate_id_locked(o);
+  if (!allocated.ok()) return allocated.status();
+  auto e = std::make_unique<Entry>();
+  e->id = id;
+  e->parent = parent;
+  e->length = r.tokens;
+  e->computed_pos = up ? up->computed_pos + up->length : 0;
+  e->format = options.format.value_or(options_.depth.at_depth(parent == kNoSegment ? 0 : depth_locked(parent) + 1));
+  e->packed = true;
+  e->pack = r.pack, e->pack_offset = r.offset, e->pack_length = r.length, e->pack_crc = r.crc;
+  e->at_rest = true;
+  e->tokens_xxh3 = r.tokens_xxh3;
+  e->label = options.label;
+  e->lineage = options.lineage;
+  e->created = e->last_used = std::chrono::steady_clock::now();
+  Resting& rest = resting_[parent];
+  rest.lengths[e->length]++;
+  rest.by_hash.emplace(e->tokens_xxh3, id);
+  entries_.emplace_hint(entries_.end(), id, std::move(e));  // a restart adopts them in id order
+  assert_invariants_locked();
+  return Status::Ok();
+}
+
+bool SegmentPool::packed(SegmentId id) const {
+  return cold_pack_ && cold_pack_->find(id, nullptr);
+}
+
+std::vector<std::string> SegmentPool::cold_pack_problems() const {
+  std::lock_guard lock(mu_);
+  return cold_pack_problems_;
+}
+
+void SegmentPool::pack_resting() {
+  if (!cold_pack_) return;
+  std::vector<SegmentId> dead;
+  std::vector<std::vector<uint8_t>> records;
+  std::vector<ColdPut> puts;
+  {
+    std::lock_guard lock(mu_);
+    dead.swap(unpack_);
+    for (SegmentId id : to_pack_) {
+      auto it = entries_.find(id);
+      // Woken meanwhile (its hash is only kept at rest): packed when it goes to rest again.
+      if (it == entries_.end() || it->second->packed || !it->second->at_rest || it->second->coded.empty()) continue;
+      const Entry& e = *it->second;
+      records.push_back(e.coded);
+      puts.push_back({e.id, e.parent, e.tokens_xxh3, e.length, {}});
+    }
+    to_pack_.clear();
+  }
+  for (size_t i = 0; i < puts.size(); ++i) puts[i].record = records[i];
+  const Status removed = dead.empty() ? Status::Ok() : cold_pack_->remove(dead);
+  auto refs = puts.empty() ? Result<std::vector<ColdRecordRef>>(std::vector<ColdRecordRef>{}) : cold_pack_->append(puts);
+  std::lock_guard lock(mu_);
+  if (!removed.ok()) counters_.pack_error = removed.message();
+  if (!refs.ok()) {
+    counters_.pack_error = refs.error();  // their records stay in RAM, and restart from the log
+    return;
+  }
+  for (const ColdRecordRef& r : refs.value()) {
+    auto it = entries_.find(r.id);
+    if (it == entries_.end()) {
+      unpack_.push_back(r.id);  // removed meanwhile: dead at the next pass
+      continue;
+    }
+    Entry& e = *it->second;
+    e.packed = true;
+    e.pack = r.pack, e.pack_offset = r.offset, e.pack_length = r.length, e.pack_crc = r.crc;
+    if (e.at_rest) {
+      e.coded.clear();
+      e.coded.shrink_to_fit();
+    }
+  }
 }
 
 }  // namespace towers

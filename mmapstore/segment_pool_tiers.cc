@@ -226,7 +226,7 @@ std::vector<SegmentId> SegmentPool::idle(std::chrono::steady_clock::duration idl
 
 Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {
   check_may_wait("SegmentPool::freeze");
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
   Entry& e = *it->second;
@@ -248,6 +248,8 @@ Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {
   counters_.freezes++;
   rest_locked(id);  // out of the trie (and its parents with it) when nothing there needs its tokens
   assert_invariants_locked();
+  lock.unlock();
+  pack_resting();  // what went to rest, into the cold packs (then out of RAM)
   return Status::Ok();
 }
 

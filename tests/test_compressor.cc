@@ -1,10 +1,12 @@
 // The background compressor moves idle segments to the cold tier through the pool, never one in use,
 // and the tower built after it gives the same logits.
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <random>
 
 #include "engine/codec/codec.h"
+#include "mmapstore/cold_pack.h"
 #include "mmapstore/compressor.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -118,7 +120,7 @@ struct AtRest {
   std::unique_ptr<Model> model = test::synth_tiny("at-rest", "q8_0");
   ThreadPool threads{2};
   Forward fwd{*model, threads};
-  SegmentPool pool{*model, fwd};
+  SegmentPool pool;
   Codec codec{*model, &threads};
   std::mt19937 rng{17};
   std::vector<int32_t> sys, bot, t1, t2, user, all;
@@ -126,16 +128,17 @@ struct AtRest {
   // What the decoder does to the coded bytes and to the tokens it returns (damage on purpose).
   bool flip_byte = false, change_token = false;
 
-  AtRest() {
+  // with_turns false: the base and the bot only (a restart brings the turns back from the store).
+  explicit AtRest(PoolOptions options = {}, bool with_turns = true) : pool(*model, fwd, std::move(options)) {
     const int V = model->config().n_vocab;
     sys = random_tokens(rng, 12, V), bot = random_tokens(rng, 7, V), t1 = random_tokens(rng, 9, V);
     t2 = random_tokens(rng, 11, V), user = random_tokens(rng, 3, V);
     base = pool.add(kNoSegment, sys).value();
     b = pool.add(base, bot).value();
-    SegmentOptions o;
-    o.label = "session:abc";
-    turn1 = pool.add(b, t1, o).value();
-    turn2 = pool.add(turn1, t2, o).value();
+    if (with_turns) {
+      turn1 = pool.add(b, t1, session_options()).value();
+      turn2 = pool.add(turn1, t2, session_options()).value();
+    }
     for (const auto* part : {&sys, &bot, &t1, &t2, &user}) all.insert(all.end(), part->begin(), part->end());
     pool.set_cold_decoder([this](Forward& f, std::span<const int32_t> ctx, std::span<const uint8_t> coded) {
       std::vector<uint8_t> bytes(coded.begin(), coded.end());
@@ -144,6 +147,11 @@ struct AtRest {
       if (tokens.ok() && change_token) tokens.value()[0] ^= 1;
       return tokens;
     });
+  }
+  static SegmentOptions session_options() {
+    SegmentOptions o;
+    o.label = o.lineage = "session:abc";
+    return o;
   }
   Compressor::Encode encoder() {
     return [this](Forward& f, std::span<const int32_t> ctx, std::span<const int32_t> toks) {
@@ -265,4 +273,86 @@ TEST_CASE("a record at rest that does not decode to its tokens is reported by se
     CHECK_FALSE(t.pool.wake(t.turn2).ok());  // marked: never decoded again, never served
     REQUIRE(t.pool.check_invariants().ok());
   }
+}
+
+TEST_CASE("with a store, records at rest go to the cold packs and leave RAM, a new pool brings them back at rest from the index") {
+  const auto dir = test::temp_dir() / "at-rest-packs";
+  std::filesystem::remove_all(dir);
+  PoolOptions options;
+  options.store_dir = dir;
+  std::vector<float> before;
+  SegmentId turn1 = 0, turn2 = 0;
+  uint64_t pack_disk_bytes = 0;
+  {
+    AtRest t(options);
+    before = t.logits();
+    turn1 = t.turn1, turn2 = t.turn2;
+    Compressor comp(t.pool, *t.model, t.encoder(), {});
+    REQUIRE(comp.compress(t.turn1).ok());
+    REQUIRE(comp.compress(t.turn2).ok());
+    REQUIRE(t.pool.at_rest(t.turn2));
+    const PoolStats st = t.pool.stats();
+    CHECK(st.packed_segments == 2);
+    CHECK(st.at_rest_segments == 2);
+    CHECK(st.at_rest_bytes == 0);  // the records left RAM ...
+    CHECK(t.pool.coded(t.turn1).empty());
+    CHECK(st.pack_record_bytes > 0);  // ... for the packs: the records and one index entry each
+    CHECK(st.pack_disk_bytes == st.pack_record_bytes + 2 * kColdIndexEntryBytes);
+    CHECK(st.token_bytes == t.token_bytes({&t.sys, &t.bot}));  // and no token of the session is held
+    pack_disk_bytes = st.pack_disk_bytes;
+    // Woken from the packs: the same tower, the same logits.
+    REQUIRE(t.pool.thaw(t.turn2).ok());
+    CHECK(t.pool.stats().wakes == 2);
+    CHECK(t.logits() == before);
+    // To rest again: the record in the packs is the same one, nothing is appended.
+    REQUIRE(comp.compress(t.turn1).ok());
+    REQUIRE(comp.compress(t.turn2).ok());
+    CHECK(t.pool.stats().packed_segments == 2);
+    CHECK(t.pool.stats().at_rest_bytes == 0);
+    CHECK(t.pool.stats().pack_disk_bytes == pack_disk_bytes);
+    REQUIRE(t.pool.check_invariants().ok());
+    t.pool.flush_writes();
+  }
+  // A restart: the index alone brings the session back at rest (no record read, no token in RAM).
+  {
+    AtRest t(options, false);
+    REQUIRE(t.pool.packed(turn1));
+    REQUIRE(t.pool.packed(turn2));
+    CHECK(t.pool.adopt_at_rest(turn1, t.b, AtRest::session_options(), t.t2).code() == Status::Code::kCorruption);
+    CHECK_FALSE(t.pool.adopt_at_rest(turn2, t.b, AtRest::session_options()).ok());  // another parent
+    REQUIRE(t.pool.adopt_at_rest(turn1, t.b, AtRest::session_options(), t.t1).ok());
+    REQUIRE(t.pool.adopt_at_rest(turn2, turn1, AtRest::session_options()).ok());
+    PoolStats st = t.pool.stats();
+    CHECK(st.at_rest_segments == 2);
+    CHECK(st.at_rest_bytes == 0);
+    CHECK(st.token_bytes == t.token_bytes({&t.sys, &t.bot}));
+    REQUIRE(t.pool.check_invariants().ok());
+    CHECK(t.pool.plan(t.all).path == std::vector<SegmentId>{t.base, t.b, turn1, turn2});
+    REQUIRE(t.pool.thaw(turn2).ok());
+    CHECK(t.logits() == before);
+    // A removed segment's record is dead: the next start does not find it.
+    REQUIRE(t.pool.remove(turn2).ok());
+    CHECK_FALSE(t.pool.packed(turn2));
+    CHECK(t.pool.packed(turn1));
+    t.pool.flush_writes();
+  }
+  // A damaged record: the wake names the segment and its session, and serves nothing.
+  {
+    auto packs = ColdPack::open(dir / "cold");
+    REQUIRE(packs.ok());
+    ColdRecordRef ref;
+    REQUIRE(packs.value()->find(turn1, &ref));
+    std::fstream f(dir / "cold" / ("pack-" + std::to_string(ref.pack) + ".twp"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(ref.offset + ref.length / 2));
+    const char c = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(ref.offset + ref.length / 2));
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  AtRest t(options, false);
+  REQUIRE(t.pool.adopt_at_rest(turn1, t.b, AtRest::session_options(), t.t1).ok());
+  auto woken = t.pool.wake(turn1);
+  REQUIRE_FALSE(woken.ok());
+  CHECK(woken.error().find("(session:abc)") != std::string::npos);
+  CHECK(woken.error().find("CRC") != std::string::npos);
+  CHECK_FALSE(t.pool.plan(t.all).damaged.empty());
 }

@@ -16,13 +16,6 @@ using test::FaultInjectionFS;
 
 namespace {
 
-std::filesystem::path fresh_dir(const std::string& name) {
-  auto d = test::temp_dir() / name;
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
-
 std::vector<std::string> read_all(const std::filesystem::path& path) {
   std::vector<std::string> out;
   auto rep = read_record_log(path, [&](const LogRecord& r) { out.push_back(r.payload); });
@@ -51,7 +44,7 @@ TEST_CASE("record log: after any crash or fault, every acknowledged record is th
   for (int run = 0; run < runs; ++run) {
     CAPTURE(run);
     std::mt19937 rng(run);
-    const auto dir = fresh_dir("fi-log");
+    const auto dir = test::fresh_dir("fi-log");
     const auto path = dir / "towerd.log";
     FaultInjectionFS fs;
     fs.faults = random_faults(rng);
@@ -119,7 +112,7 @@ TEST_CASE("segment files: a file the writer acknowledged survives a crash, anyth
   for (int run = 0; run < runs; ++run) {
     CAPTURE(run);
     std::mt19937 rng(1000 + run);
-    const auto dir = fresh_dir("fi-segments");
+    const auto dir = test::fresh_dir("fi-segments");
     FaultInjectionFS fs;
     fs.faults = random_faults(rng);
     if (fs.faults.space_left >= 0) fs.faults.space_left *= 20;

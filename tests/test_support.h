@@ -67,6 +67,14 @@ inline std::filesystem::path temp_dir() {
   return p;
 }
 
+// An empty directory temp_dir()/name (whatever an earlier run left there is removed).
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = temp_dir() / name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
 // Runs fn(target) once per Highway target compiled in and runnable here, with dynamic dispatch
 // restricted to that target (its name captured for failure messages); normal dispatch is restored
 // afterwards, also when fn stops early (a failed REQUIRE).

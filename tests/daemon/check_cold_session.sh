@@ -4,7 +4,8 @@
 # token_bytes drops by at least its transcript, its segments are at rest), and its next message —
 # whose tokens come back only by decoding its records under their parents, then a prefill — gets the
 # same reply, text and every logprob, as the same session on a daemon where nothing went cold; and
-# so does the same session killed (SIGKILL) at rest and restarted.
+# so does the same session killed (SIGKILL) at rest and restarted (it comes back at rest from the
+# cold packs' index).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 towerd_setup "$1" "$2" "$3"
@@ -57,13 +58,25 @@ stop
 [ "$got" = "$want" ] || fail "after going cold the session replied '$got' instead of '$want'"
 echo "the third reply after going cold ($wakes segments decoded): $(echo "$want" | cut -c1-70)"
 
-# Killed at rest: the coded records are not kept across a restart yet, so the session comes back
-# cold from the log's turns (their files went with the freeze) and must still give the same reply.
+# Killed at rest: the session's records are in the cold packs, so it comes back at rest (no KV file,
+# no token in the trie: the packs' index only) and its next message decodes them, to the same reply.
 setup cold-kill9
 api http://localhost/v1/compress -d '{"idle_seconds":0}' >/dev/null
+packed="$(pool 'd["at_rest"]["packed"]["segments"]')"
+[ "$packed" -ge 2 ] || fail "the session's records are not in the cold packs ($packed segments)"
 kill -KILL "$pid"; wait "$pid" 2>/dev/null || true; pid=""
 start
+resting="$(pool 'd["at_rest"]["segments"]')"
+after="$(pool 'd["token_bytes"]')"
+[ "$resting" -ge 2 ] || fail "restarted, the session is not at rest ($resting segments)"
+[ "$(pool 'd["at_rest"]["bytes"]')" = 0 ] || fail "restarted, records at rest are held in RAM"
+hierarchy=$(( $(api http://localhost/v1/segments/plat | json 'd["tokens"]') + $(api http://localhost/v1/segments/bot | json 'd["tokens"]') ))
+[ "$after" -le $((hierarchy * 4)) ] ||
+  fail "restarted, the trie holds the session's tokens: $after bytes, the platform and bot are $((hierarchy * 4))"
 got="$(msg "And then?" 24)"
+wakes="$(pool 'd["at_rest"]["wakes"]')"
 stop
+[ "$wakes" -ge 2 ] || fail "restarted, the reply did not decode the session's records ($wakes woken)"
 [ "$got" = "$want" ] || fail "killed at rest and restarted, the session replied '$got' instead of '$want'"
+echo "killed at rest: restarted with $resting segments at rest from the cold packs, trie token bytes $after; the same third reply"
 echo "OK: cold session"
