@@ -336,8 +336,9 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
 }
 
 void Forward::matmuls_onednn(std::span<const MatOut> mats, const float* x, int T) {
-  constexpr size_t G = Model::kInt8Group;
-  const size_t cols = static_cast<size_t>(mats[0].w->cols), groups = cols / G;
+  // One activation quantization for all: the matrices of a call share their row length and group.
+  const size_t cols = static_cast<size_t>(mats[0].w->cols), G = static_cast<size_t>(mats[0].w->s8_group);
+  const size_t groups = cols / G;
   act8_.resize(cols * T);
   act8_scales_.resize(groups * T);
   pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
@@ -354,7 +355,7 @@ void Forward::matmuls_onednn(std::span<const MatOut> mats, const float* x, int T
   }
   // Work units of kRows rows, numbered across the matrices (as matmuls does with 16-row groups): large
   // enough that oneDNN's per-call packing of the activations stays small beside the multiply.
-  constexpr size_t kRows = 256;
+  constexpr size_t kRows = 1024;  // measured against 256 and 4096 (docs/numerics.md)
   size_t units = 0;
   for (const MatOut& m : mats) units += (static_cast<size_t>(m.w->rows) + kRows - 1) / kRows;
   pool_.parallel_dynamic(units, [&](size_t u0, size_t u1, int) {

@@ -46,7 +46,7 @@ class Forward {
   // Prefill through oneDNN's int8 GEMM (simd/onednn_matmul.h): a step of at least `min_tokens` tokens
   // multiplies the matrices that have an int8 copy (Model::build_int8_copies) with it instead of the
   // fast kernels; 0 (the default) never. Another arithmetic (7-bit weights, 8-bit activations, one
-  // scale per 256 elements each; docs/numerics.md, "oneDNN prefill kernels"): a token's logits still
+  // scale per row or group each; docs/numerics.md, "oneDNN prefill kernels"): a token's logits still
   // do not depend on the batch or the threads among steps that take it, but a step below the threshold
   // gives the fast kernels' logits, so the codec turns it off for its passes (docs/codec.md).
   // Only with Kernels::Fast. kOnednnMinTokens: where oneDNN starts to win (bench/README.md, "oneDNN in
@@ -107,7 +107,7 @@ class Forward {
   std::vector<int32_t> tok_, seq_of_, pos_;
   std::vector<std::vector<KvSpan>> spans_;  // per sequence, for the current layer
   std::vector<uint8_t> act_;  // activations quantized for the fast kernels, [T][act_bytes]
-  std::vector<int8_t> act8_;  // and for oneDNN, [T][cols], with [T][cols / 256] scales
+  std::vector<int8_t> act8_;  // and for oneDNN, [T][cols], with [T][groups] scales
   std::vector<float> act8_scales_;
   int onednn_min_tokens_ = 0;
   bool onednn_omp_ = false;

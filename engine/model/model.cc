@@ -468,9 +468,10 @@ size_t Model::release_packed_sources() const {
 namespace towers {
 
 namespace {
-size_t int8_bytes_of(const Weight& w) {
+// A row's copy: its s8 and, per group, one f32 scale (256 elements per group at least).
+size_t int8_bytes_of(const Weight& w, size_t group) {
   const size_t rows = static_cast<size_t>(w.rows), cols = static_cast<size_t>(w.cols);
-  return rows * cols + rows * (cols / Model::kInt8Group) * sizeof(float);
+  return rows * cols + rows * (cols / (group ? group : cols)) * sizeof(float);
 }
 }  // namespace
 
@@ -485,7 +486,7 @@ std::vector<Weight*> Model::int8_matrices() {
   std::vector<Weight*> ws;
   for (LayerWeights& L : layers) {
     for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-      if (*w && worth_it(w->type) && w->cols % static_cast<int64_t>(kInt8Group) == 0) {
+      if (*w && worth_it(w->type) && w->cols % 256 == 0) {
         ws.push_back(w);
       }
     }
@@ -496,36 +497,46 @@ std::vector<Weight*> Model::int8_matrices() {
 size_t Model::int8_copy_bytes_needed() const {
   size_t total = 0;
   for (const Weight* w : const_cast<Model*>(this)->int8_matrices()) {
-    total += int8_bytes_of(*w);
+    total += int8_bytes_of(*w, kInt8Group);
   }
   return total;
 }
 
-Status Model::build_int8_copies(ThreadPool& pool) {
+Status Model::build_int8_copies(ThreadPool& pool, size_t group) {
   if (int8_bytes_ > 0) return Status::Ok();
   if (!simd::onednn_available()) return Status::Error(std::string("int8 prefill copies: ") + simd::onednn_describe());
+  if (group != 0 && group % 256 != 0) return Status::Error("int8 prefill copies: group must be 0 or a multiple of 256");
   const std::vector<Weight*> ws = int8_matrices();
-  const size_t total = int8_copy_bytes_needed();
+  size_t total = 0;
+  for (const Weight* w : ws) {
+    if (group != 0 && w->cols % static_cast<int64_t>(group) != 0) {
+      return Status::Error("int8 prefill copies: a row of " + std::to_string(w->cols) + " does not split into groups of " +
+                           std::to_string(group));
+    }
+    total += int8_bytes_of(*w, group);
+  }
   if (total == 0) return Status::Ok();
   int8_store_ = HugeBuffer(total);
   uint8_t* p = int8_store_.data();
   std::vector<std::vector<float>> rowbuf(static_cast<size_t>(pool.size()));
   for (Weight* w : ws) {
     const size_t rows = static_cast<size_t>(w->rows), cols = static_cast<size_t>(w->cols);
+    const size_t g = group ? group : cols;
     auto* q = reinterpret_cast<int8_t*>(p);
-    auto* scales = reinterpret_cast<float*>(p + rows * cols);  // rows * cols is a multiple of 256
+    auto* scales = reinterpret_cast<float*>(p + rows * cols);  // rows * cols: a multiple of 256
     // Rows are quantized independently: the bytes do not depend on the threads.
     pool.parallel_for(rows, [&](size_t r0, size_t r1, int thread) {
       std::vector<float>& f = rowbuf[static_cast<size_t>(thread)];
       f.resize(cols);
       for (size_t r = r0; r < r1; ++r) {
         dequantize_row(w->type, w->row(static_cast<int64_t>(r)), f.data(), cols);
-        simd::onednn_quantize_weights(f.data(), q + r * cols, scales + r * (cols / kInt8Group), cols, kInt8Group);
+        simd::onednn_quantize_weights(f.data(), q + r * cols, scales + r * (cols / g), cols, g);
       }
     });
     w->s8 = q;
     w->s8_scales = scales;
-    p += int8_bytes_of(*w);
+    w->s8_group = static_cast<int64_t>(g);
+    p += int8_bytes_of(*w, group);
   }
   int8_bytes_ = total;
   return Status::Ok();
