@@ -49,9 +49,10 @@ class Forward {
   // scale per row or group each; docs/numerics.md, "oneDNN prefill kernels"): a token's logits still
   // do not depend on the batch or the threads among steps that take it, but a step below the threshold
   // gives the fast kernels' logits, so the codec turns it off for its passes (docs/codec.md).
-  // Only with Kernels::Fast. kOnednnMinTokens: where oneDNN starts to win (bench/README.md, "oneDNN in
-  // the prefill path").
-  static constexpr int kOnednnMinTokens = 32;
+  // Only with Kernels::Fast. kOnednnMinTokens: where oneDNN starts to win on this machine (AVX2, 2
+  // threads, 1B Q4_0, per-run ratios to the fast kernels in alternation: pp32 0.85x, pp64 1.11x, pp128
+  // 1.16x, pp512 1.40x; bench/README.md, "oneDNN in the prefill path").
+  static constexpr int kOnednnMinTokens = 64;
   void set_onednn_min_tokens(int min_tokens) { onednn_min_tokens_ = min_tokens; }
   int onednn_min_tokens() const { return onednn_min_tokens_; }
   // How oneDNN's calls are threaded: slices of rows on our pool, OpenMP limited to one thread per call
