@@ -246,6 +246,7 @@ const std::vector<Key>& keys() {
       {"model", "threads", int_key<int>(TOWERS_FIELD(threads), 0, 1024)},
       {"model", "chat_template", string_key(TOWERS_FIELD(chat_template))},
       {"model", "aliases", read_aliases},
+      {"model", "onednn_prefill", bool_key(TOWERS_FIELD(onednn_prefill))},
       {"server", "socket", [](const toml::node& n, Config& c) { return read_non_empty(n, c.socket_path); }},
       {"server", "socket_group", string_key(TOWERS_FIELD(socket_group))},
       {"server", "socket_mode", read_socket_mode},

@@ -30,6 +30,7 @@ struct Config {
   int threads = 0;                   // 0 = all cores
   std::string chat_template;         // "" = detected from the model
   std::vector<std::string> aliases;  // other names a request's "model" may give (besides the file's)
+  bool onednn_prefill = false;       // steps of >= Forward::kOnednnMinTokens tokens through oneDNN
   // [server]
   std::string socket_path = "/run/towerd/towerd.sock";
   std::string socket_group;          // "" = the daemon's group

@@ -157,6 +157,7 @@ int main(int argc, char** argv) {
            std::string(chat_family_name(state.family)) + ", " + std::to_string(threads_pool.size()) + " threads); state: " +
            std::to_string(state.records) + " records from " + store.path().string() + "; model loaded in " +
            std::to_string(state.load_seconds) + " s, fingerprinted in " + std::to_string(state.fingerprint_seconds) + " s");
+  log_info("prefill kernels: " + state.prefill_kernels);
 
   // Restore: every segment from its file (header checks only) or cold; no model runs before the
   // socket opens. What must be recomputed is built in the background once it is open.

@@ -1,15 +1,29 @@
 #include "daemon/open_state.h"
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "engine/codec/codec.h"
+#include "simd/onednn_matmul.h"
+#include "simd/ops.h"
 
 namespace towers::daemon {
 
 namespace {
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// MemAvailable of /proc/meminfo in bytes (0 when unreadable).
+size_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return static_cast<size_t>(kib) << 10;
+  }
+  return 0;
 }
 }  // namespace
 
@@ -38,6 +52,26 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
   // The fingerprint read every tensor byte back into memory; a server keeps only the packed copies.
   if (options.serving) m.release_packed_sources();
   st->forward = std::make_unique<Forward>(m, *st->threads);
+  st->prefill_kernels = "fast (packed int8 dot products, simd target " + std::string(simd::target_name()) + ")";
+  if (options.serving && cfg.onednn_prefill) {
+    // The int8 copies stay resident beside the packed ones: only when they fit in half of what the
+    // machine has free now (the KV pool's budget is the operator's; this keeps the weights from
+    // pushing it into swap).
+    const size_t need = st->model->int8_copy_bytes_needed(), avail = mem_available_bytes();
+    if (!simd::onednn_available()) {
+      warnings->push_back(std::string("model.onednn_prefill: ") + simd::onednn_describe() + "; prefill stays on the fast kernels");
+    } else if (need > avail / 2) {
+      warnings->push_back("model.onednn_prefill: the int8 copies need " + std::to_string(need >> 20) + " MiB, more than half of "
+                          "MemAvailable (" + std::to_string(avail >> 20) + " MiB); prefill stays on the fast kernels");
+    } else if (Status s = st->model->build_int8_copies(*st->threads); !s.ok()) {
+      warnings->push_back("model.onednn_prefill: " + s.message() + "; prefill stays on the fast kernels");
+    } else {
+      st->forward->set_onednn_min_tokens(Forward::kOnednnMinTokens);
+      st->prefill_kernels = std::string(simd::onednn_describe()) + " for steps of >= " +
+                            std::to_string(Forward::kOnednnMinTokens) + " tokens (int8 copies " +
+                            std::to_string(st->model->int8_copy_bytes() >> 20) + " MiB), else " + st->prefill_kernels;
+    }
+  }
 
   PoolOptions po;
   po.depth = cfg.depth;

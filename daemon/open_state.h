@@ -38,6 +38,7 @@ struct OpenState {
   uint64_t fingerprint = 0;
   double load_seconds = 0, fingerprint_seconds = 0;  // what the start spent on each (logged)
   std::unique_ptr<Forward> forward;
+  std::string prefill_kernels;  // which kernels prefill steps take, for the start-up log
   std::unique_ptr<SegmentPool> pool;
   std::unique_ptr<PromptBuilder> prompts;
   std::unique_ptr<Catalog> catalog;

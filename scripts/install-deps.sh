@@ -23,7 +23,7 @@ PACKAGE=(
 DEV=(
   doctest-dev                    # the unit tests
   clang libclang-rt-14-dev       # libFuzzer targets (-DTOWERS_FUZZ=ON) and sanitizer runtimes
-  libdnnl-dev                    # bench/bench_onednn.cc only: oneDNN as a baseline for our kernels
+  libdnnl-dev                    # optional prefill GEMM (simd/onednn_matmul.cc, [model] onednn_prefill) and bench_onednn
   python3-prometheus-client      # tests/daemon/check_edge_metrics.sh parses /metrics with a real parser
   systemd                        # systemd-analyze: tests/packaging/check_unit_security.sh
   chromium                       # tests/daemon/check_ui.sh loads towerd's page in a real browser (headless)

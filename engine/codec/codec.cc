@@ -466,6 +466,21 @@ struct Start {
   std::vector<float> first_logits;           // all zeros (uniform) when the prefix is empty
 };
 
+// The codec's passes never take the oneDNN prefill kernels: their arithmetic depends on whether a step
+// has enough tokens (Forward::set_onednn_min_tokens), and encoding prefills chunks where decoding goes
+// token by token, so only the fast kernels give both sides the same probabilities (docs/codec.md).
+class WithoutOnednn {
+ public:
+  explicit WithoutOnednn(Forward& f) : f_(f), saved_(f.onednn_min_tokens()) { f.set_onednn_min_tokens(0); }
+  ~WithoutOnednn() { f_.set_onednn_min_tokens(saved_); }
+  WithoutOnednn(const WithoutOnednn&) = delete;
+  WithoutOnednn& operator=(const WithoutOnednn&) = delete;
+
+ private:
+  Forward& f_;
+  int saved_;
+};
+
 Result<Start> make_start(Forward& fwd, const Model& model, std::span<const int32_t> context, int32_t window) {
   const ModelConfig& cfg = model.config();
   Start s;
@@ -623,6 +638,7 @@ Result<std::vector<uint8_t>> Codec::encode_record(Forward& fwd, const CodecStore
                                                   std::span<const int32_t> context, std::span<const int32_t> tokens,
                                                   const CodecOptions& o, CodecStats* stats) const {
   const auto t0 = Clock::now();
+  WithoutOnednn exact(fwd);
   const ModelConfig& cfg = model_.config();
   const int V = cfg.n_vocab;
   const int64_t N = static_cast<int64_t>(tokens.size());
@@ -742,6 +758,7 @@ Result<std::vector<int32_t>> Codec::decode_record(Forward& fwd, const CodecStore
                                                   std::span<const uint8_t> record, const CodecOptions& o,
                                                   CodecStats* stats) const {
   const auto t0 = Clock::now();
+  WithoutOnednn exact(fwd);
   if (Status st = check_store(store, fwd.kernels()); !st) return st;
   if (store.target_tag != codec_target_tag() && !o.any_target) {
     return Status::Error("codec: coded on a CPU with another SIMD target (" + codec_target_name(store.target_tag) +

@@ -9,6 +9,7 @@
 #include "engine/gguf/quant.h"
 #include "simd/attention.h"
 #include "simd/ops.h"
+#include "simd/onednn_matmul.h"
 #include "simd/quant_dot.h"
 
 namespace towers {
@@ -295,6 +296,18 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
     return;
   }
   for (const MatOut& m : mats) weight_bytes_read_ += m.w->bytes();
+  // A oneDNN step: the matrices with an int8 copy go to oneDNN, the rest (a Q6_K attn_v beside Q4_K
+  // q and k) stay below on the fast kernels.
+  std::vector<MatOut> rest;
+  if (onednn_min_tokens_ > 0 && T >= onednn_min_tokens_) {
+    std::vector<MatOut> on;
+    for (const MatOut& m : mats) (m.w->s8 ? on : rest).push_back(m);
+    if (!on.empty()) {
+      matmuls_onednn(on, x, T);
+      if (rest.empty()) return;
+      mats = rest;
+    }
+  }
   // Activation rows are quantized independently of each other, so batching does not change them;
   // all matrices here share one activation layout (same family: 32- or 256-element blocks).
   const size_t stride = (simd::act_bytes(type0, cols) + 63) / 64 * 64;
@@ -327,6 +340,43 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
       }
       const size_t r0 = g0 * G, r1 = std::min(rows, g1 * G);
       if (r0 < r1) simd::gemm_q(t, w.row(r0), w.row_stride(), r1 - r0, act, stride, T, cols, m.y + r0, rows);
+    }
+  });
+}
+
+void Forward::matmuls_onednn(std::span<const MatOut> mats, const float* x, int T) {
+  // One activation quantization for all: the matrices of a call share their row length and group.
+  const size_t cols = static_cast<size_t>(mats[0].w->cols), G = static_cast<size_t>(mats[0].w->s8_group);
+  const size_t groups = cols / G;
+  act8_.resize(cols * T);
+  act8_scales_.resize(groups * T);
+  pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
+    for (size_t t = t0; t < t1; ++t) {
+      simd::onednn_quantize_act(x + t * cols, act8_.data() + t * cols, act8_scales_.data() + t * groups, cols, G);
+    }
+  });
+  if (onednn_omp_) {
+    for (const MatOut& m : mats) {
+      simd::onednn_gemm_omp(m.w->s8, m.w->s8_scales, static_cast<size_t>(m.w->rows), act8_.data(),
+                            act8_scales_.data(), T, cols, G, m.y, static_cast<size_t>(m.w->rows), pool_.size());
+    }
+    return;
+  }
+  // Work units of kRows rows, numbered across the matrices (as matmuls does with 16-row groups): large
+  // enough that oneDNN's per-call packing of the activations stays small beside the multiply.
+  constexpr size_t kRows = 1024;  // measured against 256 and 4096 (docs/numerics.md)
+  size_t units = 0;
+  for (const MatOut& m : mats) units += (static_cast<size_t>(m.w->rows) + kRows - 1) / kRows;
+  pool_.parallel_dynamic(units, [&](size_t u0, size_t u1, int) {
+    size_t base = 0;
+    for (const MatOut& m : mats) {
+      const size_t rows = static_cast<size_t>(m.w->rows), n = (rows + kRows - 1) / kRows;
+      const size_t a = std::max(u0, base), b = std::min(u1, base + n);
+      base += n;
+      for (size_t u = a; u < b; ++u) {  // one call per unit: the same row slices whoever runs them
+        const size_t r0 = (u - (base - n)) * kRows, r1 = std::min(rows, r0 + kRows);
+        simd::onednn_gemm(m.w->s8, m.w->s8_scales, r0, r1, act8_.data(), act8_scales_.data(), T, cols, G, m.y, rows);
+      }
     }
   });
 }

@@ -47,6 +47,23 @@ class Forward {
   };
   Status eval_batch(std::span<const Sequence> batch, std::vector<float>& logits);
 
+  // Prefill through oneDNN's int8 GEMM (simd/onednn_matmul.h): a step of at least `min_tokens` tokens
+  // multiplies the matrices that have an int8 copy (Model::build_int8_copies) with it instead of the
+  // fast kernels; 0 (the default) never. Another arithmetic (7-bit weights, 8-bit activations, one
+  // scale per row or group each; docs/numerics.md, "oneDNN prefill kernels"): a token's logits still
+  // do not depend on the batch or the threads among steps that take it, but a step below the threshold
+  // gives the fast kernels' logits, so the codec turns it off for its passes (docs/codec.md).
+  // Only with Kernels::Fast. kOnednnMinTokens: where oneDNN starts to win on this machine (AVX2, 2
+  // threads, 1B Q4_0, per-run ratios to the fast kernels in alternation: pp32 0.85x, pp64 1.11x, pp128
+  // 1.16x, pp512 1.40x; bench/README.md, "oneDNN in the prefill path").
+  static constexpr int kOnednnMinTokens = 64;
+  void set_onednn_min_tokens(int min_tokens) { onednn_min_tokens_ = min_tokens; }
+  int onednn_min_tokens() const { return onednn_min_tokens_; }
+  // How oneDNN's calls are threaded: slices of rows on our pool, OpenMP limited to one thread per call
+  // (the default, and faster), or one call per matrix on oneDNN's own OpenMP team of pool.size()
+  // threads while the pool's workers idle (kept to measure it: `towerctl bench --onednn-omp`).
+  void set_onednn_openmp(bool on) { onednn_omp_ = on; }
+
   // Benchmarks: when on, eval adds the wall time of every attention() call (one clock read before and
   // after each layer's attention, none inside it) to attention_seconds(). Off by default.
   void set_attention_timing(bool on) { time_attention_ = on; }
@@ -72,6 +89,7 @@ class Forward {
   };
   void matmuls(std::span<const MatOut> mats, const float* x, int T);
   void matmul_f32(const Weight& w, const float* x, int T, float* y);  // dequantize + f32 dot
+  void matmuls_onednn(std::span<const MatOut> mats, const float* x, int T);
   void add_bias(const Weight& b, float* y, int T);
   struct FfnBlock {
     const Weight *gate, *up, *down;
@@ -94,6 +112,10 @@ class Forward {
   std::vector<int32_t> tok_, seq_of_, pos_;
   std::vector<std::vector<KvSpan>> spans_;  // per sequence, for the current layer
   std::vector<uint8_t> act_;  // activations quantized for the fast kernels, [T][act_bytes]
+  std::vector<int8_t> act8_;  // and for oneDNN, [T][cols], with [T][groups] scales
+  std::vector<float> act8_scales_;
+  int onednn_min_tokens_ = 0;
+  bool onednn_omp_ = false;
   // Mixture of experts: router probabilities [T][n_expert], each token's experts and weights by rank
   // [T][n_expert_used], the experts' outputs per (token, rank) [T][n_expert_used][n_embd], one expert's
   // gathered inputs and outputs, the shared expert's gate per token.

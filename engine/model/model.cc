@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "engine/text/tokenizer.h"
+#include "engine/gguf/quant.h"
+#include "simd/onednn_matmul.h"
 #include "simd/quant_dot.h"
 
 namespace towers {
@@ -459,6 +461,85 @@ size_t Model::release_packed_sources() const {
     if (e > b && madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED) == 0) released += e - b;
   }
   return released;
+}
+
+}  // namespace towers
+
+namespace towers {
+
+namespace {
+// A row's copy: its s8 and, per group, one f32 scale (256 elements per group at least).
+size_t int8_bytes_of(const Weight& w, size_t group) {
+  const size_t rows = static_cast<size_t>(w.rows), cols = static_cast<size_t>(w.cols);
+  return rows * cols + rows * (cols / (group ? group : cols)) * sizeof(float);
+}
+}  // namespace
+
+// The matrices build_int8_copies copies: each dense layer matrix whose rows split into whole groups, of
+// a quantized type of fewer than 6.5 bits per weight (Q2_K .. Q5_1, Q5_K, IQ4_*). Not Q6_K or Q8_0:
+// their 7-bit copies would lose more than the file's own quantization (test_onednn measures it);
+// f32/f16/bf16 stay exact. Such matrices keep the fast kernels in a oneDNN step.
+std::vector<Weight*> Model::int8_matrices() {
+  auto worth_it = [](GgmlType t) {
+    return simd::has_quant_dot(static_cast<uint32_t>(t)) && row_bytes(t, 256) * 8 < static_cast<size_t>(6.5 * 256);
+  };
+  std::vector<Weight*> ws;
+  for (LayerWeights& L : layers) {
+    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+      if (*w && worth_it(w->type) && w->cols % 256 == 0) {
+        ws.push_back(w);
+      }
+    }
+  }
+  return ws;
+}
+
+size_t Model::int8_copy_bytes_needed() const {
+  size_t total = 0;
+  for (const Weight* w : const_cast<Model*>(this)->int8_matrices()) {
+    total += int8_bytes_of(*w, kInt8Group);
+  }
+  return total;
+}
+
+Status Model::build_int8_copies(ThreadPool& pool, size_t group) {
+  if (int8_bytes_ > 0) return Status::Ok();
+  if (!simd::onednn_available()) return Status::Error(std::string("int8 prefill copies: ") + simd::onednn_describe());
+  if (group != 0 && group % 256 != 0) return Status::Error("int8 prefill copies: group must be 0 or a multiple of 256");
+  const std::vector<Weight*> ws = int8_matrices();
+  size_t total = 0;
+  for (const Weight* w : ws) {
+    if (group != 0 && w->cols % static_cast<int64_t>(group) != 0) {
+      return Status::Error("int8 prefill copies: a row of " + std::to_string(w->cols) + " does not split into groups of " +
+                           std::to_string(group));
+    }
+    total += int8_bytes_of(*w, group);
+  }
+  if (total == 0) return Status::Ok();
+  int8_store_ = HugeBuffer(total);
+  uint8_t* p = int8_store_.data();
+  std::vector<std::vector<float>> rowbuf(static_cast<size_t>(pool.size()));
+  for (Weight* w : ws) {
+    const size_t rows = static_cast<size_t>(w->rows), cols = static_cast<size_t>(w->cols);
+    const size_t g = group ? group : cols;
+    auto* q = reinterpret_cast<int8_t*>(p);
+    auto* scales = reinterpret_cast<float*>(p + rows * cols);  // rows * cols: a multiple of 256
+    // Rows are quantized independently: the bytes do not depend on the threads.
+    pool.parallel_for(rows, [&](size_t r0, size_t r1, int thread) {
+      std::vector<float>& f = rowbuf[static_cast<size_t>(thread)];
+      f.resize(cols);
+      for (size_t r = r0; r < r1; ++r) {
+        dequantize_row(w->type, w->row(static_cast<int64_t>(r)), f.data(), cols);
+        simd::onednn_quantize_weights(f.data(), q + r * cols, scales + r * (cols / g), cols, g);
+      }
+    });
+    w->s8 = q;
+    w->s8_scales = scales;
+    w->s8_group = static_cast<int64_t>(g);
+    p += int8_bytes_of(*w, group);
+  }
+  int8_bytes_ = total;
+  return Status::Ok();
 }
 
 }  // namespace towers
