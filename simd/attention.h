@@ -1,9 +1,10 @@
 // Attention over quantized KV vectors (simd/kv_quant.h) with an online (streaming) softmax, and the
 // vectorised exp it uses.
 //
-// kv_attend is the inner loop of Forward::attention: the query heads that share one KV head (GQA),
-// over the rows of one span of one KV head, in blocks of kAttnBlock rows counted from the span's first
-// row. Per block it scores every query against the block (kv_dot_many), runs one online-softmax step
+// kv_attend is the inner loop of Forward::attention: the query heads that share one KV head (GQA) --
+// in prefill those of a tile of consecutive tokens, so that each block serves all of them while it is
+// in cache -- over the rows of one span of one KV head, in blocks of kAttnBlock rows counted from the
+// span's first row. Per block it scores every query against the block (kv_dot_many), runs one online-softmax step
 // per query (softmax_block: scale, block max, rescale, exp, sum, in two Highway passes over the
 // L1-resident block) and adds the weighted values. Scores and value sums use the group kernels
 // (kv_dot_group, kv_accumulate_group; four queries per pass): each K/V vector is read from memory and

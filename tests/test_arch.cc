@@ -368,3 +368,74 @@ TEST_CASE("phi3 and the mixtures of experts: the traits as loaded, and bad exper
   w.set_u32("qwen3moe.expert_gating_func", 2);
   CHECK(load_error(w, "arch-qwen3moe-bad.gguf").find("expert_gating_func = 2 is not supported") != std::string::npos);
 }
+
+// Forward::attention's tiles (a tile's query rows read each KV block together): a row's result must not
+// depend on the tile size, on which tile or thread computed it, or on prefilling vs decoding one token
+// at a time (the cold-tier codec encodes with the one and decodes with the other). Untiled (tiles of
+// one row, one thread) is the reference: every other way must give its bits. Prompts of 300 tokens:
+// two whole attention blocks of 128 and a ragged tail; tiles of 7 rows end mid-block; GQA in every
+// shape; windows of 5 (gemma2: soft-caps too; phi3) cut every tile, gemma3-w200's window cuts some tiles
+// and not others, and its sixth layer is global. A tower of Q4 and Q8 segments checks the quantized
+// spans, which must also stay within the quantization's drift of the F32 logits.
+TEST_CASE("attention tiles: any tile size, thread count or token-by-token decode gives the untiled bits") {
+  constexpr int kTokens = 300;
+  for (const char* shape : {"tiny", "tiny-gemma2", "tiny-phi3", "tiny-gemma3-w200"}) {
+    const std::string shape_name = shape;
+    CAPTURE(shape_name);
+    auto model = load(synth_file(shape, "q8_0"));
+    const ModelConfig& c = model->config();
+    REQUIRE(c.n_head > c.n_head_kv);  // GQA
+    std::vector<int32_t> ids;
+    for (int i = 0; i < kTokens; ++i) ids.push_back((17 + 31 * i) % c.n_vocab);
+    auto prefill = [&](int threads, int tile_rows, KvCache& cache, std::span<const int32_t> part) {
+      ThreadPool pool(threads);
+      Forward fwd(*model, pool);
+      fwd.set_attention_tile_rows(tile_rows);
+      return test::eval_all(fwd, cache, part);
+    };
+    DenseKvCache untiled_cache(c, kTokens);
+    const std::vector<float> untiled = prefill(1, 1, untiled_cache, ids);
+    for (auto [threads, tile_rows] : {std::pair{2, 0}, std::pair{1, 0}, std::pair{2, 7}, std::pair{2, 128}}) {
+      CAPTURE(threads);
+      CAPTURE(tile_rows);
+      DenseKvCache cache(c, kTokens);
+      const std::vector<float> tiled = prefill(threads, tile_rows, cache, ids);
+      REQUIRE(tiled.size() == untiled.size());
+      CHECK(std::memcmp(tiled.data(), untiled.data(), tiled.size() * sizeof(float)) == 0);
+    }
+    {  // the first 40 tokens in one step, then one token at a time
+      ThreadPool pool(2);
+      Forward fwd(*model, pool);
+      DenseKvCache cache(c, kTokens);
+      std::vector<float> logits = test::eval_all(fwd, cache, std::span<const int32_t>(ids.data(), 40));
+      int same = 0;
+      for (int i = 40; i < kTokens; ++i) {
+        REQUIRE(fwd.eval(cache, std::span<const int32_t>(&ids[i], 1), Logits::Last, logits).ok());
+        same += std::memcmp(logits.data(), &untiled[size_t(i) * c.n_vocab], c.n_vocab * sizeof(float)) == 0;
+      }
+      CHECK(same == kTokens - 40);
+    }
+    // Segments of 140 (Q4) and 90 (Q8) tokens, then the last 70 prefilled over them.
+    std::vector<float> quantized[2];
+    for (int v = 0; v < 2; ++v) {
+      const int tile_rows = v == 0 ? 1 : 0;
+      Tower tower(c, {}, kTokens);
+      const int cuts[] = {0, 140, 230};
+      const KvQuant formats[] = {KvQuant::Q4, KvQuant::Q8};
+      for (int s = 0; s < 2; ++s) {
+        const std::span<const int32_t> part(ids.data() + cuts[s], cuts[s + 1] - cuts[s]);
+        prefill(v == 0 ? 1 : 2, tile_rows, tower, part);
+        REQUIRE(tower.seal_tail({part.begin(), part.end()}, formats[s], 20 + s) != nullptr);
+      }
+      quantized[v] = prefill(v == 0 ? 1 : 2, tile_rows, tower, std::span<const int32_t>(ids.data() + 230, 70));
+    }
+    CHECK(std::memcmp(quantized[0].data(), quantized[1].data(), quantized[0].size() * sizeof(float)) == 0);
+    const std::vector<float> f32_rest(untiled.end() - quantized[1].size(), untiled.end());
+    double ref_max = 0;
+    for (float x : f32_rest) ref_max = std::max(ref_max, double(std::abs(x)));
+    const double drift = test::max_abs_diff(quantized[1], f32_rest);
+    MESSAGE(shape_name << ": Q4+Q8 tower max|dlogit| " << drift << " of max|logit| " << ref_max);
+    CHECK(drift > 0);                 // the quantized spans were read
+    CHECK(drift <= 0.25 * ref_max);   // and they are the same tokens' keys and values
+  }
+}

@@ -417,13 +417,26 @@ void Forward::rope(float* vecs, int T, int n_heads, int layer) {
 // Causal attention of the T new queries over every row of their own sequence's cache at a position
 // <= the query's, walking the cache's spans in place with an online (streaming) softmax
 // (simd::kv_attend). Scores and value sums are computed straight from each span's format (no dense
-// copy of a quantized cache). One work unit is one (token, KV head): the query heads sharing that KV
-// head read each block of it once. Units are handed out in a zigzag order over the tokens (first,
-// last, second, second to last, ...) so that with a causal mask every contiguous chunk of units, i.e.
-// every thread, gets about the same number of cached rows; the split never changes a result.
+// copy of a quantized cache).
+// Tiles (prefill of long prompts): one work unit is one (tile, KV head), a tile being up to R
+// consecutive tokens of one sequence (R * group ~ kAttentionTileQueries query heads). The tile's query
+// heads go through each block of kAttnBlock rows together, so a block is read from memory (and
+// decoded, for quantized formats) once per tile instead of once per token: a 4096-token prompt read
+// its whole cache once per token, from L3 or DRAM, where now a block is used by the tile's 64
+// queries while it is in L1/L2. Each query takes the same steps in the same order as alone: the
+// blocks every row of the tile has in full (rows [first, first + full_r), full_r a multiple of
+// kAttnBlock) in kv_attend calls over the tile's rows that have them (a suffix of the tile: ends
+// ascend with positions), then its own last partial block alone. kv_attend gives a query the same
+// bits whatever the other queries of the call and however the rows are split at multiples of
+// kAttnBlock, so a row's result does not depend on the tile size, its tile or the thread: prefill
+// and token-by-token decode (tiles of one) stay bit-identical.
+// Units are handed out in a zigzag order over the tiles (first, last, second, second to last, ...)
+// so that with a causal mask every contiguous chunk of units, i.e. every thread, gets about the same
+// number of cached rows; the split never changes a result.
 // A windowed layer (sliding_window) sees only the rows acting at positions qpos - window + 1 .. qpos:
 // the window is a mask on acting positions, so it holds across the spans of a tower as it does in
-// one dense cache (docs/towers.md, "Sliding windows").
+// one dense cache (docs/towers.md, "Sliding windows"). Where the window cuts a span at different rows
+// for the rows of a tile, their blocks start at different rows, so each row walks the span alone.
 void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
   const int hd = cfg_.head_dim;
   const int n_kv = cfg_.n_head_kv;
@@ -434,49 +447,86 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
   for (size_t s = 0; s < batch.size(); ++s) {
     batch[s].cache->spans(layer, static_cast<int32_t>(batch[s].tokens.size()), spans_[s]);
   }
-  pool_.parallel_dynamic(size_t(T) * n_kv, [&](size_t i0, size_t i1, int thread) {
+  const int R = tile_rows_ > 0 ? tile_rows_ : std::max(1, kAttentionTileQueries / group);
+  tiles_.clear();
+  for (int t = 0; t < T;) {
+    int n = 1;
+    while (n < R && t + n < T && seq_of_[t + n] == seq_of_[t]) ++n;
+    tiles_.push_back({t, n});
+    t += n;
+  }
+  const size_t n_tiles = tiles_.size();
+  pool_.parallel_dynamic(n_tiles * n_kv, [&](size_t i0, size_t i1, int thread) {
     std::vector<float>& buf = scratch_[thread];
-    const size_t need = size_t(group) * (2 + 2 * size_t(hd));
+    const size_t nq_max = size_t(R) * group;
+    const size_t need = nq_max * (2 + 3 * size_t(hd));
     if (buf.size() < need) buf.resize(need);
     float* m = buf.data();
-    float* l = m + group;
-    float* acc = l + group;                 // [group][hd]
-    float* qs = acc + size_t(group) * hd;  // the group's queries as one span needs them
+    float* l = m + nq_max;
+    float* acc = l + nq_max;                // [row][group][hd]
+    float* qt = acc + nq_max * hd;          // the tile's queries of this KV head, [row][group][hd]
+    float* qs = qt + nq_max * hd;           // the same as one span needs them (RoPE shift, key scales)
     for (size_t i = i0; i < i1; ++i) {
       const size_t k = i / n_kv;
       const int kvh = static_cast<int>(i % n_kv);
-      const int t = k % 2 == 0 ? static_cast<int>(k / 2) : T - 1 - static_cast<int>(k / 2);
-      const int32_t qpos = pos_[t];
-      const float* q = &q_[(size_t(t) * cfg_.n_head + size_t(kvh) * group) * hd];
-      std::fill(m, m + group, -INFINITY);
-      std::fill(l, l + group, 0.0f);
-      std::fill(acc, acc + size_t(group) * hd, 0.0f);
-      for (const KvSpan& s : spans_[seq_of_[t]]) {
-        const int32_t end = std::min<int32_t>(s.n, qpos - s.pos0 + 1);  // causal
-        const int32_t first = window > 0 ? std::max<int32_t>(0, qpos - window + 1 - s.pos0) : 0;
-        if (end <= first) continue;
-        const float* qv = q;
+      const AttentionTile& tile = tiles_[k % 2 == 0 ? k / 2 : n_tiles - 1 - k / 2];
+      const int rows = tile.n, nq = rows * group;
+      for (int r = 0; r < rows; ++r) {
+        const float* q = &q_[(size_t(tile.t0 + r) * cfg_.n_head + size_t(kvh) * group) * hd];
+        std::copy(q, q + size_t(group) * hd, qt + size_t(r) * group * hd);
+      }
+      std::fill(m, m + nq, -INFINITY);
+      std::fill(l, l + nq, 0.0f);
+      std::fill(acc, acc + size_t(nq) * hd, 0.0f);
+      for (const KvSpan& s : spans_[seq_of_[tile.t0]]) {
+        // Row r of the tile attends to span rows [first(r), end(r)); both ascend with r.
+        auto end = [&](int r) { return std::min<int32_t>(s.n, pos_[tile.t0 + r] - s.pos0 + 1); };  // causal
+        auto first = [&](int r) {
+          return window > 0 ? std::max<int32_t>(0, pos_[tile.t0 + r] - window + 1 - s.pos0) : 0;
+        };
+        if (end(rows - 1) <= first(0)) continue;
+        const float* qv = qt;
         if (s.rope_delta != 0 || s.k_scale) {
-          std::copy(q, q + size_t(group) * hd, qs);
+          std::copy(qt, qt + size_t(nq) * hd, qs);
           // q·R(p_k)k depends on p_q - p_k only: using rows computed rope_delta positions earlier
           // than they act is the same as rotating the query back by rope_delta.
-          if (s.rope_delta != 0) rope_.rotate(qs, group, -static_cast<float>(s.rope_delta), layer);
+          if (s.rope_delta != 0) rope_.rotate(qs, nq, -static_cast<float>(s.rope_delta), layer);
           if (s.k_scale) {
             const float* cs = s.k_scale + size_t(kvh) * hd;
-            for (int g = 0; g < group; ++g) {
+            for (int g = 0; g < nq; ++g) {
               for (int e = 0; e < hd; ++e) qs[size_t(g) * hd + e] *= cs[e];
             }
           }
           qv = qs;
         }
-        const size_t row0 = size_t(first) * s.row_bytes + size_t(kvh) * s.head_bytes;
-        simd::kv_attend(s.format, qv, group, s.k + row0, s.v + row0, s.row_bytes, end - first, hd, scale, m, l, acc,
-                        cfg_.attn_softcap);
+        // kv_attend over span rows [from, to) for the queries of tile rows r0 .. r0 + n_rows - 1.
+        auto attend = [&](int r0, int n_rows, int32_t from, int32_t to) {
+          const size_t at = size_t(r0) * group, row0 = size_t(from) * s.row_bytes + size_t(kvh) * s.head_bytes;
+          simd::kv_attend(s.format, qv + at * hd, n_rows * group, s.k + row0, s.v + row0, s.row_bytes, to - from,
+                          hd, scale, m + at, l + at, acc + at * hd, cfg_.attn_softcap);
+        };
+        const bool shared = first(0) == first(rows - 1);  // every row's blocks start at the same row
+        auto full = [&](int r) {  // rows of row r's whole blocks (0 when the tile does not share them)
+          return shared ? std::max<int32_t>(0, end(r) - first(r)) / simd::kAttnBlock * simd::kAttnBlock : 0;
+        };
+        int32_t done = 0;  // whole-block rows every row from r on has been through
+        for (int r = 0; r < rows && shared; ++r) {
+          if (full(r) > done) {
+            attend(r, rows - r, first(r) + done, first(r) + full(r));
+            done = full(r);
+          }
+        }
+        for (int r = 0; r < rows; ++r) {
+          if (end(r) > first(r) + full(r)) attend(r, 1, first(r) + full(r), end(r));
+        }
       }
-      for (int g = 0; g < group; ++g) {
-        float* out = &att_[(size_t(t) * cfg_.n_head + size_t(kvh) * group + g) * hd];
-        const float* a = acc + size_t(g) * hd;
-        for (int e = 0; e < hd; ++e) out[e] = a[e] / l[g];
+      for (int r = 0; r < rows; ++r) {
+        for (int g = 0; g < group; ++g) {
+          float* out = &att_[(size_t(tile.t0 + r) * cfg_.n_head + size_t(kvh) * group + g) * hd];
+          const float* a = acc + (size_t(r) * group + g) * hd;
+          const float lg = l[size_t(r) * group + g];
+          for (int e = 0; e < hd; ++e) out[e] = a[e] / lg;
+        }
       }
     }
   });

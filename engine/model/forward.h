@@ -70,6 +70,12 @@ class Forward {
   double attention_seconds() const { return attention_s_; }
   void reset_attention_seconds() { attention_s_ = 0; }
 
+  // Query rows per prefill attention tile (attention()): consecutive tokens of one sequence that read
+  // each block of a KV head once for all of their query heads. 0 (the default): kAttentionTileQueries
+  // query heads per tile. Any value gives the same bits (tests compare 1, the untiled walk, with others).
+  static constexpr int kAttentionTileQueries = 64;
+  void set_attention_tile_rows(int rows) { tile_rows_ = rows; }
+
   // Bytes of weights read since the last reset: every matrix a step multiplies by, once per step
   // whatever its number of tokens (a mixture of experts: only the experts some token chose), and one
   // embedding row per token. Divided by the decode steps, the bytes a token streams from memory.
@@ -111,6 +117,11 @@ class Forward {
   // Per token of the current batch: its id, its sequence, its position.
   std::vector<int32_t> tok_, seq_of_, pos_;
   std::vector<std::vector<KvSpan>> spans_;  // per sequence, for the current layer
+  struct AttentionTile {
+    int32_t t0, n;  // tokens [t0, t0 + n) of one sequence
+  };
+  std::vector<AttentionTile> tiles_;  // the current batch's attention tiles, in zigzag order
+  int tile_rows_ = 0;
   std::vector<uint8_t> act_;  // activations quantized for the fast kernels, [T][act_bytes]
   std::vector<int8_t> act8_;  // and for oneDNN, [T][cols], with [T][groups] scales
   std::vector<float> act8_scales_;

@@ -35,6 +35,10 @@ const std::vector<SynthShape>& synth_shapes() {
        0.2f, 0.5f},
       {"tiny-gemma3", "gemma3", 64, 6, 4, 2, 128, 512, 2048, 1000000.0f, true, 0.0f, "generated", 32, 5, 0, 0, 8.0f,
        0.2f, 0.5f},
+      // The attention tile tests' (tests/test_arch.cc): gemma3's five windowed layers and one global one, with
+      // a window longer than a tile and than an attention block, so that it cuts some tiles and not others.
+      {"tiny-gemma3-w200", "gemma3", 64, 6, 4, 2, 128, 512, 2048, 1000000.0f, true, 0.0f, "generated", 32, 200, 0, 0,
+       0, 0.2f, 0.5f},
       // Phi-3 and the mixtures of experts: real shapes (bench) and the reference tests' tiny ones (8 experts,
       // 2 or 3 chosen, so that every token's routing differs; phi3 with a window of 5, LongRoPE whose
       // original context 16 is shorter than the test's sequences (so the long factors apply), and 12 of
