@@ -395,7 +395,8 @@ TEST_CASE("attention tiles: any tile size, thread count or token-by-token decode
     };
     DenseKvCache untiled_cache(c, kTokens);
     const std::vector<float> untiled = prefill(1, 1, untiled_cache, ids);
-    for (auto [threads, tile_rows] : {std::pair{2, 0}, std::pair{1, 0}, std::pair{2, 7}, std::pair{2, 128}}) {
+    for (const auto& run : {std::pair{2, 0}, std::pair{1, 0}, std::pair{2, 7}, std::pair{2, 128}}) {
+      const int threads = run.first, tile_rows = run.second;  // named: clang 14 refuses CAPTURE of a binding
       CAPTURE(threads);
       CAPTURE(tile_rows);
       DenseKvCache cache(c, kTokens);

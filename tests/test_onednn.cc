@@ -119,9 +119,11 @@ TEST_CASE("oneDNN prefill tracks the reference kernels, and the f16 model as clo
   std::vector<int32_t> ids(48);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(1 + (i * 37) % 900);
   const std::vector<float> f16 = logits_all(*synth("f16"), pool, 0, ids);  // same seed: the same weights
-  for (const auto& [type, group] : std::vector<std::pair<std::string, size_t>>{
+  for (const auto& run : std::vector<std::pair<std::string, size_t>>{
            {"q4_0", Model::kInt8Group}, {"q4_k_m", Model::kInt8Group}, {"q5_k_m", Model::kInt8Group},
            {"iq4_nl", Model::kInt8Group}, {"q4_0", 256}, {"q4_k_m", 256}}) {
+    const std::string& type = run.first;  // named: clang 14 refuses CAPTURE of a structured binding
+    const size_t group = run.second;
     CAPTURE(type);
     CAPTURE(group);
     auto model = synth(type);
