@@ -57,6 +57,7 @@ expect_error 404 endpoint_not_found null http://localhost/v1/nothing-here
 
 # Other codes.
 expect_error 400 invalid_request_error null "$chat" -d '{"messages": [}'
+expect_error 400 invalid_request_error null "$chat" -d '{"messages": 1e6666}'  # a number past double (api_fuzz)
 expect_error 400 invalid_request_error temperature "$chat" -d "{$msg,\"temperature\":\"hot\"}"
 expect_error 400 invalid_request_error level -X PUT http://localhost/v1/segments/x -d '{"level":"galaxy","text":"x"}'
 expect_error 409 conflict null -X DELETE http://localhost/v1/segments/plat
