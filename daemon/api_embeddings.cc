@@ -103,17 +103,18 @@ ApiStatus handle_embeddings(Service& svc, const HttpRequest& req, HttpResponder&
   if (ApiStatus e = parse_inputs(svc, body, &inputs); !e.ok()) return e;
   if (!svc.forward) return ApiStatus(Status::Unavailable("embeddings need the model thread, which is not running"), "");
   return answer_offloaded(svc, out, [&svc, inputs = std::move(inputs), format, d](HttpResponder& o) -> ApiStatus {
+    // One model-thread turn per input, not one for all: the streams get their steps between inputs.
     std::vector<std::vector<float>> vectors;
-    Status st = svc.scheduler.run([&]() -> Status {
-      for (const auto& tokens : inputs) {
+    for (const auto& tokens : inputs) {
+      Status st = svc.scheduler.run([&]() -> Status {
         DenseKvCache cache(svc.model.config(), static_cast<int32_t>(tokens.size()));
         std::vector<float> rows;
         if (Status e = svc.forward->eval(cache, tokens, Logits::Hidden, rows); !e.ok()) return e;
         vectors.push_back(mean_normalised(rows, d));
-      }
-      return Status::Ok();
-    });
-    if (!st.ok()) return ApiStatus(st, "");
+        return Status::Ok();
+      });
+      if (!st.ok()) return ApiStatus(st, "");
+    }
     json data = json::array();
     size_t prompt_tokens = 0;
     for (size_t i = 0; i < vectors.size(); ++i) {
