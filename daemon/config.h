@@ -81,7 +81,7 @@ struct Config {
   int max_segment_chars = 256 * 1024;
   int max_batch = 8;                 // sequences decoded together in one step
   int prefill_chunk = 256;           // prompt tokens evaluated per step (beside the decodes)
-  double decode_slowdown = 1.6;      // beside decodes, a step takes at most this many times their time alone
+  double decode_slowdown = 1.35;     // beside decodes, a step takes at most this many times their time alone
   int prompt_cache_segments = 256;   // sealed prompts of session-less requests kept for reuse
 
   std::filesystem::path source;      // the file it came from ("" = defaults only)
