@@ -1,7 +1,5 @@
 #include "daemon/version.h"
 
-#include <cstring>
-
 #include "simd/ops.h"
 #include "simd/quant_dot.h"
 
@@ -19,11 +17,10 @@ const char* release_version() { return TOWERS_VERSION; }
 const char* git_commit() { return TOWERS_GIT_COMMIT; }
 
 std::string version_text(const std::string& program) {
-  const char* quant = simd::quant_dot_target();
+  // "+sdot": the packed int8 kernels use the Armv8.2 dot product (simd/quant_dot.h).
+  const std::string quant = std::string(simd::quant_dot_target()) + (simd::packed_dotprod() ? "+sdot" : "");
   const char* f32 = simd::target_name();
-  std::string simd_line = std::strcmp(quant, f32) == 0
-                              ? std::string(quant)
-                              : std::string(quant) + " (quantized matmuls), " + f32 + " (f32 kernels)";
+  std::string simd_line = quant == f32 ? quant : quant + " (quantized matmuls), " + f32 + " (f32 kernels)";
   return program + " " + release_version() + "\ncommit " + git_commit() + "\nSIMD " + simd_line;
 }
 

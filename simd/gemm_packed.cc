@@ -12,7 +12,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/gemm_packed.cc"
@@ -20,6 +26,7 @@
 #include <hwy/highway.h>
 #include <hwy/cache_control.h>
 
+#include "simd/gemm_packed_sdot-inl.h"
 #include "simd/gemm_packed_vnni-inl.h"
 #include "simd/quant_dot-inl.h"
 #include "simd/quant_layout.h"
@@ -288,6 +295,9 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
   using V32 = hn::Vec<decltype(d32)>;
   constexpr size_t kGB = kPackRows * packed_block_bytes(kType);
   // Exact int32 sums of slice sl of block b (blk) for every token (the target's best kernel).
+#if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+  const bool sdot = packed_dotprod();  // read once per group: a setting, not per block
+#endif
   auto block_sums = [&](const uint8_t* HWY_RESTRICT blk, size_t sl, size_t b, TOWERS_V8(s), TOWERS_V8(m)) {
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = hn::Zero(d32);
     m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = s0;
@@ -295,6 +305,14 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
     if constexpr (kVnni<kType>) {
       PackedSumsVnni<kType, R>(d32, blk, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
       return;
+    }
+#endif
+#if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+    if constexpr (kSdot<kType>) {
+      if (sdot) {
+        PackedSumsSdot<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+        return;
+      }
     }
 #endif
     PackedSums<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
@@ -425,6 +443,25 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace towers::simd {
+namespace {
+std::atomic<bool> g_dotprod_allowed{true};
+
+bool cpu_has_dotprod() {
+#if defined(__aarch64__) && defined(__linux__)
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+void set_packed_dotprod(bool allowed) { g_dotprod_allowed.store(allowed, std::memory_order_relaxed); }
+
+bool packed_dotprod() {
+  static const bool has = cpu_has_dotprod();
+  return has && g_dotprod_allowed.load(std::memory_order_relaxed);
+}
+
 HWY_EXPORT(GemmPacked);
 HWY_EXPORT(QuantDotTarget);
 

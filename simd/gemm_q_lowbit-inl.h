@@ -54,11 +54,15 @@ HWY_INLINE hn::Vec<D16> Iq4Values(D16 d16, hn::Vec<hn::Rebind<uint8_t, D16>> idx
     TOWERS_LB_MAC(i)                                                                             \
   }
 #define TOWERS_LB_MACS_ALT TOWERS_EACH_R(TOWERS_LB_MAC_ALT)
-// Folds (t0, v0) into (s0, u0) at the end of a block.
+// Folds (t0, v0) into (s0, u0) at the end of a block, lane by lane: both pairs hold the same
+// elements' products in the same lanes, so the sums are those of one pair. (Rearranging each pair
+// first and then the sum again is the same only where RearrangeToOddPlusEven adds lane by lane, as
+// on x86; on NEON it pairs lanes, and a second one moved the sums to other lanes: T = 1 then gave
+// other bits than T = 5 after the f32 steps.)
 #define TOWERS_LB_FOLD                                                                          \
   if constexpr (R == 1) {                                                                        \
-    s0 = hn::Add(hn::RearrangeToOddPlusEven(s0, u0), hn::RearrangeToOddPlusEven(t0, v0));       \
-    u0 = hn::Zero(d32);                                                                          \
+    s0 = hn::Add(s0, t0);                                                                        \
+    u0 = hn::Add(u0, v0);                                                                        \
   }
 // After block b: acc_i += (scale * d_x) * (row i's exact int32 sums s_i + u_i).
 #define TOWERS_LB_ACC1(acc, s, u, scale, i)                                                         \

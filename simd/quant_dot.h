@@ -96,6 +96,9 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // Per (row, token) the kernel sums exact int32 products per block and adds (int32 sum as f32) *
 // (d_w * d_x) into an f32 accumulator block after block: the result does not depend on T, on the
 // group range of the call or on the thread (it differs from gemm_q's rounding).
+// On aarch64 CPUs with the Armv8.2 dot product (HWCAP_ASIMDDP), Highway's NEON target runs Q4_0,
+// Q8_0, Q4_K and Q6_K with sdot (gemm_packed_sdot-inl.h): one instruction per 4 int8 products per
+// row, weight bytes paired per row as for VNNI, the same exact int32 sums, so the same bits.
 constexpr size_t kPackRows = 16;
 // True for the types with a packed layout (Q4_0, Q8_0, Q4_K, Q6_K).
 bool has_packed(uint32_t weight_type);
@@ -107,5 +110,9 @@ void pack_rows(uint32_t weight_type, const void* w, size_t row_stride, size_t gr
 // packed points at the first group of the call; act as for gemm_q.
 void gemm_packed(uint32_t weight_type, const void* packed, size_t groups, const void* act,
                  size_t act_stride, size_t T, size_t n, float* y, size_t ldy);
+// Whether the packed kernels use sdot now: the CPU has it (aarch64 Linux, HWCAP_ASIMDDP) and it is
+// allowed (the default). Tests turn it off to compare the two paths; the sums are the same integers.
+bool packed_dotprod();
+void set_packed_dotprod(bool allowed);
 
 }  // namespace towers::simd

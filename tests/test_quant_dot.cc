@@ -381,6 +381,8 @@ TEST_CASE("quant_dot: every compiled target") {
   towers::test::for_each_target([&](int64_t target) {
     CHECK(std::string(simd::quant_dot_target()) == hwy::TargetName(target));
     for (GgmlType t : kTypes) {
+      const std::string type_name(ggml_type_name(t));
+      CAPTURE(type_name);
       const size_t n = block_elems(t) == 256 ? 3 * 256 : 67 * 32;
       const size_t rows = 5, T = 5;
       auto ws = randn(rng, rows * n, 0.1f);
@@ -665,4 +667,53 @@ TEST_CASE("quant_dot packed: bit-identical across x86 targets") {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// aarch64 with the Armv8.2 dot product: Highway's NEON target sums with sdot (gemm_packed_sdot-inl.h)
+// or, turned off, with the int16 madd kernels of every other target: the same integers, so the
+// same bits, for every T (1..4 tokens per unpacked block, tiles) and group split. qemu-aarch64's
+// default CPU has dotprod, so the ARM64 leg of CI runs this (scripts/test-arm64.sh).
+TEST_CASE("quant_dot packed: NEON with and without sdot") {
+  PackedScope scope;
+  struct Restore {
+    ~Restore() {
+      simd::set_packed_dotprod(true);
+      hwy::SetSupportedTargetsForTest(0);
+    }
+  } restore;
+  simd::set_packed_dotprod(true);
+  if (!simd::packed_dotprod()) {
+    MESSAGE("not an aarch64 CPU with the dot product: no sdot kernels to compare");
+    return;
+  }
+  bool neon = false;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) neon = neon || target == HWY_NEON;
+  REQUIRE_MESSAGE(neon, "Highway's NEON target is not compiled or not supported here");
+  hwy::SetSupportedTargetsForTest(HWY_NEON);
+  REQUIRE(std::string(simd::quant_dot_target()) == hwy::TargetName(HWY_NEON));
+  std::mt19937 rng(4321);
+  for (GgmlType t : kPackedTypes) {
+    const std::string type_name(ggml_type_name(t));
+    CAPTURE(type_name);
+    const size_t n = block_elems(t) == 256 ? 3 * 256 : 37 * 32, rows = 48, T = 11;
+    auto ws = randn(rng, rows * n, 0.1f);
+    for (size_t i = 0; i < n; ++i) ws[7 * n + i] += 0.05f;  // large mins / positive offsets
+    for (size_t i = 0; i < n; ++i) ws[20 * n + i] *= 30.f;  // saturated codes
+    const Weights w = make_weights(t, ws, rows, n);
+    auto xs = randn(rng, T * n);
+    for (size_t i = 0; i < n; ++i) xs[4 * n + i] = -std::fabs(xs[4 * n + i]) - 0.2f;  // all -127..
+    const Acts a = make_acts(t, xs, T, n);
+    simd::set_packed_dotprod(true);
+    const auto with_sdot = gemm(t, w, a, 0, rows, 0, T);
+    check_against_references(t, w, a);
+    simd::set_packed_dotprod(false);
+    REQUIRE_FALSE(simd::packed_dotprod());
+    const auto without = gemm(t, w, a, 0, rows, 0, T);
+    CHECK(std::memcmp(with_sdot.data(), without.data(), with_sdot.size() * sizeof(float)) == 0);
+    simd::set_packed_dotprod(true);
+    for (size_t ti : {size_t{0}, size_t{5}, T - 1}) {
+      const auto one = gemm(t, w, a, 16, 32, ti, 1);
+      CHECK(std::memcmp(one.data(), with_sdot.data() + ti * rows + 16, 32 * sizeof(float)) == 0);
+    }
+  }
 }

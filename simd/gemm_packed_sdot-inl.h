@@ -1,0 +1,168 @@
+// The packed kernels' exact int32 block sums with the Armv8.2 dot product (sdot), included by
+// gemm_packed.cc for Highway's NEON target on aarch64 and used where the CPU has it (HWCAP_ASIMDDP;
+// simd::packed_dotprod()). Highway's SVE targets keep the int16 madd kernels.
+//
+// Inline assembly, because Highway 1.0.3 has no int8 dot product into int32 lanes (later releases
+// added SumOfMulQuadAccumulate), and the intrinsic (vdotq_laneq_s32) needs its caller compiled for
+// +dotprod, which the NEON target must not be: it also runs on Armv8.0 cores. The `.arch` line in
+// the asm lets the assembler take the instruction (`.arch_extension dotprod` is refused by Debian 12's
+// binutils); it names a superset of what the compiler emits for the NEON target (armv8-a+crypto), so
+// later code in the file assembles as before. The caller checks the CPU before any sdot runs.
+//
+// Every sum is the same integer as PackedSums computes with Highway's int16 madd, so the results are
+// the same bits (test "quant_dot packed: NEON with and without sdot").
+#if defined(TOWERS_SIMD_GEMM_PACKED_SDOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef TOWERS_SIMD_GEMM_PACKED_SDOT_INL_H_
+#undef TOWERS_SIMD_GEMM_PACKED_SDOT_INL_H_
+#else
+#define TOWERS_SIMD_GEMM_PACKED_SDOT_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include "simd/quant_dot-inl.h"
+#include "simd/quant_layout.h"
+
+#if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+#include <arm_neon.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace towers::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+using namespace qd;  // NOLINT
+
+template <GgmlType kType>
+constexpr bool kSdot = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K || kType == kQ6_K;
+
+// acc (int32 lane r) += the 4 int8 products of w's lane r with x's 4-byte group kGroup.
+template <int kGroup>
+HWY_INLINE int32x4_t Sdot(int32x4_t acc, uint8x16_t w, int8x16_t x) {
+  asm(".arch armv8.2-a+dotprod+crypto\n\tsdot %0.4s, %1.16b, %2.4b[%3]"
+      : "+w"(acc)
+      : "w"(w), "w"(x), "n"(kGroup));
+  return acc;
+}
+// 16 consecutive activations x against four weight vectors whose lanes hold, per row, the weights
+// of x's 4-byte groups 0, 1, 2 and 3. (Weights as unsigned bytes: every code here is < 128 or,
+// for Q8_0, the int8 itself; sdot reads both operands as signed.)
+HWY_INLINE int32x4_t Dot16(int32x4_t acc, uint8x16_t w0, uint8x16_t w1, uint8x16_t w2, uint8x16_t w3,
+                           const int8_t* HWY_RESTRICT x) {
+  const int8x16_t xv = vld1q_s8(x);
+  return Sdot<3>(Sdot<2>(Sdot<1>(Sdot<0>(acc, w0, xv), w1, xv), w2, xv), w3, xv);
+}
+// Lane r = the 2 bytes of row r of the slice in chunk p, then its 2 bytes in chunk p + 1 (32 bytes
+// on): elements 2p..2p+3 of the row's element run.
+HWY_INLINE uint8x16_t PairChunks(const uint8_t* HWY_RESTRICT chunk) {
+  const uint16x4_t a = vreinterpret_u16_u8(vld1_u8(chunk)), b = vreinterpret_u16_u8(vld1_u8(chunk + 32));
+  return vreinterpretq_u8_u16(vcombine_u16(vzip1_u16(a, b), vzip2_u16(a, b)));
+}
+// Lane r = row r's 2 bytes of one chunk, twice.
+HWY_INLINE uint8x16_t DupChunk(const uint8_t* HWY_RESTRICT chunk) {
+  const uint16x4_t a = vreinterpret_u16_u8(vld1_u8(chunk));
+  return vreinterpretq_u8_u16(vcombine_u16(vzip1_u16(a, a), vzip2_u16(a, a)));
+}
+
+// Exact int32 sums of one 4-row slice (rows sl..sl+3) of packed block b, as PackedSums.
+template <GgmlType kType, size_t R, class D32, class V32>
+HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, const ActRow* A,
+                               size_t b, TOWERS_V8(s), TOWERS_V8(m)) {
+  static_assert(std::is_same_v<decltype(V32().raw), int32x4_t>, "one 4-row slice per vector");
+  const size_t e = b * act_block(kType);
+  const auto z = hn::Zero(d32);
+  s0 = z, s1 = z, s2 = z, s3 = z, s4 = z, s5 = z, s6 = z, s7 = z;
+  m0 = z, m1 = z, m2 = z, m3 = z, m4 = z, m5 = z, m6 = z, m7 = z;
+  const int32x4_t zero = vdupq_n_s32(0);
+  const uint8x16_t k0F = vdupq_n_u8(0x0F);
+  if constexpr (kType == kQ8_0) {
+    const uint8_t* HWY_RESTRICT qs = blk + kPackedQs + 2 * sl;
+    uint8x16_t w[8];
+    for (size_t k = 0; k < 8; ++k) w[k] = PairChunks(qs + 64 * k);  // elements 4k..4k+3
+#define TOWERS_DOT(i)                                                               \
+  s##i = V32{Dot16(Dot16(zero, w[0], w[1], w[2], w[3], A[i].q8 + e), w[4], w[5], w[6], \
+                   w[7], A[i].q8 + e + 16)};
+    TOWERS_EACH_P(TOWERS_DOT)
+#undef TOWERS_DOT
+  } else if constexpr (kType == kQ4_0) {
+    const uint8_t* HWY_RESTRICT qs = blk + kPackedQs + 2 * sl;
+    uint8x16_t lo[4], hi[4];
+    for (size_t k = 0; k < 4; ++k) {
+      const uint8x16_t v = PairChunks(qs + 64 * k);
+      lo[k] = vandq_u8(v, k0F);   // elements 4k..4k+3
+      hi[k] = vshrq_n_u8(v, 4);  // elements 16+4k..
+    }
+    // sum (q - 8) * x = sum q * x - 8 * sum x, exactly in int32.
+#define TOWERS_DOT(i)                                                                                    \
+  s##i = hn::Sub(V32{Dot16(Dot16(zero, lo[0], lo[1], lo[2], lo[3], A[i].q8 + e), hi[0], hi[1], hi[2], \
+                           hi[3], A[i].q8 + e + 16)},                                                    \
+                 hn::Set(d32, 8 * A[i].s[b]));
+    TOWERS_EACH_P(TOWERS_DOT)
+#undef TOWERS_DOT
+  } else if constexpr (kType == kQ6_K) {
+    // Per 16-element scale group g: the 6-bit codes (0..63) times x, minus 32 * the group's
+    // activation sum (A256 bs16), is sum (q - 32) * x; times the row's int8 scale. Chunk pair j
+    // (chunks 2j, 2j+1 of the low 4 bits) takes its top 2 bits from qh chunk j: bits 0-1 and 2-3 of
+    // each byte for chunk 2j's low and high nibbles, bits 4-5 and 6-7 for chunk 2j+1's.
+    const hn::Rebind<int8_t, D32> di8x32;
+    const int8_t* HWY_RESTRICT sc = reinterpret_cast<const int8_t*>(blk + kQ6KScales) + sl;
+    const uint8_t* HWY_RESTRICT q = blk + kQ6KGroups + 2 * sl;
+    const int8x16_t shift_lo = vreinterpretq_s8_s32(vdupq_n_s32(static_cast<int32_t>(0xFCFC0000u)));  // 0,0,-4,-4
+    const int8x16_t shift_hi = vreinterpretq_s8_s32(vdupq_n_s32(static_cast<int32_t>(0xFAFAFEFEu)));  // -2,-2,-6,-6
+    const uint8x16_t k03 = vdupq_n_u8(3);
+    for (size_t g = 0; g < 16; ++g) {
+      const uint8_t* HWY_RESTRICT ql = q + g * kQ6KGroupBytes;
+      const uint8_t* HWY_RESTRICT qh = ql + 128;
+      uint8x16_t lo[2], hi[2];
+      for (size_t j = 0; j < 2; ++j) {
+        const uint8x16_t L = PairChunks(ql + 64 * j), H = DupChunk(qh + 32 * j);
+        lo[j] = vorrq_u8(vandq_u8(L, k0F), vshlq_n_u8(vandq_u8(vshlq_u8(H, shift_lo), k03), 4));  // 4j..4j+3
+        hi[j] = vorrq_u8(vshrq_n_u8(L, 4), vshlq_n_u8(vandq_u8(vshlq_u8(H, shift_hi), k03), 4));  // 8+4j..
+      }
+      const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, sc + 16 * g));
+#define TOWERS_DOT(i)                                                                         \
+  s##i = hn::Add(s##i, hn::Mul(hn::Sub(V32{Dot16(zero, lo[0], lo[1], hi[0], hi[1], A[i].q8 + e + 16 * g)}, \
+                                       hn::Set(d32, 32 * A[i].bs16[16 * b + g])),              \
+                               scv));
+      TOWERS_EACH_P(TOWERS_DOT)
+#undef TOWERS_DOT
+    }
+  } else {
+    static_assert(kType == kQ4_K);
+    // Per 64-element part c: sub-block 2c in the low nibbles, 2c+1 in the high ones; each sub-block's
+    // exact sum of q * x times the row's 6-bit scale, as PackedSums; then the min term.
+    const hn::Rebind<uint8_t, D32> du8x32;
+    const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales + sl;
+    const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants + 2 * sl;
+    for (size_t c = 0; c < 4; ++c) {
+      uint8x16_t lo[8], hi[8];
+      for (size_t k = 0; k < 8; ++k) {
+        const uint8x16_t v = PairChunks(q + 512 * c + 64 * k);
+        lo[k] = vandq_u8(v, k0F);   // elements 64c + 4k..
+        hi[k] = vshrq_n_u8(v, 4);  // elements 64c + 32 + 4k..
+      }
+      const auto scl = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c));
+      const auto sch = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c + 16));
+      const size_t ec = e + 64 * c;
+#define TOWERS_DOT(i)                                                                                     \
+  {                                                                                                       \
+    const int8_t* HWY_RESTRICT x = A[i].q8 + ec;                                                          \
+    const V32 l{Dot16(Dot16(zero, lo[0], lo[1], lo[2], lo[3], x), lo[4], lo[5], lo[6], lo[7], x + 16)};   \
+    const V32 h{Dot16(Dot16(zero, hi[0], hi[1], hi[2], hi[3], x + 32), hi[4], hi[5], hi[6], hi[7], x + 48)}; \
+    s##i = hn::Add(s##i, hn::Add(hn::Mul(l, scl), hn::Mul(h, sch)));                                     \
+  }
+      TOWERS_EACH_P(TOWERS_DOT)
+#undef TOWERS_DOT
+    }
+    Q4KMinSums<R>(d32, blk + kQ4KMins + 2 * sl, A, b, m0, m1, m2, m3, m4, m5, m6, m7);
+  }
+}
+#endif  // HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+
+}  // namespace HWY_NAMESPACE
+}  // namespace towers::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggled per target
