@@ -296,7 +296,7 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
   constexpr size_t kGB = kPackRows * packed_block_bytes(kType);
   // Exact int32 sums of slice sl of block b (blk) for every token (the target's best kernel).
 #if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
-  const bool sdot = packed_dotprod();  // read once per group: a setting, not per block
+  const bool sdot = dotprod_enabled();  // read once per group: a setting, not per block
 #endif
   auto block_sums = [&](const uint8_t* HWY_RESTRICT blk, size_t sl, size_t b, TOWERS_V8(s), TOWERS_V8(m)) {
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = hn::Zero(d32);
@@ -437,6 +437,14 @@ void GemmPacked(uint32_t type, const void* packed, size_t groups, const void* ac
 
 const char* QuantDotTarget() { return hwy::TargetName(HWY_TARGET); }
 
+bool PackedUsesSdot() {
+#if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+  return dotprod_enabled();
+#else
+  return false;
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace towers::simd
 HWY_AFTER_NAMESPACE();
@@ -457,13 +465,16 @@ bool cpu_has_dotprod() {
 
 void set_packed_dotprod(bool allowed) { g_dotprod_allowed.store(allowed, std::memory_order_relaxed); }
 
-bool packed_dotprod() {
+bool dotprod_enabled() {
   static const bool has = cpu_has_dotprod();
   return has && g_dotprod_allowed.load(std::memory_order_relaxed);
 }
 
 HWY_EXPORT(GemmPacked);
 HWY_EXPORT(QuantDotTarget);
+HWY_EXPORT(PackedUsesSdot);
+
+bool packed_dotprod() { return HWY_DYNAMIC_DISPATCH(PackedUsesSdot)(); }
 
 const char* quant_dot_target() { return HWY_DYNAMIC_DISPATCH(QuantDotTarget)(); }
 

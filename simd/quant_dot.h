@@ -110,9 +110,12 @@ void pack_rows(uint32_t weight_type, const void* w, size_t row_stride, size_t gr
 // packed points at the first group of the call; act as for gemm_q.
 void gemm_packed(uint32_t weight_type, const void* packed, size_t groups, const void* act,
                  size_t act_stride, size_t T, size_t n, float* y, size_t ldy);
-// Whether the packed kernels use sdot now: the CPU has it (aarch64 Linux, HWCAP_ASIMDDP) and it is
-// allowed (the default). Tests turn it off to compare the two paths; the sums are the same integers.
+// Whether the packed kernels use sdot now: the CPU has it (aarch64 Linux, HWCAP_ASIMDDP), it is
+// allowed (the default) and the dispatched target is NEON (the SVE targets keep their madd kernels).
+// Tests turn it off to compare the two paths; the sums are the same integers.
 bool packed_dotprod();
 void set_packed_dotprod(bool allowed);
+// The CPU has sdot and it is allowed, whatever the target (what the NEON kernels read).
+bool dotprod_enabled();
 
 }  // namespace towers::simd

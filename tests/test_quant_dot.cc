@@ -682,15 +682,16 @@ TEST_CASE("quant_dot packed: NEON with and without sdot") {
     }
   } restore;
   simd::set_packed_dotprod(true);
-  if (!simd::packed_dotprod()) {
+  bool neon = false;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) neon = neon || target == HWY_NEON;
+  if (!neon || !simd::dotprod_enabled()) {
+    CHECK_FALSE(simd::packed_dotprod());
     MESSAGE("not an aarch64 CPU with the dot product: no sdot kernels to compare");
     return;
   }
-  bool neon = false;
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) neon = neon || target == HWY_NEON;
-  REQUIRE_MESSAGE(neon, "Highway's NEON target is not compiled or not supported here");
   hwy::SetSupportedTargetsForTest(HWY_NEON);
   REQUIRE(std::string(simd::quant_dot_target()) == hwy::TargetName(HWY_NEON));
+  REQUIRE(simd::packed_dotprod());
   std::mt19937 rng(4321);
   for (GgmlType t : kPackedTypes) {
     const std::string type_name(ggml_type_name(t));
