@@ -34,8 +34,12 @@ class FlatIndex {
 
  private:
   static constexpr uint32_t kEmpty = UINT32_MAX;
+  // Keys that differ only in their low 4 bits (consecutive segment ids: a restart adopts them in
+  // order) have neighbouring homes, so a run of lookups reads a few cache lines, not one each.
   size_t home(uint64_t key) const {
-    return static_cast<size_t>((static_cast<unsigned __int128>(mix(key)) * values_.size()) >> 64);
+    const size_t n = values_.size();
+    const size_t h = static_cast<size_t>((static_cast<unsigned __int128>(mix(key >> 4)) * n) >> 64) + (key & 15);
+    return h >= n ? h - n : h;
   }
   size_t next(size_t i) const { return i + 1 == values_.size() ? 0 : i + 1; }
   void grow(size_t capacity);
