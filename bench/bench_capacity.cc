@@ -2,7 +2,8 @@
 // platform and 10 bots, each a transcript of T tokens, kept by towerd's own store code.
 //
 //   bench_capacity [--sessions N] [--tokens T] [--record-bytes B] [--dir DIR] [--keep]
-//                  [--wake-model M.gguf | --no-wake] [--wake-tokens W]
+//                  [--wake-model M.gguf | --no-wake] [--wake-tokens W] [--chunk C]
+//                  [--coder-model C.gguf | --small-coder]
 //
 // 1. Build (untimed, in a child process): the cold packs (mmapstore/cold_pack.h, what SegmentPool
 //    writes when a session goes to rest) get one coded record per session, appended in batches as the
@@ -18,7 +19,9 @@
 // 3. Wake (the 1B shape unless --wake-model; W transcript tokens of random ids): one session's first
 //    token after its next message (16 tokens), from rest (its record read from the packs, decoded
 //    under the bot, prefilled) against the baseline of the same transcript prefilled from its tokens
-//    (what a session kept as text costs). Both through SegmentPool (thaw), the codec as towerd runs it.
+//    (what a session kept as text costs). Both through SegmentPool (thaw), the codec as towerd runs it:
+//    chunks of C tokens (default 256, [cold] chunk's), coded by the wake model itself or by a smaller
+//    coder of the same vocabulary (--coder-model, or --small-coder: a synthetic one of that shape).
 //
 // Last line exactly:
 //   capacity sessions=N tokens=T rss_mb=R disk_bytes_per_session=D restart_ms=S wake_ms=W
@@ -157,7 +160,7 @@ int restart(const fs::path& store, const std::string& model_path, int64_t n, con
   PoolOptions po;
   po.store_dir = store;
   SegmentPool pool(*model.value(), forward, po);
-  const double index_ms = ms_since(t0);
+  const double index_ms = ms_since(t0), index_cpu = cpu_ms() - cpu0;
   SegmentOptions o;
   o.id = kPlatformId;
   if (auto r = pool.add_cold(kNoSegment, platform, o); !r.ok()) return fail(r.error());
@@ -176,9 +179,9 @@ int restart(const fs::path& store, const std::string& model_path, int64_t n, con
     return fail("the restart holds " + std::to_string(s.at_rest_segments) + " sessions at rest and " +
                 std::to_string(s.at_rest_bytes) + " bytes of records in RAM");
   }
-  std::printf("restart: %lld sessions at rest in %.0f ms (%.0f ms of CPU; the packs' index read in %.0f ms); RSS +%.1f MB "
-              "(pool entries %.1f MB, trie %.1f MB, token ids in RAM %zu B)\n",
-              static_cast<long long>(n), ms, cpu, index_ms, rss, static_cast<double>(s.entry_bytes) / 1048576.0,
+  std::printf("restart: %lld sessions at rest in %.0f ms (%.0f ms of CPU; the packs' index read in %.0f ms, %.0f of CPU); RSS +%.1f MB "
+              "(the pool's records %.1f MB, trie %.1f MB, token ids in RAM %zu B; the rest: the packs' index in RAM)\n",
+              static_cast<long long>(n), ms, cpu, index_ms, index_cpu, rss, static_cast<double>(s.entry_bytes) / 1048576.0,
               static_cast<double>(s.trie_bytes) / 1048576.0, s.token_bytes);
   std::ofstream(out) << ms << " " << rss << "\n";
   return 0;
@@ -186,24 +189,45 @@ int restart(const fs::path& store, const std::string& model_path, int64_t n, con
 
 struct Wake {
   double wake_ms = 0, prefill_ms = 0, record_bytes = 0;
+  double decode_ms = 0;  // of wake_ms: reading and decoding the record
+};
+
+// The codec as the cold tier runs it: the coder model (the serving model, or a smaller one of the
+// same vocabulary) with its own Forward, chunks of `chunk` tokens.
+struct Coder {
+  const Model& model;
+  Forward& forward;
+  Codec codec;
+  CodecOptions options;
 };
 
 // One session of `tokens` transcript tokens under a platform and a bot: its next message's first token
 // from rest (record read, decoded, prefilled) and, the baseline, from its tokens (prefilled).
-Result<Wake> wake(const std::string& model_path, const fs::path& store, int tokens) {
+Result<Wake> wake(const std::string& model_path, const std::string& coder_path, const fs::path& store, int tokens,
+                  int chunk) {
   auto model = Model::load(model_path);
   if (!model.ok()) return model.status();
   const Model& m = *model.value();
   ThreadPool threads(std::max(1u, std::thread::hardware_concurrency()));
   Forward forward(m, threads);
+  Result<std::unique_ptr<Model>> coder_model = coder_path.empty() ? Result<std::unique_ptr<Model>>(nullptr) : Model::load(coder_path);
+  if (!coder_model.ok()) return coder_model.status();
+  const Model& cm = coder_model.value() ? *coder_model.value() : m;
+  if (Status st = check_same_vocabulary(m, cm); !st.ok()) return st;
+  std::unique_ptr<Forward> coder_forward = coder_model.value() ? std::make_unique<Forward>(cm, threads) : nullptr;
+  Coder coder{cm, coder_forward ? *coder_forward : forward, Codec(cm, &threads), {}};
+  coder.options.chunk = chunk;
+  std::error_code ec;
+  fs::remove_all(store, ec);  // a kept work directory's earlier wake
   PoolOptions po;
   po.store_dir = store;
   SegmentPool pool(m, forward, po);
-  Codec codec(m, &threads);
-  CodecOptions co;
-  co.chunk = 256;  // [cold] chunk's default
-  pool.set_cold_decoder([&](Forward& f, std::span<const int32_t> ctx, std::span<const uint8_t> coded) {
-    return codec.decode(f, ctx, coded, co);
+  Wake w;
+  pool.set_cold_decoder([&](Forward&, std::span<const int32_t> ctx, std::span<const uint8_t> coded) {
+    const auto t0 = Clock::now();
+    auto out = coder.codec.decode(coder.forward, ctx, coded, coder.options);
+    w.decode_ms += ms_since(t0);
+    return out;
   });
   std::mt19937 rng(5);
   const int vocab = m.config().n_vocab;
@@ -232,12 +256,11 @@ Result<Wake> wake(const std::string& model_path, const fs::path& store, int toke
     if (!st.ok()) return st;
     return ms_since(t0);
   };
-  Wake w;
   auto baseline = next_message();  // cold with its tokens: prefilled from them
   if (!baseline.ok()) return baseline.status();
   w.prefill_ms = baseline.value();
-  Compressor comp(pool, m, [&](Forward& f, std::span<const int32_t> ctx, std::span<const int32_t> toks) {
-    return codec.encode(f, ctx, toks, co);
+  Compressor comp(pool, m, [&](Forward&, std::span<const int32_t> ctx, std::span<const int32_t> toks) {
+    return coder.codec.encode(coder.forward, ctx, toks, coder.options);
   }, {});
   if (Status st = comp.compress(s.value()); !st.ok()) return st;
   if (!pool.at_rest(s.value()) || pool.stats().packed_segments != 1) return Status::Error("the session did not go to rest in the packs");
@@ -263,10 +286,10 @@ int main(int argc, char** argv) {
   CLI::App app{"What N sessions at rest cost (issue 24): RSS, disk per session, restart and wake time. Last line: "
                "capacity sessions=N tokens=T rss_mb=R disk_bytes_per_session=D restart_ms=S wake_ms=W"};
   int64_t n = 100000;
-  int tokens = 4000, wake_tokens = 1000;
+  int tokens = 4000, wake_tokens = 1000, chunk = 256;
   int64_t record_bytes = 0;
-  std::string dir_arg, wake_model;
-  bool keep = false, no_wake = false;
+  std::string dir_arg, wake_model, coder_model;
+  bool keep = false, no_wake = false, small_coder = false;
   app.add_option("--sessions", n, "sessions at rest")->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   app.add_option("--tokens", tokens, "transcript tokens per session")->check(CLI::Range(1, 1 << 16));
   app.add_option("--record-bytes", record_bytes, "coded record bytes per session (default: 1.5 KB per 4000 tokens, the design card's)");
@@ -275,6 +298,11 @@ int main(int argc, char** argv) {
   app.add_option("--wake-model", wake_model, "GGUF to time the wake on (default: a synthetic Llama-3.2-1B Q4_0 written to DIR)");
   app.add_option("--wake-tokens", wake_tokens, "transcript tokens of the session woken")->check(CLI::Range(16, 8000));
   app.add_flag("--no-wake", no_wake, "skip the wake (wake_ms=0)");
+  app.add_option("--chunk", chunk, "codec chunk: tokens per independently decodable chunk ([cold] chunk; 0 = one chunk)")
+      ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--coder-model", coder_model, "GGUF of the coder (same vocabulary as the wake model; default: the wake model itself)");
+  app.add_flag("--small-coder", small_coder, "code with a synthetic small coder of Llama-3.2's vocabulary (shape llama3.2-coder: "
+               "2 layers of 256; random weights, so its speed, not its compression, is what is measured)");
   CLI11_PARSE(app, argc, argv);
   if (record_bytes <= 0) record_bytes = std::max<int64_t>(1, static_cast<int64_t>(tokens) * 1536 / 4000);
 
@@ -315,13 +343,21 @@ int main(int argc, char** argv) {
       if (!synth.ok()) return fail(synth.error());
       wake_model = synth.value();
     }
-    auto woken = wake(wake_model, dir / "wake", wake_tokens);
+    if (small_coder && coder_model.empty()) {
+      auto coder = bench::synthetic_model(dir, "llama3.2-coder", "q8_0");
+      if (!coder.ok()) return fail(coder.error());
+      coder_model = coder.value();
+    }
+    auto woken = wake(wake_model, coder_model, dir / "wake", wake_tokens, chunk);
     if (!woken.ok()) return fail("wake: " + woken.error());
     w = woken.value();
-    std::printf("wake: %s, %d transcript tokens (random ids: a %.0f B record), next message of %d tokens to its first "
-                "token: %.0f ms from rest (read, decode, prefill) vs %.0f ms prefilled from its tokens (%.2fx)\n",
-                fs::path(wake_model).filename().c_str(), wake_tokens, w.record_bytes, kMessageTokens, w.wake_ms,
-                w.prefill_ms, w.wake_ms / std::max(1.0, w.prefill_ms));
+    std::printf("wake: %s, coder %s, chunk %d, %d transcript tokens (random ids: a %.0f B record), next message of %d "
+                "tokens to its first token: %.0f ms from rest (read and decode %.0f, prefill %.0f) vs %.0f ms prefilled "
+                "from its tokens (%.2fx)\n",
+                fs::path(wake_model).filename().c_str(),
+                coder_model.empty() ? "= the wake model" : fs::path(coder_model).filename().c_str(), chunk, wake_tokens,
+                w.record_bytes, kMessageTokens, w.wake_ms, w.decode_ms, w.wake_ms - w.decode_ms, w.prefill_ms,
+                w.wake_ms / std::max(1.0, w.prefill_ms));
   }
   if (!keep) fs::remove_all(dir, ec);
   std::printf("capacity sessions=%lld tokens=%d rss_mb=%.0f disk_bytes_per_session=%.0f restart_ms=%.0f wake_ms=%.0f\n",

@@ -110,10 +110,11 @@ Result<std::unique_ptr<ColdPack>> ColdPack::open(const std::filesystem::path& di
     ++entries;
     valid_end = at + kColdIndexEntryBytes;
     if (r.length == 0) {
+      if (const ColdRecordRef* old = p->live_.find(r.id)) p->live_bytes_ -= old->length;
       p->live_.erase(r.id);
       continue;
     }
-    p->live_[r.id] = r;
+    p->put_live_locked(r);
     uint64_t& end = indexed_end[r.pack];
     end = std::max(end, r.offset + r.length);
   }
@@ -127,7 +128,6 @@ Result<std::unique_ptr<ColdPack>> ColdPack::open(const std::filesystem::path& di
   }
   rep.entries = entries;
   rep.live = p->live_.size();
-  for (const auto& [id, r] : p->live_) p->live_bytes_ += r.length;
 
   // Pack files: bytes after the last record an entry names were never acknowledged.
   for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
@@ -266,11 +266,7 @@ Result<std::vector<ColdRecordRef>> ColdPack::append(std::span<const ColdPut> put
     index_is_new_ = false;
   }
   if (Status st = append_entries_locked(refs); !st.ok()) return st;
-  for (const ColdRecordRef& r : refs) {
-    if (auto it = live_.find(r.id); it != live_.end()) live_bytes_ -= it->second.length;
-    live_[r.id] = r;
-    live_bytes_ += r.length;
-  }
+  for (const ColdRecordRef& r : refs) put_live_locked(r);
   return refs;
 }
 
@@ -279,12 +275,12 @@ Status ColdPack::remove(std::span<const uint64_t> ids) {
   if (!failed_.ok()) return failed_;
   std::vector<ColdRecordRef> gone;
   for (uint64_t id : ids) {
-    if (live_.count(id)) gone.push_back({.id = id});
+    if (live_.find(id)) gone.push_back({.id = id});
   }
   if (gone.empty()) return Status::Ok();
   if (Status st = append_entries_locked(gone); !st.ok()) return st;
   for (const ColdRecordRef& r : gone) {
-    live_bytes_ -= live_.at(r.id).length;
+    live_bytes_ -= live_.find(r.id)->length;
     live_.erase(r.id);
   }
   return Status::Ok();
@@ -320,20 +316,28 @@ Result<std::vector<uint8_t>> ColdPack::read(const ColdRecordRef& ref) const {
   return out;
 }
 
+void ColdPack::put_live_locked(const ColdRecordRef& r) {
+  if (ColdRecordRef* old = live_.find(r.id)) {
+    live_bytes_ -= old->length;
+    *old = r;
+  } else {
+    live_.insert(r);
+  }
+  live_bytes_ += r.length;
+}
+
 bool ColdPack::find(uint64_t id, ColdRecordRef* ref) const {
   std::lock_guard lock(mu_);
-  auto it = live_.find(id);
-  if (it == live_.end()) return false;
-  if (ref) *ref = it->second;
-  return true;
+  const ColdRecordRef* r = live_.find(id);
+  if (r && ref) *ref = *r;
+  return r != nullptr;
 }
 
 std::vector<ColdRecordRef> ColdPack::entries() const {
   std::vector<ColdRecordRef> out;
   {
     std::lock_guard lock(mu_);
-    out.reserve(live_.size());
-    for (const auto& [id, r] : live_) out.push_back(r);
+    out = live_.items();
   }
   std::sort(out.begin(), out.end(), [](const ColdRecordRef& a, const ColdRecordRef& b) { return a.id < b.id; });
   return out;

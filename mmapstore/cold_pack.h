@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "engine/base/status.h"
+#include "mmapstore/flat_index.h"
 #include "mmapstore/posix_file.h"
 
 namespace towers {
@@ -114,7 +115,8 @@ class ColdPack {
   FileSystem& fs_;
   ColdPackOptions options_;
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, ColdRecordRef> live_;  // by segment id (a restart looks each one up)
+  DenseById<ColdRecordRef> live_;  // by segment id (a restart looks each one up): ~70 B a record
+  void put_live_locked(const ColdRecordRef& r);  // adds or replaces r's id, counting live_bytes_
   uint64_t live_bytes_ = 0;
   std::map<uint32_t, uint64_t> pack_sizes_;  // every pack file's size
   uint32_t current_ = 0;                     // the pack appended to

@@ -12,12 +12,19 @@ namespace {
 
 constexpr uint8_t kMagic0 = 0x57, kMagic1 = 0x7E;
 
-std::array<uint32_t, 256> make_table() {
-  std::array<uint32_t, 256> t{};
+// Slicing-by-8 tables: t[0] is the byte-at-a-time table, t[k][i] the CRC of byte i followed by k
+// zero bytes, so eight bytes take eight lookups and no dependency chain between them (~4x the
+// byte-at-a-time loop: a restart checks 52 MB of cold index entries for 10^6 sessions at rest).
+using CrcTables = std::array<std::array<uint32_t, 256>, 8>;
+CrcTables make_tables() {
+  CrcTables t{};
   for (uint32_t i = 0; i < 256; ++i) {
     uint32_t c = i;
     for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    t[i] = c;
+    t[0][i] = c;
+  }
+  for (uint32_t i = 0; i < 256; ++i) {
+    for (size_t k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
   }
   return t;
 }
@@ -56,9 +63,16 @@ std::span<const uint8_t> bytes_of(std::string_view s) { return {reinterpret_cast
 }  // namespace
 
 uint32_t crc32c(std::string_view data, uint32_t crc) {
-  static const std::array<uint32_t, 256> table = make_table();
+  static const CrcTables t = make_tables();
   uint32_t c = ~crc;
-  for (unsigned char b : data) c = table[(c ^ b) & 0xFF] ^ (c >> 8);
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  size_t n = data.size();
+  for (; n >= 8; n -= 8, p += 8) {
+    const uint32_t lo = c ^ (uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24);
+    c = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^ t[3][p[4]] ^ t[2][p[5]] ^
+        t[1][p[6]] ^ t[0][p[7]];
+  }
+  for (; n > 0; --n, ++p) c = t[0][(c ^ *p) & 0xFF] ^ (c >> 8);
   return ~c;
 }
 

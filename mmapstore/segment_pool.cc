@@ -45,6 +45,7 @@ SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions optio
     cold_pack_problems_ = report.problems;
     if (pack.ok()) {
       cold_pack_ = std::move(pack.value());
+      rest_.reserve(report.live);  // a restart brings (most of) them back at rest: no regrowing
     } else {
       counters_.pack_error = pack.error();
       cold_pack_problems_.push_back("the cold packs cannot be opened (records at rest stay in RAM): " + pack.error());
@@ -61,12 +62,7 @@ std::filesystem::path SegmentPool::file_path(SegmentId id) const {
 std::vector<SegmentId> SegmentPool::chain_ids_locked(SegmentId id) const {
   mu_.assert_held();
   std::vector<SegmentId> ids;
-  for (SegmentId at = id; at != kNoSegment;) {
-    auto it = entries_.find(at);
-    if (it == entries_.end()) break;
-    ids.push_back(at);
-    at = it->second->parent;
-  }
+  for (SegmentId at = id; at != kNoSegment && known_locked(at); at = parent_locked(at)) ids.push_back(at);
   std::reverse(ids.begin(), ids.end());
   return ids;
 }
@@ -83,10 +79,7 @@ size_t SegmentPool::depth_locked(SegmentId id) const {
   // Along the segments' own parents, not the trie's payload ancestors: a payload may sit below
   // another one whose KV it was not computed after (tokens [0, 10) and [0, 20) of one session each).
   size_t depth = 0;
-  for (auto it = entries_.find(id); it != entries_.end() && it->second->parent != kNoSegment;
-       it = entries_.find(it->second->parent)) {
-    ++depth;
-  }
+  for (SegmentId at = parent_locked(id); at != kNoSegment; at = parent_locked(at)) ++depth;
   return depth;
 }
 
@@ -113,7 +106,7 @@ std::vector<SegmentId> SegmentPool::usable_chain_locked(std::span<const int32_t>
 
 Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options) {
   mu_.assert_held();
-  if (options.id != kNoSegment && (entries_.count(options.id) || trie_.contains(options.id))) {
+  if (options.id != kNoSegment && (known_locked(options.id) || trie_.contains(options.id))) {
     return Status::Conflict("segment id " + std::to_string(options.id) + " is already in use");
   }
   const SegmentId id = options.id != kNoSegment ? options.id : next_id_;
@@ -123,10 +116,6 @@ Result<SegmentId> SegmentPool::allocate_id_locked(const SegmentOptions& options)
 
 void SegmentPool::install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived, bool modular) {
   mu_.assert_held();
-  // Gone to rest while it was being computed (its parents were leased, not it): back in the trie with
-  // the tokens its KV was computed from. Refused only when the same tokens were added again
-  // meanwhile: then it stays at rest (its record still brings it back) and that one serves them.
-  if (e.at_rest && !attach_locked(e, seg->tokens()).ok()) return;
   e.kv_bytes = seg->kv_bytes();
   e.segment = std::move(seg);
   e.file.reset();
@@ -264,16 +253,18 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   for (int32_t t : tokens) {
     if (t < 0 || t >= cfg.n_vocab) return Status::InvalidArgument("token id " + std::to_string(t) + " is outside the vocabulary");
   }
-  if (parent != kNoSegment && !entries_.count(parent)) {
+  if (parent != kNoSegment && !known_locked(parent)) {
     return Status::NotFound("unknown parent segment " + std::to_string(parent));
   }
-  if (parent != kNoSegment && entries_.at(parent)->at_rest) {
+  if (parent != kNoSegment && rest_.find(parent)) {
     return Status::Unavailable("parent segment " + std::to_string(parent) + " is at rest (coded only): wake it first");
   }
   if (options.derive_from != kNoSegment) {
-    auto src = entries_.find(options.derive_from);
-    if (src == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(options.derive_from) + " to derive from");
-    if (options.derive_skip < 0 || options.derive_skip + static_cast<int64_t>(tokens.size()) > src->second->length) {
+    if (!known_locked(options.derive_from)) {
+      return Status::NotFound("unknown segment " + std::to_string(options.derive_from) + " to derive from");
+    }
+    const int64_t rows = static_cast<int64_t>(end_locked(options.derive_from) - end_locked(parent_locked(options.derive_from)));
+    if (options.derive_skip < 0 || options.derive_skip + static_cast<int64_t>(tokens.size()) > rows) {
       return Status::InvalidArgument("rows " + std::to_string(options.derive_skip) + " + " + std::to_string(tokens.size()) +
                                      " are outside segment " + std::to_string(options.derive_from));
     }
@@ -281,9 +272,8 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   if (!options.modular_from.empty()) {
     int64_t rows = 0;
     for (SegmentId from : options.modular_from) {
-      auto src = entries_.find(from);
-      if (src == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(from) + " to place modularly");
-      rows += src->second->length;
+      if (!known_locked(from)) return Status::NotFound("unknown segment " + std::to_string(from) + " to place modularly");
+      rows += static_cast<int64_t>(end_locked(from) - end_locked(parent_locked(from)));
     }
     if (rows != static_cast<int64_t>(tokens.size()) || options.repair < 0) {
       return Status::InvalidArgument("the segments to place modularly do not hold these tokens");
@@ -302,12 +292,12 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   }
   // At rest under the same parent (the trie does not see it): that one, as below. A seal of the same
   // tokens gives it its KV (install puts it back in the trie); anything else wakes it first.
-  if (auto r = resting_.find(parent); r != resting_.end()) {
-    auto [b, end] = r->second.by_hash.equal_range(xxh3_tokens(tokens));
-    for (auto c = b; c != end; ++c) {
-      if (entries_.at(c->second)->length == static_cast<int32_t>(tokens.size())) return c->second;
-    }
-  }
+  SegmentId resting = kNoSegment;
+  rest_.find_by_hash(parent, xxh3_tokens(tokens), [&](const RestRecord& r) {
+    if (r.length == static_cast<int32_t>(tokens.size())) resting = r.id;
+    return resting != kNoSegment;
+  });
+  if (resting != kNoSegment) return resting;
   auto m = trie_.match(sequence);
   // Already in the pool: one segment per token sequence (it may have been computed after another
   // chain of segments than `parent`'s; its own chain is what a tower over it holds).
@@ -356,13 +346,14 @@ Status SegmentPool::prefill_under_chain(SegmentId id, bool thawing, std::unique_
   auto ids = chain_ids_locked(id);
   if (ids.empty() || ids.back() != id) return Status::NotFound("unknown segment " + std::to_string(id));
   ids.pop_back();
+  if (rest_.find(id)) return Status::Unavailable("segment " + std::to_string(id) + " went to rest again");
   std::vector<std::shared_ptr<const Segment>> parents;
   for (SegmentId p : ids) {
+    if (rest_.find(p)) return Status::Unavailable("segment " + std::to_string(p) + " is not in memory");
     const Entry& pe = *entries_.at(p);
     if (!pe.segment) return Status::Unavailable("segment " + std::to_string(p) + " is not in memory");
     parents.push_back(pe.segment);
   }
-  if (entries_.at(id)->at_rest) return Status::Unavailable("segment " + std::to_string(id) + " went to rest again");
   auto seq = trie_.sequence(id);
   if (!seq.ok()) return seq.status();
   Entry& e = *entries_.at(id);
@@ -405,7 +396,7 @@ Status SegmentPool::adopt(const AdoptSpec& spec) {
   SegmentExpect expect;
   {
     std::lock_guard lock(mu_);
-    if (spec.parent != kNoSegment && !entries_.count(spec.parent)) {
+    if (spec.parent != kNoSegment && !entries_.count(spec.parent)) {  // in the trie: not at rest
       return Status::NotFound("its parent segment " + std::to_string(spec.parent) + " is not in the pool");
     }
     if (spec.parent != kNoSegment) {
@@ -496,11 +487,24 @@ size_t SegmentPool::collect_garbage() {
   if (cold_pack_) {
     std::lock_guard lock(mu_);
     for (const ColdRecordRef& r : cold_pack_->entries()) {
-      if (!entries_.count(r.id)) unpack_.push_back(r.id);
+      if (!known_locked(r.id)) unpack_.push_back(r.id);
     }
   }
   pack_resting();
   return doomed.size();
+}
+
+void SegmentPool::plan_step_locked(SegmentId id, PathPlan& p) const {
+  mu_.assert_held();
+  auto it = entries_.find(id);
+  if (it == entries_.end()) {  // at rest
+    if (auto x = rest_extra_.find(id); x != rest_extra_.end() && !x->second.damage.empty() && p.damaged.empty()) {
+      p.damaged = x->second.damage;
+    }
+  }
+  p.path.push_back(id);
+  p.tiers.push_back(it == entries_.end() ? Tier::Cold : it->second->tier());
+  p.ends.push_back(end_locked(id));
 }
 
 PathPlan SegmentPool::plan(std::span<const int32_t> tokens) const {
@@ -508,25 +512,14 @@ PathPlan SegmentPool::plan(std::span<const int32_t> tokens) const {
   PathPlan p;
   std::vector<SegmentId> chain = usable_chain_locked(tokens, false);
   extend_at_rest_locked(tokens, chain);
-  for (SegmentId s : chain) {
-    const Entry& e = *entries_.at(s);
-    if (!e.damage.empty() && p.damaged.empty()) p.damaged = e.damage;
-    p.path.push_back(s);
-    p.tiers.push_back(e.tier());
-    p.ends.push_back(static_cast<size_t>(e.computed_pos + e.length));
-  }
+  for (SegmentId s : chain) plan_step_locked(s, p);
   return p;
 }
 
 PathPlan SegmentPool::plan_chain(SegmentId id) const {
   std::lock_guard lock(mu_);
   PathPlan p;
-  for (SegmentId s : chain_ids_locked(id)) {
-    const Entry& e = *entries_.at(s);
-    p.path.push_back(s);
-    p.tiers.push_back(e.tier());
-    p.ends.push_back(static_cast<size_t>(e.computed_pos + e.length));
-  }
+  for (SegmentId s : chain_ids_locked(id)) plan_step_locked(s, p);
   return p;
 }
 
@@ -568,7 +561,8 @@ Result<Lease> SegmentPool::lease_chain(SegmentId id, int32_t extra_capacity) {
     auto ids = id == kNoSegment ? std::vector<SegmentId>{} : chain_ids_locked(id);
     if (id != kNoSegment && (ids.empty() || ids.back() != id)) return Status::NotFound("unknown segment " + std::to_string(id));
     for (SegmentId s : ids) {
-      if (!entries_.at(s)->segment) return Status::Unavailable("segment " + std::to_string(s) + " is not in memory");
+      auto it = entries_.find(s);
+      if (it == entries_.end() || !it->second->segment) return Status::Unavailable("segment " + std::to_string(s) + " is not in memory");
     }
     const auto now = std::chrono::steady_clock::now();
     for (SegmentId s : ids) {
@@ -611,6 +605,11 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
   o.cold.reset();
   auto id = add_cold_locked(parent, tail_tokens, o);
   if (!id.ok()) return id.status();
+  if (rest_.find(id.value())) {
+    // These tokens went to rest under the same parent: back in the trie, and this tail is their KV.
+    auto attached = attach_locked(id.value(), tail_tokens);
+    if (!attached.ok()) return attached.status();
+  }
   Entry& e = *entries_.at(id.value());
   if (e.parent != parent) {
     // These tokens are cached already as a segment computed after another chain (another session's
@@ -663,6 +662,16 @@ void SegmentPool::retower_locked(Lease& lease) {
 
 Result<SegmentPool::Entry*> SegmentPool::entry_for_kv_locked(SegmentId id, const Segment* segment, const char* verb) {
   mu_.assert_held();
+  if (const RestRecord* r = rest_.find(id)) {
+    if (!segment || segment->id() != id || segment->length() != r->length || segment->computed_pos() != r->computed_pos) {
+      return Status::InvalidArgument(std::string(verb) + ": the KV given is not segment " + std::to_string(id));
+    }
+    // Gone to rest while it was being computed (its parents were leased, not it): back in the trie
+    // with the tokens its KV was computed from. Refused only when the same tokens were added again
+    // meanwhile: then it stays at rest (its record still brings it back) and that one serves them.
+    auto attached = attach_locked(id, segment->tokens());
+    return attached.ok() ? attached.value() : nullptr;
+  }
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("segment " + std::to_string(id) + " left the pool");
   Entry& e = *it->second;
@@ -677,6 +686,7 @@ Status SegmentPool::install(SegmentId id, std::shared_ptr<const Segment> segment
   std::lock_guard lock(mu_);
   auto found = entry_for_kv_locked(id, segment.get(), "install");
   if (!found.ok()) return found.status();
+  if (!found.value()) return Status::Ok();  // stays at rest: another segment serves its tokens
   Entry& e = *found.value();
   if (e.tier() != Tier::Cold) return Status::Ok();  // built twice, or paged in meanwhile: same bytes
   install_locked(e, std::move(segment), false, modular);
@@ -691,6 +701,7 @@ Status SegmentPool::replace(SegmentId id, std::shared_ptr<const Segment> segment
   std::lock_guard lock(mu_);
   auto found = entry_for_kv_locked(id, segment.get(), "replace");
   if (!found.ok()) return found.status();
+  if (!found.value()) return Status::Ok();  // stays at rest: another segment serves its tokens
   Entry& e = *found.value();
   if (e.tier() == Tier::Cold) {
     install_locked(e, std::move(segment));
@@ -721,6 +732,7 @@ Status SegmentPool::derive_locked(SegmentId id, std::unique_lock<Mutex>& lock) {
   Entry* e = it->second.get();
   if (e->tier() != Tier::Cold) return Status::Ok();
   if (e->derive_from == kNoSegment) return Status::InvalidArgument("segment " + std::to_string(id) + " is not derived");
+  if (rest_.find(e->derive_from)) return Status::Unavailable("segment " + std::to_string(e->derive_from) + " is not in memory");
   auto src_it = entries_.find(e->derive_from);
   if (src_it == entries_.end()) {
     e->derive_from = kNoSegment;
@@ -756,15 +768,15 @@ Status SegmentPool::remove(SegmentId id) {
 
 Status SegmentPool::remove_entry(SegmentId id) {
   std::lock_guard lock(mu_);
-  auto it = entries_.find(id);
-  if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
-  if (it->second->loading) return Status::Conflict("segment " + std::to_string(id) + " is being paged in");
-  if (it->second->at_rest) {
-    if (resting_.count(id)) return Status::Conflict("segment " + std::to_string(id) + " has segments computed on top of it");
+  if (rest_.find(id)) {
+    if (rest_.has_children(id)) return Status::Conflict("segment " + std::to_string(id) + " has segments computed on top of it");
     erase_at_rest_locked(id);
     assert_invariants_locked();
     return Status::Ok();
   }
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
+  if (it->second->loading) return Status::Conflict("segment " + std::to_string(id) + " is being paged in");
   if (Status st = trie_.evict(id); !st.ok()) return Status::Conflict(st.message());
   const SegmentId parent = it->second->parent;
   delete_file_locked(*it->second);
@@ -778,6 +790,12 @@ Status SegmentPool::remove_entry(SegmentId id) {
 Status SegmentPool::retire(SegmentId id) {
   check_may_wait("SegmentPool::retire");
   std::lock_guard lock(mu_);
+  if (rest_.has_children(id)) return Status::Conflict("segments at rest were computed on top of segment " + std::to_string(id));
+  if (rest_.find(id)) {
+    erase_at_rest_locked(id);
+    assert_invariants_locked();
+    return Status::Ok();
+  }
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
   Entry& e = *it->second;
@@ -786,9 +804,7 @@ Status SegmentPool::retire(SegmentId id) {
   for (const auto& [other, o] : entries_) {
     if (o->parent == id) return Status::Conflict("segment " + std::to_string(other) + " was computed on top of it");
   }
-  if (e.at_rest) {
-    erase_at_rest_locked(id);
-  } else if (trie_.evict(id).ok()) {
+  if (trie_.evict(id).ok()) {
     delete_file_locked(e);
     if (e.packed) unpack_.push_back(id);
     entries_.erase(it);
@@ -807,6 +823,7 @@ Status SegmentPool::retire(SegmentId id) {
 
 std::vector<uint8_t> SegmentPool::coded(SegmentId id) const {
   std::lock_guard lock(mu_);
+  if (auto x = rest_extra_.find(id); x != rest_extra_.end()) return x->second.coded;
   auto it = entries_.find(id);
   return it == entries_.end() ? std::vector<uint8_t>{} : it->second->coded;
 }
@@ -822,6 +839,22 @@ std::shared_ptr<const Segment> SegmentPool::get_hot(SegmentId id) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(id);
   return it == entries_.end() ? nullptr : it->second->segment;
+}
+
+SegmentInfo SegmentPool::info_locked(const RestRecord& r) const {
+  mu_.assert_held();
+  SegmentInfo s;
+  s.id = r.id;
+  s.parent = r.parent;
+  s.label = r.label;
+  if (r.lineage_is_label) s.lineage = r.label;
+  else if (auto x = rest_extra_.find(r.id); x != rest_extra_.end()) s.lineage = x->second.lineage;
+  s.length = r.length;
+  s.begin = r.computed_pos;
+  s.format = r.format;
+  s.tier = Tier::Cold;
+  s.depth = depth_locked(r.id);
+  return s;
 }
 
 SegmentInfo SegmentPool::info_locked(const Entry& e) const {
@@ -857,6 +890,7 @@ SegmentInfo SegmentPool::info_locked(const Entry& e) const {
 
 std::optional<SegmentInfo> SegmentPool::info(SegmentId id) const {
   std::lock_guard lock(mu_);
+  if (const RestRecord* r = rest_.find(id)) return info_locked(*r);
   auto it = entries_.find(id);
   if (it == entries_.end()) return std::nullopt;
   return info_locked(*it->second);
@@ -870,14 +904,12 @@ std::vector<SegmentInfo> SegmentPool::list() const {
     if (it != entries_.end()) out.push_back(info_locked(*it->second));
   });
   // Then those at rest, parents before children (a parent ends before its children start).
-  std::vector<const Entry*> resting;
-  for (const auto& [id, e] : entries_) {
-    if (e->at_rest) resting.push_back(e.get());
-  }
-  std::sort(resting.begin(), resting.end(), [](const Entry* a, const Entry* b) {
+  std::vector<const RestRecord*> resting;
+  for (const RestRecord& r : rest_.records()) resting.push_back(&r);
+  std::sort(resting.begin(), resting.end(), [](const RestRecord* a, const RestRecord* b) {
     return std::pair(a->computed_pos, a->id) < std::pair(b->computed_pos, b->id);
   });
-  for (const Entry* e : resting) out.push_back(info_locked(*e));
+  for (const RestRecord* r : resting) out.push_back(info_locked(*r));
   return out;
 }
 
@@ -892,7 +924,7 @@ PoolStats SegmentPool::stats() const {
   {
     std::lock_guard lock(mu_);
     s = counters_;
-    s.segments = entries_.size();
+    s.segments = entries_.size() + rest_.size();
     for (const auto& [id, e] : entries_) {
       const size_t b = e->kv_bytes, d = depth_locked(id);
       s.count_by_depth[d] += 1;
@@ -914,7 +946,6 @@ PoolStats SegmentPool::stats() const {
         case Tier::Warm: s.warm_segments++, s.warm_bytes += e->file_bytes; break;
         case Tier::Cold: s.cold_segments++, s.cold_bytes += e->coded.size(); break;
       }
-      if (e->at_rest) s.at_rest_segments++, s.at_rest_bytes += e->coded.size();
       s.packed_segments += e->packed;
       // The entry, its node in entries_ (key, links, colour: ~48 bytes) and what it owns on the heap
       // (strings beyond their in-place buffer of 15 characters).
@@ -924,6 +955,19 @@ PoolStats SegmentPool::stats() const {
       const bool pending = e->tier() == Tier::Cold && !e->modular_from.empty();
       s.modular_segments += pending || (e->tier() != Tier::Cold && e->modular);
       s.placements_pending += pending;
+    }
+    // At rest: a compact record each (mmapstore/rest_table.h), and the few extras beside them.
+    for (const RestRecord& r : rest_.records()) {
+      s.count_by_depth[depth_locked(r.id)] += 1;
+      s.packed_segments += r.packed;
+    }
+    s.at_rest_segments = rest_.size();
+    s.cold_segments += rest_.size();
+    s.entry_bytes += rest_.bytes() + rest_extra_.bucket_count() * sizeof(void*);
+    for (const auto& [id, x] : rest_extra_) {
+      s.at_rest_bytes += x.coded.size();
+      s.cold_bytes += x.coded.size();
+      s.entry_bytes += sizeof(RestExtra) + 32 + x.coded.capacity() + x.damage.capacity() + x.lineage.capacity();
     }
     s.tail_bytes = tail_bytes_;
     const CacheTrie::Stats trie = trie_.stats();
@@ -968,25 +1012,32 @@ void SegmentPool::set_ram_budget(size_t bytes) {
 Status SegmentPool::check_invariants() const {
   std::lock_guard lock(mu_);
   if (Status st = trie_.check_invariants(); !st.ok()) return st;
-  size_t resting = 0, indexed = 0;
-  for (const auto& [parent, r] : resting_) indexed += r.by_hash.size();
-  for (const auto& [id, e] : entries_) resting += e->at_rest;
-  if (trie_.size() + resting != entries_.size() || indexed != resting) {
-    return Status::Corruption("the trie holds " + std::to_string(trie_.size()) + " segments and " + std::to_string(resting) +
-                              " are at rest (" + std::to_string(indexed) + " indexed), the pool " +
-                              std::to_string(entries_.size()));
+  if (trie_.size() != entries_.size()) {
+    return Status::Corruption("the trie holds " + std::to_string(trie_.size()) + " segments, the pool " +
+                              std::to_string(entries_.size()) + " (and " + std::to_string(rest_.size()) + " at rest)");
+  }
+  for (const RestRecord& r : rest_.records()) {
+    const std::string which = "segment " + std::to_string(r.id) + ": ";
+    if (rest_.find(r.id) != &r) return Status::Corruption(which + "its record at rest is not indexed");
+    if (trie_.contains(r.id) || entries_.count(r.id)) return Status::Corruption(which + "at rest and in the trie");
+    bool indexed = false;
+    rest_.find_by_hash(r.parent, r.tokens_xxh3, [&](const RestRecord& o) { return indexed = &o == &r; });
+    if (!indexed) return Status::Corruption(which + "at rest but not found by its hash");
+    auto x = rest_extra_.find(r.id);
+    if (!r.packed && (x == rest_extra_.end() || x->second.coded.empty())) {
+      return Status::Corruption(which + "at rest without a coded record");
+    }
+    if (r.parent != kNoSegment && !known_locked(r.parent)) return Status::Corruption(which + "its parent is gone");
+    if (r.computed_pos != static_cast<int32_t>(r.parent == kNoSegment ? 0 : end_locked(r.parent))) {
+      return Status::Corruption(which + "at rest at the wrong position");
+    }
+  }
+  for (const auto& [id, x] : rest_extra_) {
+    if (!rest_.find(id)) return Status::Corruption("segment " + std::to_string(id) + ": notes at rest, but it is not");
   }
   for (const auto& [id, e] : entries_) {
     const std::string which = "segment " + std::to_string(id) + ": ";
-    if (e->at_rest) {
-      if (trie_.contains(id)) return Status::Corruption(which + "at rest and in the trie");
-      if (e->tier() != Tier::Cold || !e->has_record()) return Status::Corruption(which + "at rest without being cold and coded");
-      if (e->parent != kNoSegment && !entries_.count(e->parent)) return Status::Corruption(which + "its parent is gone");
-      continue;
-    }
-    if (e->parent != kNoSegment && entries_.count(e->parent) && entries_.at(e->parent)->at_rest) {
-      return Status::Corruption(which + "in the trie below a segment at rest");
-    }
+    if (e->parent != kNoSegment && rest_.find(e->parent)) return Status::Corruption(which + "in the trie below a segment at rest");
     if (!trie_.contains(id)) return Status::Corruption(which + "missing from the trie");
     if (e->parent != kNoSegment && !entries_.count(e->parent)) return Status::Corruption(which + "its parent is gone");
     if (e->segment && (e->segment->id() != id || e->segment->length() != e->length)) {
@@ -1004,7 +1055,7 @@ void SegmentPool::assert_invariants_locked() const {
   // Debug builds check after every change (LevelDB style); the trie's own check is the costly part.
   assert(trie_.check_invariants().ok());
   for (const auto& [id, e] : entries_) {
-    assert(trie_.contains(id) != e->at_rest);
+    assert(trie_.contains(id));
     assert(!e->segment || e->segment->id() == id);
     assert(!e->file || (e->durable && e->segment));
   }

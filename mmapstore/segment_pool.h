@@ -55,6 +55,7 @@
 #include "mmapstore/eviction.h"
 #include "mmapstore/mutex.h"
 #include "mmapstore/posix_file.h"
+#include "mmapstore/rest_table.h"
 
 namespace towers {
 
@@ -392,6 +393,7 @@ class SegmentPool {
   Result<SegmentId> allocate_id_locked(const SegmentOptions& options);
   size_t resident_locked() const;
   SegmentInfo info_locked(const Entry& e) const;
+  void plan_step_locked(SegmentId id, PathPlan& p) const;  // appends one step of a path
   size_t depth_locked(SegmentId id) const;
   uint64_t context_xxh3_locked(SegmentId parent) const;
   void assert_invariants_locked() const;
@@ -401,18 +403,21 @@ class SegmentPool {
   // Extends `chain` (a usable chain of `tokens`, root first) by the segments at rest whose parent is
   // its last one and whose tokens hash like the query's next ones (leaving one token to prefill).
   void extend_at_rest_locked(std::span<const int32_t> tokens, std::vector<SegmentId>& chain) const;
-  // Removes an entry at rest (the caller checked it has no children).
+  // Removes a segment at rest (the caller checked it has no children).
   void erase_at_rest_locked(SegmentId id);
-  // e leaves rest: off resting_ (the caller puts it in the trie, or erases it).
-  void unrest_locked(Entry& e);
+  // Whether the pool knows the segment (in the trie or at rest); its parent, and where it ends.
+  bool known_locked(SegmentId id) const;
+  SegmentId parent_locked(SegmentId id) const;
+  size_t end_locked(SegmentId id) const;
   Status remove_entry(SegmentId id);  // remove() but the packs' part (pack_resting)
   // Appends the records of segments gone to rest (to_pack_) to the cold packs, without the lock;
   // once durable their coded bytes leave RAM. Records of segments removed meanwhile are marked dead.
   void pack_resting();
-  // Puts e, at rest, back in the trie with its own tokens (checked against its hash) after its
-  // parent's sequence (the parent must be in the trie). Conflict when the same tokens were added
-  // again meanwhile as another segment.
-  Status attach_locked(Entry& e, std::span<const int32_t> own_tokens);
+  // Puts the segment at rest `id` back in the trie with its own tokens (checked against its hash)
+  // after its parent's sequence (the parent must be in the trie), cold, as a full entry. Conflict
+  // when the same tokens were added again meanwhile as another segment (it then stays at rest).
+  Result<Entry*> attach_locked(SegmentId id, std::span<const int32_t> own_tokens);
+  SegmentInfo info_locked(const RestRecord& r) const;
 
   const Model& model_;
   Forward& forward_;
@@ -427,13 +432,17 @@ class SegmentPool {
   PoolStats counters_;
   std::vector<DurableWaiter> waiters_;
   ColdDecode decode_;
-  // Segments at rest by parent (kNoSegment: at the top): what plan() looks at below a matched one,
-  // by the hash of their tokens, with the distinct lengths to hash the query at.
-  struct Resting {
-    std::map<int32_t, size_t> lengths;  // length -> how many
-    std::unordered_multimap<uint64_t, SegmentId> by_hash;
+  // Segments at rest (not in entries_ nor the trie): one compact record each, found by id and by the
+  // hash of their tokens under their parent (plan() looks below a matched segment).
+  RestTable rest_;
+  // What few segments at rest have beyond their record: coded bytes not in the packs (yet), why the
+  // record cannot be decoded, a lineage other than the label.
+  struct RestExtra {
+    std::vector<uint8_t> coded;
+    std::string damage;
+    std::string lineage;
   };
-  std::map<SegmentId, Resting> resting_;
+  std::unordered_map<SegmentId, RestExtra> rest_extra_;
   std::unique_ptr<ColdPack> cold_pack_;  // with a store: <store_dir>/cold
   std::vector<std::string> cold_pack_problems_;
   std::vector<SegmentId> to_pack_;       // gone to rest, record not in the packs yet

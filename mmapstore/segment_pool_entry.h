@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mmapstore/segment_file.h"
+#include "mmapstore/rest_table.h"
 #include "mmapstore/segment_pool.h"
 
 namespace towers {
@@ -30,14 +31,9 @@ struct SegmentPool::Entry {
   std::vector<SegmentId> modular_from;      // cold: a modular build reuses these segments' rows
   int32_t repair = 0;                       // ... after prefilling this many of its tokens
   std::vector<uint8_t> coded;               // cold: the compressor's coded tokens
-  // At rest: cold, coded, and out of the trie (its tokens are not in RAM). What finds it by prefix
-  // (its parent, its length and the hash of its own tokens) and brings it back (`coded`, decoded
-  // under its parents by SegmentPool::wake) is all that is left of it.
-  bool at_rest = false;
-  uint64_t tokens_xxh3 = 0;                 // xxh3_tokens of its own tokens (at rest)
-  std::string damage;                       // at rest: why its record cannot be decoded (never served)
-  // Its record is durable in the cold packs (mmapstore/cold_pack.h): at rest, `coded` is then empty
-  // (the record is read back by wake). Valid for as long as the segment lives (its tokens never change).
+  // Its record is durable in the cold packs (mmapstore/cold_pack.h). Valid for as long as the segment
+  // lives (its tokens never change): going to rest again appends nothing. (At rest a segment is not
+  // an Entry at all but a RestRecord: mmapstore/rest_table.h.)
   bool packed = false;
   uint32_t pack = 0, pack_length = 0, pack_crc = 0;
   uint64_t pack_offset = 0;

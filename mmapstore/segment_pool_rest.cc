@@ -24,8 +24,26 @@ void SegmentPool::set_cold_decoder(ColdDecode decode) {
 
 bool SegmentPool::at_rest(SegmentId id) const {
   std::lock_guard lock(mu_);
-  auto it = entries_.find(id);
-  return it != entries_.end() && it->second->at_rest;
+  return rest_.find(id) != nullptr;
+}
+
+bool SegmentPool::known_locked(SegmentId id) const {
+  mu_.assert_held();
+  return entries_.count(id) || rest_.find(id);
+}
+
+SegmentId SegmentPool::parent_locked(SegmentId id) const {
+  mu_.assert_held();
+  if (auto it = entries_.find(id); it != entries_.end()) return it->second->parent;
+  const RestRecord* r = rest_.find(id);
+  return r ? r->parent : kNoSegment;
+}
+
+size_t SegmentPool::end_locked(SegmentId id) const {
+  mu_.assert_held();
+  if (auto it = entries_.find(id); it != entries_.end()) return static_cast<size_t>(it->second->computed_pos + it->second->length);
+  const RestRecord* r = rest_.find(id);
+  return r ? static_cast<size_t>(r->computed_pos + r->length) : 0;
 }
 
 size_t SegmentPool::rest_locked(SegmentId id) {
@@ -37,98 +55,101 @@ size_t SegmentPool::rest_locked(SegmentId id) {
     if (it == entries_.end()) break;
     Entry& e = *it->second;
     // A recipe (derive, modular placement) needs the segment's own rows, not its tokens: it stays.
-    if (e.at_rest || e.tier() != Tier::Cold || !e.has_record() || e.derive_from != kNoSegment || !e.modular_from.empty()) break;
+    if (e.tier() != Tier::Cold || (e.coded.empty() && !e.packed) || e.derive_from != kNoSegment || !e.modular_from.empty()) break;
     auto seq = trie_.sequence(at);
     if (!seq.ok()) break;
     // The trie refuses while it is leased or a segment still in the trie extends its tokens (its
     // children, or another chain's segments): those need its node.
     if (!trie_.evict(at).ok()) break;
-    e.tokens_xxh3 = xxh3_tokens(std::span<const int32_t>(seq.value()).subspan(static_cast<size_t>(e.computed_pos)));
-    e.at_rest = true;
-    e.damage.clear();
-    Resting& r = resting_[e.parent];
-    r.lengths[e.length]++;
-    r.by_hash.emplace(e.tokens_xxh3, at);
-    // A session's record goes to the cold packs (hierarchy segments restart cold from the log's
-    // segment_tier records); one already there is the same record: its bytes leave RAM now.
-    if (cold_pack_ && !e.lineage.empty()) {
-      if (e.packed) {
-        e.coded.clear();
-        e.coded.shrink_to_fit();
-      } else {
-        to_pack_.push_back(at);
-      }
+    const bool session = !e.lineage.empty();
+    RestRecord r;
+    r.id = at;
+    r.parent = e.parent;
+    r.tokens_xxh3 = xxh3_tokens(std::span<const int32_t>(seq.value()).subspan(static_cast<size_t>(e.computed_pos)));
+    r.length = e.length;
+    r.computed_pos = e.computed_pos;
+    r.format = e.format;
+    r.packed = e.packed;
+    r.pack = e.pack, r.pack_offset = e.pack_offset, r.pack_length = e.pack_length, r.pack_crc = e.pack_crc;
+    r.lineage_is_label = e.lineage == e.label;
+    r.label = std::move(e.label);
+    // A record already in the packs is the same record: its bytes leave RAM now. Otherwise they stay
+    // beside the record, and a session's (a segment with a lineage) go to the cold packs (hierarchy
+    // segments restart cold from the log's segment_tier records).
+    if (!r.packed || !r.lineage_is_label) {
+      RestExtra& x = rest_extra_[at];
+      if (!r.packed) x.coded = std::move(e.coded);
+      if (!r.lineage_is_label) x.lineage = std::move(e.lineage);
     }
+    if (cold_pack_ && session && !r.packed) to_pack_.push_back(at);
+    entries_.erase(it);
+    rest_.insert(std::move(r));
     ++n;
-    at = e.parent;
+    at = rest_.find(at)->parent;
   }
   return n;
 }
 
-void SegmentPool::unrest_locked(Entry& e) {
+Result<SegmentPool::Entry*> SegmentPool::attach_locked(SegmentId id, std::span<const int32_t> own_tokens) {
   mu_.assert_held();
-  auto it = resting_.find(e.parent);
-  if (it != resting_.end()) {
-    Resting& r = it->second;
-    if (auto l = r.lengths.find(e.length); l != r.lengths.end() && --l->second == 0) r.lengths.erase(l);
-    auto [b, end] = r.by_hash.equal_range(e.tokens_xxh3);
-    for (auto h = b; h != end; ++h) {
-      if (h->second == e.id) {
-        r.by_hash.erase(h);
-        break;
-      }
-    }
-    if (r.by_hash.empty()) resting_.erase(it);
-  }
-  e.at_rest = false;
-  e.tokens_xxh3 = 0;
-  e.damage.clear();
-}
-
-Status SegmentPool::attach_locked(Entry& e, std::span<const int32_t> own_tokens) {
-  mu_.assert_held();
-  if (static_cast<int32_t>(own_tokens.size()) != e.length || xxh3_tokens(own_tokens) != e.tokens_xxh3) {
-    return Status::Corruption(segment_name(e.id, e.label) + ": the tokens given are not its tokens");
+  const RestRecord* r = rest_.find(id);
+  if (!r) return Status::NotFound("segment " + std::to_string(id) + " is not at rest");
+  if (static_cast<int32_t>(own_tokens.size()) != r->length || xxh3_tokens(own_tokens) != r->tokens_xxh3) {
+    return Status::Corruption(segment_name(id, r->label) + ": the tokens given are not its tokens");
   }
   std::vector<int32_t> sequence;
-  if (e.parent != kNoSegment) {
-    auto seq = trie_.sequence(e.parent);
-    if (!seq.ok()) return seq.status().prefixed(segment_name(e.id, e.label) + ": its parent is not in the trie: ");
+  if (r->parent != kNoSegment) {
+    auto seq = trie_.sequence(r->parent);
+    if (!seq.ok()) return seq.status().prefixed(segment_name(id, r->label) + ": its parent is not in the trie: ");
     sequence = std::move(seq.value());
   }
   sequence.insert(sequence.end(), own_tokens.begin(), own_tokens.end());
-  auto ins = trie_.insert(sequence, e.id);
+  auto ins = trie_.insert(sequence, id);
   if (!ins.ok()) return ins.status();
   if (!ins.value().inserted) {
     // Added again meanwhile (add_cold does not see segments at rest): that one serves these tokens.
-    return Status::Conflict(segment_name(e.id, e.label) + ": its tokens are segment " +
+    return Status::Conflict(segment_name(id, r->label) + ": its tokens are segment " +
                             std::to_string(ins.value().segment) + " now");
   }
-  unrest_locked(e);
-  return Status::Ok();
+  auto e = std::make_unique<Entry>();
+  e->id = id;
+  e->parent = r->parent;
+  e->length = r->length;
+  e->computed_pos = r->computed_pos;
+  e->format = r->format;
+  e->packed = r->packed;
+  e->pack = r->pack, e->pack_offset = r->pack_offset, e->pack_length = r->pack_length, e->pack_crc = r->pack_crc;
+  e->label = r->label;
+  if (r->lineage_is_label) e->lineage = r->label;
+  if (auto x = rest_extra_.find(id); x != rest_extra_.end()) {
+    e->coded = std::move(x->second.coded);
+    if (!r->lineage_is_label) e->lineage = std::move(x->second.lineage);
+    rest_extra_.erase(x);
+  }
+  e->created = e->last_used = std::chrono::steady_clock::now();
+  rest_.erase(id);
+  Entry* out = e.get();
+  entries_.emplace(id, std::move(e));
+  return out;
 }
 
 void SegmentPool::extend_at_rest_locked(std::span<const int32_t> tokens, std::vector<SegmentId>& chain) const {
   mu_.assert_held();
   for (;;) {
     const SegmentId tip = chain.empty() ? kNoSegment : chain.back();
-    const size_t end = tip == kNoSegment ? 0 : static_cast<size_t>(entries_.at(tip)->computed_pos + entries_.at(tip)->length);
-    auto it = resting_.find(tip);
-    if (it == resting_.end()) return;
+    const size_t end = tip == kNoSegment ? 0 : end_locked(tip);
+    const auto* lengths = rest_.lengths_below(tip);
+    if (!lengths) return;
     SegmentId next = kNoSegment;
     // Longest first (siblings whose tokens extend one another: the one that covers more). One hash
     // per distinct length, whatever the number of segments at rest below `tip`.
-    for (auto l = it->second.lengths.rbegin(); l != it->second.lengths.rend() && next == kNoSegment; ++l) {
+    for (auto l = lengths->rbegin(); l != lengths->rend() && next == kNoSegment; ++l) {
       const size_t n = static_cast<size_t>(l->first);
       if (end + n >= tokens.size()) continue;  // at least one token is left to prefill
-      const uint64_t h = xxh3_tokens(tokens.subspan(end, n));
-      auto [b, e] = it->second.by_hash.equal_range(h);
-      for (auto c = b; c != e; ++c) {
-        if (entries_.at(c->second)->length == l->first) {
-          next = c->second;
-          break;
-        }
-      }
+      rest_.find_by_hash(tip, xxh3_tokens(tokens.subspan(end, n)), [&](const RestRecord& r) {
+        if (r.length == l->first) next = r.id;
+        return next != kNoSegment;
+      });
     }
     if (next == kNoSegment) return;
     chain.push_back(next);
@@ -150,10 +171,10 @@ Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id, Forward* forward) {
   ColdDecode decode;
   {
     std::lock_guard lock(mu_);
-    if (!entries_.count(id)) return Status::NotFound("unknown segment " + std::to_string(id));
+    if (!known_locked(id)) return Status::NotFound("unknown segment " + std::to_string(id));
     const std::vector<SegmentId> ids = chain_ids_locked(id);
     size_t first = 0;
-    while (first < ids.size() && !entries_.at(ids[first])->at_rest) ++first;
+    while (first < ids.size() && !rest_.find(ids[first])) ++first;
     if (first == ids.size()) return trie_.sequence(id);
     if (first > 0) {
       auto seq = trie_.sequence(ids[first - 1]);
@@ -161,12 +182,16 @@ Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id, Forward* forward) {
       context = std::move(seq.value());
     }
     for (size_t i = first; i < ids.size(); ++i) {
-      const Entry& e = *entries_.at(ids[i]);
-      if (!e.damage.empty()) return Status::Corruption(e.damage);
-      jobs.push_back({e.id, e.length, e.tokens_xxh3, e.coded,
-                      {.id = e.id, .parent = e.parent, .tokens_xxh3 = e.tokens_xxh3, .tokens = e.length, .pack = e.pack,
-                       .offset = e.pack_offset, .length = e.pack_length, .crc = e.pack_crc},
-                      segment_name(e.id, e.label)});
+      const RestRecord& r = *rest_.find(ids[i]);
+      Job j{r.id, r.length, r.tokens_xxh3, {},
+            {.id = r.id, .parent = r.parent, .tokens_xxh3 = r.tokens_xxh3, .tokens = r.length, .pack = r.pack,
+             .offset = r.pack_offset, .length = r.pack_length, .crc = r.pack_crc},
+            segment_name(r.id, r.label)};
+      if (auto x = rest_extra_.find(r.id); x != rest_extra_.end()) {
+        if (!x->second.damage.empty()) return Status::Corruption(x->second.damage);
+        j.coded = x->second.coded;
+      }
+      jobs.push_back(std::move(j));
     }
     decode = decode_;
   }
@@ -202,23 +227,18 @@ Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id, Forward* forward) {
   std::lock_guard lock(mu_);
   // Back in the trie, root first, what decoded.
   for (size_t i = 0; i < decoded; ++i) {
-    auto it = entries_.find(jobs[i].id);
-    if (it == entries_.end()) return Status::NotFound(jobs[i].name + " left the pool while it was decoded");
-    Entry& e = *it->second;
-    if (!e.at_rest) continue;  // woken meanwhile
-    if (Status st = attach_locked(e, std::span<const int32_t>(context).subspan(starts[i], static_cast<size_t>(e.length))); !st.ok()) {
-      return st;
-    }
+    if (!known_locked(jobs[i].id)) return Status::NotFound(jobs[i].name + " left the pool while it was decoded");
+    if (!rest_.find(jobs[i].id)) continue;  // woken meanwhile
+    auto e = attach_locked(jobs[i].id, std::span<const int32_t>(context).subspan(starts[i], static_cast<size_t>(jobs[i].length)));
+    if (!e.ok()) return e.status();
     // Cold in the trie, its record at hand again (read from the packs) until a build computes it.
-    if (e.coded.empty()) e.coded = std::move(jobs[i].coded);
+    if (e.value()->coded.empty()) e.value()->coded = std::move(jobs[i].coded);
     counters_.wakes++;
-    counters_.wake_tokens += static_cast<uint64_t>(e.length);
+    counters_.wake_tokens += static_cast<uint64_t>(jobs[i].length);
   }
   if (!failed.ok()) {
     counters_.wake_errors++;
-    if (auto it = entries_.find(jobs[decoded].id); it != entries_.end() && it->second->at_rest) {
-      it->second->damage = failed.message();
-    }
+    if (rest_.find(jobs[decoded].id)) rest_extra_[jobs[decoded].id].damage = failed.message();
     assert_invariants_locked();
     return failed;
   }
@@ -228,11 +248,11 @@ Result<std::vector<int32_t>> SegmentPool::wake(SegmentId id, Forward* forward) {
 
 void SegmentPool::erase_at_rest_locked(SegmentId id) {
   mu_.assert_held();
-  auto it = entries_.find(id);
-  if (it == entries_.end() || !it->second->at_rest) return;
-  unrest_locked(*it->second);
-  if (it->second->packed) unpack_.push_back(id);
-  entries_.erase(it);
+  const RestRecord* r = rest_.find(id);
+  if (!r) return;
+  if (r->packed) unpack_.push_back(id);
+  rest_extra_.erase(id);
+  rest_.erase(id);
 }
 
 Status SegmentPool::adopt_at_rest(SegmentId id, SegmentId parent, const SegmentOptions& options,
@@ -242,11 +262,8 @@ Status SegmentPool::adopt_at_rest(SegmentId id, SegmentId parent, const SegmentO
   ColdRecordRef r;
   if (!cold_pack_ || !cold_pack_->find(id, &r)) return Status::NotFound(name() + " has no record in the cold packs");
   if (r.parent != parent) return Status::NotFound(name() + ": its cold record was coded under another parent");
-  const Entry* up = nullptr;
-  if (parent != kNoSegment) {
-    auto p = entries_.find(parent);
-    if (p == entries_.end()) return Status::NotFound(name() + ": unknown parent segment " + std::to_string(parent));
-    up = p->second.get();
+  if (parent != kNoSegment && !known_locked(parent)) {
+    return Status::NotFound(name() + ": unknown parent segment " + std::to_string(parent));
   }
   if (!own_tokens.empty() && (static_cast<int32_t>(own_tokens.size()) != r.tokens || xxh3_tokens(own_tokens) != r.tokens_xxh3)) {
     return Status::Corruption(name() + ": its cold record codes other tokens than the log's");
@@ -254,27 +271,23 @@ Status SegmentPool::adopt_at_rest(SegmentId id, SegmentId parent, const SegmentO
   if (r.tokens <= 0 || r.tokens > options_.max_segment_tokens) {
     return Status::Corruption(name() + ": its cold record has " + std::to_string(r.tokens) + " tokens");
   }
-  SegmentOptions o = options;
+  SegmentOptions o;
   o.id = id;
   auto allocated = allocate_id_locked(o);
   if (!allocated.ok()) return allocated.status();
-  auto e = std::make_unique<Entry>();
-  e->id = id;
-  e->parent = parent;
-  e->length = r.tokens;
-  e->computed_pos = up ? up->computed_pos + up->length : 0;
-  e->format = options.format.value_or(options_.depth.at_depth(parent == kNoSegment ? 0 : depth_locked(parent) + 1));
-  e->packed = true;
-  e->pack = r.pack, e->pack_offset = r.offset, e->pack_length = r.length, e->pack_crc = r.crc;
-  e->at_rest = true;
-  e->tokens_xxh3 = r.tokens_xxh3;
-  e->label = options.label;
-  e->lineage = options.lineage;
-  e->created = e->last_used = std::chrono::steady_clock::now();
-  Resting& rest = resting_[parent];
-  rest.lengths[e->length]++;
-  rest.by_hash.emplace(e->tokens_xxh3, id);
-  entries_.emplace_hint(entries_.end(), id, std::move(e));  // a restart adopts them in id order
+  RestRecord rest;
+  rest.id = id;
+  rest.parent = parent;
+  rest.tokens_xxh3 = r.tokens_xxh3;
+  rest.length = r.tokens;
+  rest.computed_pos = parent == kNoSegment ? 0 : static_cast<int32_t>(end_locked(parent));
+  rest.format = options.format.value_or(options_.depth.at_depth(parent == kNoSegment ? 0 : depth_locked(parent) + 1));
+  rest.packed = true;
+  rest.pack = r.pack, rest.pack_offset = r.offset, rest.pack_length = r.length, rest.pack_crc = r.crc;
+  rest.lineage_is_label = options.lineage == options.label;
+  rest.label = options.label;
+  if (!rest.lineage_is_label) rest_extra_[id].lineage = options.lineage;
+  rest_.insert(std::move(rest));
   assert_invariants_locked();
   return Status::Ok();
 }
@@ -297,12 +310,12 @@ void SegmentPool::pack_resting() {
     std::lock_guard lock(mu_);
     dead.swap(unpack_);
     for (SegmentId id : to_pack_) {
-      auto it = entries_.find(id);
+      const RestRecord* r = rest_.find(id);
+      auto x = rest_extra_.find(id);
       // Woken meanwhile (its hash is only kept at rest): packed when it goes to rest again.
-      if (it == entries_.end() || it->second->packed || !it->second->at_rest || it->second->coded.empty()) continue;
-      const Entry& e = *it->second;
-      records.push_back(e.coded);
-      puts.push_back({e.id, e.parent, e.tokens_xxh3, e.length, {}});
+      if (!r || r->packed || x == rest_extra_.end() || x->second.coded.empty()) continue;
+      records.push_back(x->second.coded);
+      puts.push_back({r->id, r->parent, r->tokens_xxh3, r->length, {}});
     }
     to_pack_.clear();
   }
@@ -315,18 +328,21 @@ void SegmentPool::pack_resting() {
     counters_.pack_error = refs.error();  // their records stay in RAM, and restart from the log
     return;
   }
-  for (const ColdRecordRef& r : refs.value()) {
-    auto it = entries_.find(r.id);
-    if (it == entries_.end()) {
-      unpack_.push_back(r.id);  // removed meanwhile: dead at the next pass
-      continue;
-    }
-    Entry& e = *it->second;
-    e.packed = true;
-    e.pack = r.pack, e.pack_offset = r.offset, e.pack_length = r.length, e.pack_crc = r.crc;
-    if (e.at_rest) {
-      e.coded.clear();
-      e.coded.shrink_to_fit();
+  for (const ColdRecordRef& ref : refs.value()) {
+    if (RestRecord* r = rest_.find(ref.id)) {
+      r->packed = true;
+      r->pack = ref.pack, r->pack_offset = ref.offset, r->pack_length = ref.length, r->pack_crc = ref.crc;
+      // At rest: its bytes leave RAM.
+      if (auto x = rest_extra_.find(ref.id); x != rest_extra_.end()) {
+        x->second.coded = {};
+        if (x->second.damage.empty() && x->second.lineage.empty()) rest_extra_.erase(x);
+      }
+    } else if (auto it = entries_.find(ref.id); it != entries_.end()) {
+      Entry& e = *it->second;  // woken meanwhile: keeps its place in the packs
+      e.packed = true;
+      e.pack = ref.pack, e.pack_offset = ref.offset, e.pack_length = ref.length, e.pack_crc = ref.crc;
+    } else {
+      unpack_.push_back(ref.id);  // removed meanwhile: dead at the next pass
     }
   }
 }

@@ -227,6 +227,7 @@ std::vector<SegmentId> SegmentPool::idle(std::chrono::steady_clock::duration idl
 Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {
   check_may_wait("SegmentPool::freeze");
   std::unique_lock lock(mu_);
+  if (rest_.find(id)) return Status::Conflict("segment " + std::to_string(id) + " is cold already (at rest)");
   auto it = entries_.find(id);
   if (it == entries_.end()) return Status::NotFound("unknown segment " + std::to_string(id));
   Entry& e = *it->second;
@@ -263,12 +264,14 @@ Status SegmentPool::compute_chain(SegmentId id, SegmentId fresh) {
   if (auto woken = wake(id); !woken.ok()) return woken.status();  // at rest: decoded back into the trie
   {
     std::lock_guard lock(mu_);
+    if (rest_.find(id)) return Status::Unavailable("segment " + std::to_string(id) + " went to rest again");
     if (!entries_.count(id)) return Status::NotFound("unknown segment " + std::to_string(id));
     ids = chain_ids_locked(id);
   }
   Status paged = page_in(ids);  // a bad file leaves its segment cold: the loop below recomputes it
   std::unique_lock lock(mu_);
   for (SegmentId s : ids) {
+    if (rest_.find(s)) return Status::Unavailable("segment " + std::to_string(s) + " went to rest again");
     auto it = entries_.find(s);
     if (it == entries_.end()) return Status::NotFound("segment " + std::to_string(s) + " left the pool");
     if (it->second->tier() == Tier::Warm) return paged.ok() ? Status::Unavailable("segment is being paged in") : paged;

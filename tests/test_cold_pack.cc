@@ -8,6 +8,7 @@
 
 #include "fault_injection_fs.h"
 #include "mmapstore/cold_pack.h"
+#include "mmapstore/rest_table.h"
 #include "test_support.h"
 
 using namespace towers;
@@ -235,4 +236,78 @@ TEST_CASE("cold pack: after any crash or fault, every acknowledged record is the
     CHECK(pack.value()->read(ref->at(0)).value() == rec);
   }
   MESSAGE(runs << " runs, " << torn_runs << " with torn writes, " << faulted << " failed appends");
+}
+
+// The pool's records of segments at rest (mmapstore/rest_table.h): random inserts and erases against a
+// std::map, every lookup checked after each change (the indexes move records on erase).
+TEST_CASE("segments at rest: the compact table finds every record by id and by (parent, hash) through inserts and erases") {
+  RestTable table;
+  std::map<SegmentId, RestRecord> want;
+  std::mt19937_64 rng(7);
+  auto check = [&] {
+    REQUIRE(table.size() == want.size());
+    std::map<SegmentId, std::map<int32_t, uint32_t>> lengths;
+    for (const auto& [id, r] : want) {
+      const RestRecord* got = table.find(id);
+      REQUIRE(got);
+      CHECK(got->parent == r.parent);
+      CHECK(got->length == r.length);
+      CHECK(got->label == r.label);
+      size_t hits = 0;
+      table.find_by_hash(r.parent, r.tokens_xxh3, [&](const RestRecord& o) {
+        hits += o.id == id;
+        return false;
+      });
+      CHECK(hits == 1);
+      lengths[r.parent][r.length]++;
+    }
+    for (const auto& [parent, by_length] : lengths) {
+      const auto* got = table.lengths_below(parent);
+      REQUIRE(got);
+      CHECK(std::vector<std::pair<int32_t, uint32_t>>(by_length.begin(), by_length.end()) == *got);
+    }
+  };
+  for (int step = 0; step < 6000; ++step) {
+    if (want.empty() || rng() % 3 != 0) {
+      RestRecord r;
+      r.id = 1 + rng() % 5000;
+      if (want.count(r.id)) continue;
+      r.parent = 1 + rng() % 4;
+      r.tokens_xxh3 = rng() % 64;  // few distinct hashes: many records share a (parent, hash) key
+      r.length = 1 + static_cast<int32_t>(rng() % 5);
+      r.label = "session:" + std::to_string(r.id);
+      want[r.id] = r;
+      table.insert(r);
+    } else {
+      auto it = want.begin();
+      std::advance(it, static_cast<long>(rng() % want.size()));
+      table.erase(it->first);
+      CHECK_FALSE(table.find(it->first));
+      want.erase(it);
+    }
+    if (step % 500 == 0) check();
+  }
+  check();
+  for (auto it = want.begin(); it != want.end(); it = want.erase(it)) table.erase(it->first);
+  CHECK(table.size() == 0);
+  CHECK_FALSE(table.lengths_below(1));
+  CHECK_FALSE(table.has_children(2));
+}
+
+TEST_CASE("segments at rest: a record costs its fixed size and ~2 index slots, no node and no token") {
+  RestTable table;
+  constexpr size_t kN = 100000;
+  table.reserve(kN);  // what a restart does: the packs' index says how many
+  for (size_t i = 0; i < kN; ++i) {
+    RestRecord r;
+    r.id = 1000 + i;
+    r.parent = 2 + i % 10;
+    r.tokens_xxh3 = i * 0x9e3779b97f4a7c15ull;
+    r.length = 4000;
+    r.label = "session:" + std::to_string(i);  // fits std::string's own buffer
+    table.insert(std::move(r));
+  }
+  const double per_record = static_cast<double>(table.bytes()) / kN;
+  MESSAGE("bytes per segment at rest: " << per_record << " (record " << sizeof(RestRecord) << ")");
+  CHECK(per_record < sizeof(RestRecord) + 48);  // a full pool entry and its map node were ~370 B
 }

@@ -15,6 +15,9 @@ const std::vector<SynthShape>& synth_shapes() {
   static const std::vector<SynthShape> shapes = {
       {"llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, true, 32.0f, "llama3"},
       {"llama3.1-8b", "llama", 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0f, false, 8.0f, "llama3"},
+      // A small coder of Llama-3.2's vocabulary (the design's distilled coder M~ for the cold tier's
+      // codec: its shape, random weights): what decoding a session at rest costs with one (bench_capacity).
+      {"llama3.2-coder", "llama", 256, 2, 4, 2, 768, 128256, 131072, 500000.0f, true, 32.0f, "llama3"},
       {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, true, 0.0f, "qwen2"},
       {"tiny", "llama", 256, 4, 8, 4, 768, 1024, 2048, 10000.0f, false, 0.0f, "generated"},
       // Small enough for unit tests of the qwen2 path (biases, neox RoPE, tied embeddings).
