@@ -474,13 +474,11 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, ReplyApi api, GenP
 }
 
 ApiStatus no_tools_with_session(const json& body) {
-  for (const char* k : {"tools", "tool_choice"}) {
-    if (body.contains(k) && !body[k].is_null() && !is_empty(body[k]) && body[k] != "none" && body[k] != "auto") {
-      return ApiStatus(Status::Unimplemented(std::string("\"") + k +
-                                             "\" is not supported on /v1/sessions/ID/messages (its message is the user's "
-                                             "text): send tools to /v1/chat/completions with \"session\""),
-                       k);
-    }
+  if (body.contains("tools") && !body["tools"].is_null() && !is_empty(body["tools"])) {
+    return ApiStatus(Status::Unimplemented("\"tools\" is not supported on /v1/sessions/ID/messages (its message is the user's "
+                                           "text): a session's tools come with its first turn on /v1/chat/completions with "
+                                           "\"session\""),
+                     "tools");
   }
   return {};
 }

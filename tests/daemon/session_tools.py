@@ -12,6 +12,8 @@
   - a session's tools are fixed by its first turn: other tools are 400 param "tools", and so are
     tools on a session that had turns without them; several user messages are still 400 "messages";
   - a bot without a session takes tools too (the same segments);
+  - POST /v1/sessions/ID/messages on a session with tools decodes the reply as chat completions
+    does: tool_choice "required" gives tool_calls (finish_reason "tool_calls"); "tools" there is 400;
   - a client that sends the whole conversation with `session` on every step (the AI SDK, LangChain:
     the user message, the reply's tool_calls with their arguments re-serialised, the tool results)
     continues the session as if it sent only the new messages; a history that is not the session's
@@ -144,6 +146,27 @@ def as_client_sends(t1):
     return {"role": "assistant", "content": t1["content"],
             "tool_calls": [{"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(json.loads(a), separators=(",", ":"))}}
                            for i, (n, a) in zip(t1["ids"], t1["calls"])]}
+
+
+def session_messages_with_tools(sock):
+    """The Towers endpoint POST /v1/sessions/ID/messages on a session whose first turn brought tools."""
+    s = call(sock, "POST", "/v1/sessions", {"bot": "guide"})["id"]
+    whole(sock, {"session": s, "messages": [{"role": "user", "content": "Hello"}], "tools": TOOLS, "tool_choice": "none",
+                 "temperature": 0, "max_tokens": 4})
+    path = "/v1/sessions/%s/messages" % s
+    r = call(sock, "POST", path, {"content": "Weather in Paris?", "tool_choice": "required", "parallel_tool_calls": False,
+                                  "temperature": 0, "max_tokens": 200})
+    calls = r["choices"][0]["message"].get("tool_calls") or []
+    check(r["choices"][0]["finish_reason"] == "tool_calls" and len(calls) == 1 and calls[0]["function"]["name"] == "get_weather",
+          "messages endpoint: %s" % r["choices"][0])
+    check(set(json.loads(calls[0]["function"]["arguments"])) == {"city", "unit"}, "messages endpoint: %s" % calls[0])
+    try:
+        call(sock, "POST", path, {"content": "x", "tools": TOOLS})
+        fail("messages endpoint: tools accepted")
+    except HttpError as e:
+        check(e.status == 400 and '"param":"tools"' in str(e).replace(" ", ""), "messages endpoint, tools: %s" % e)
+    print("POST /v1/sessions/ID/messages on a session with tools: tool_choice required gives %s; tools 400" %
+          calls[0]["function"]["arguments"])
 
 
 def whole_conversation_loop(sock):
@@ -297,6 +320,7 @@ def main():
               (cached(nb), chain))
         responses_tool_loop(sock)
         whole_conversation_loop(sock)
+        session_messages_with_tools(sock)
         # Restart: the session continues as its twin did without one (b, the same turns, before it).
         third = {"messages": [{"role": "user", "content": "And tomorrow?"}], "temperature": 0, "max_tokens": 24}
         b3 = whole(sock, dict(third, session=b))
