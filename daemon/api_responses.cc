@@ -7,6 +7,7 @@
 #include "daemon/api_responses.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <ctime>
 
@@ -57,7 +58,7 @@ std::optional<ResponseRef> parse_item_id(std::string_view id) {
 std::optional<ResponseRef> parse_call_id(std::string_view call_id) {
   constexpr std::string_view prefix = "call_";
   const size_t cut = call_id.rfind('_');
-  if (!call_id.starts_with(prefix) || cut == std::string_view::npos || cut + 1 == call_id.size() ||
+  if (!call_id.starts_with(prefix) || cut == std::string_view::npos || cut <= prefix.size() || cut + 1 == call_id.size() ||
       call_id.find_first_not_of("0123456789", cut + 1) != std::string_view::npos) {
     return std::nullopt;
   }
@@ -166,8 +167,20 @@ ApiStatus parse_response_input(const json& body, ResponseInput* out) {
       } else if (type == "item_reference") {
         if (!item.contains("id") || !item["id"].is_string()) return invalid_field(at + ".id", at + ".id must be a string");
         const std::string id = item["id"].get<std::string>();
+        if (id.starts_with("fc_") && parse_call_id("call_" + id.substr(3))) {
+          // A function call item of a towerd response: a call of the assistant message before it,
+          // its name and arguments read from the session (resolve_references).
+          if (out->messages.empty() || out->messages.back().role != "assistant") {
+            out->messages.push_back({"assistant", ""});
+            out->references.emplace_back();
+          }
+          out->calls.resize(out->messages.size());
+          out->calls.back().push_back({id, "", ""});
+          continue;
+        }
         if (!parse_item_id(id)) {
-          return unsupported(at + ".id", at + ".id \"" + id + "\": only the message items of towerd's responses (msg_<session>_<turn>) can be referenced");
+          return unsupported(at + ".id", at + ".id \"" + id + "\": only the items of towerd's responses (msg_<session>_<turn>, "
+                                         "fc_<session>_<turn>_<k>) can be referenced");
         }
         out->messages.push_back({"assistant", ""});
         out->references.push_back(id);
@@ -605,8 +618,38 @@ ApiStatus unstored_response(Service& svc, HttpResponder& out, ResponsesRequest r
   return run_response(svc, out, std::move(spec));
 }
 
-// Item references: each referenced message gets its text from the session turn the id names.
+// A referenced function call (fc_<session>_<turn>_<k>): its call id, name and arguments from the
+// session's reply.
+ApiStatus resolve_call_reference(Service& svc, ToolCall* call) {
+  const std::string id = call->id, call_id = "call_" + id.substr(3);
+  auto ref = parse_call_id(call_id);
+  Located at;
+  ApiStatus e = locate_response(svc, response_id(ref->session, ref->turn), "input", &at);
+  if (!e.ok()) return ApiStatus(Status::NotFound("item_reference \"" + id + "\": " + e.status.message()), "input", "response_not_found");
+  auto parsed = at.session.tool_format
+                    ? parse_tool_reply(*at.session.tool_format, (*at.session.transcript)[at.at + 1].content, /*as_streamed=*/true)
+                    : Result<ParsedReply>(Status::InvalidArgument("no tools"));
+  const std::string_view digits = std::string_view(id).substr(id.rfind('_') + 1);
+  uint64_t k = UINT64_MAX;  // parse_call_id checked the digits; too many of them is no call either
+  std::from_chars(digits.data(), digits.data() + digits.size(), k);
+  if (!parsed.ok() || k >= parsed.value().tool_calls.size()) {
+    return ApiStatus(Status::NotFound("item_reference \"" + id + "\": response \"" + response_id(ref->session, ref->turn) +
+                                      "\" has no such function call"),
+                     "input", "response_not_found");
+  }
+  *call = {call_id, parsed.value().tool_calls[k].name, parsed.value().tool_calls[k].arguments};
+  return {};
+}
+
+// Item references: each referenced message gets its text from the session turn the id names, each
+// referenced function call its name and arguments.
 ApiStatus resolve_references(Service& svc, ResponseInput* input) {
+  for (auto& calls : input->calls) {
+    for (auto& call : calls) {
+      if (!call.id.starts_with("fc_")) continue;
+      if (ApiStatus e = resolve_call_reference(svc, &call); !e.ok()) return e;
+    }
+  }
   for (size_t i = 0; i < input->messages.size(); ++i) {
     const std::string& id = input->references[i];
     if (id.empty()) continue;

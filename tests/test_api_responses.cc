@@ -163,6 +163,15 @@ TEST_CASE("input: function_call items are the calls of the assistant message bef
   CHECK(alone.messages[1].role == "assistant");
   CHECK(alone.messages[1].content.empty());
   CHECK(alone.calls[1].size() == 1);
+  // An item reference to a function call of a towerd response is a call too, named by its item id
+  // (the handler reads its name and arguments from the session).
+  ResponseInput referenced;
+  REQUIRE(input_of({{"input", json::array({{{"role", "user"}, {"content", "a"}}, {{"type", "item_reference"}, {"id", "fc_s-1_1_0"}}})}},
+                   &referenced)
+              .ok());
+  REQUIRE(referenced.messages.size() == 2);
+  REQUIRE(referenced.calls[1].size() == 1);
+  CHECK(referenced.calls[1][0].id == "fc_s-1_1_0");
   auto ref = parse_call_id("call_s-1f_12_3");
   REQUIRE(ref);
   CHECK(ref->session == "s-1f");
@@ -182,6 +191,7 @@ TEST_CASE("input: foreign item references, images and unknown fields are refused
       {json::array({{{"type", "function_call_output"}, {"call_id", "c"}, {"output", json::object()}}}), "input[0].output",
        Status::Code::kInvalidArgument},
       {json::array({{{"type", "item_reference"}, {"id", "fc_1"}}}), "input[0].id", Status::Code::kUnimplemented},
+      {json::array({{{"type", "item_reference"}, {"id", "rs_s-1_1"}}}), "input[0].id", Status::Code::kUnimplemented},
       {json::array({{{"type", "item_reference"}}}), "input[0].id", Status::Code::kInvalidArgument},
       {json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_image"}, {"image_url", "x"}}})}}}),
        "input[0].content[0].type", Status::Code::kUnimplemented},

@@ -272,8 +272,22 @@ def responses_tool_loop(sock):
         fail("responses: a conversation that is not the session's was accepted")
     except HttpError as e:
         check(e.status == 400 and '"param":"input"' in str(e).replace(" ", ""), "responses, edited conversation: %s" % e)
-    print("responses: the whole conversation with function_call items continues the session (cached_tokens %d)" %
-          f2["usage"]["input_tokens_details"]["cached_tokens"])
+    # The calls as item references (fc_<session>_<turn>_<k>), as a stored conversation may name them.
+    g1 = call(sock, "POST", RESP, first)
+    gcs = [i for i in g1["output"] if i["type"] == "function_call"]
+    refs = [{"role": "user", "content": "Weather in Paris?"}] + [{"type": "item_reference", "id": f["id"]} for f in gcs]
+    g2 = call(sock, "POST", RESP, {"input": refs + [{"type": "function_call_output", "call_id": f["call_id"], "output": "18 degrees"}
+                                                    for f in gcs],
+                                   "instructions": "You help travellers.", "temperature": 0, "max_output_tokens": 4})
+    check(g2["id"] == "resp_%s_2" % g1["session"], "responses, function calls by item_reference: %s" % g2["id"])
+    try:
+        call(sock, "POST", RESP, {"input": refs[:1] + [{"type": "item_reference", "id": gcs[0]["id"][:-1] + "9"}],
+                                  "instructions": "You help travellers.", "max_output_tokens": 4})
+        fail("responses: a reference to a function call that does not exist was accepted")
+    except HttpError as e:
+        check(e.status == 404 and "response_not_found" in str(e), "responses, unknown fc_ reference: %s" % e)
+    print("responses: the whole conversation with function_call items (or their item references) continues the session "
+          "(cached_tokens %d)" % f2["usage"]["input_tokens_details"]["cached_tokens"])
 
 
 def main():
