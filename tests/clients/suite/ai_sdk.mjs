@@ -47,6 +47,21 @@ function assertCachedTurn(first, second) {
   assert.ok(cached >= need, `cached ${cached} < ${need}`);
 }
 
+// A two-step tool loop through the openai-compatible provider with towerd's own body fields
+// (`session` or `bot`), run by generateText or streamText; checked by checkToolLoop.
+async function chatToolLoop(run, prompt, towerdFields) {
+  const executed = [];
+  const r = await run({  // generateText: a promise of the result; streamText: the result, its fields promises
+    model: chat, prompt, maxRetries: 0, maxOutputTokens: 150, temperature: 1, seed: 3,
+    tools: { get_weather: weather(async ({ city }) => { executed.push(city); return '18 degrees'; }) },
+    prepareStep: firstCallThenAnswer, stopWhen: stepCountIs(4),
+    providerOptions: { towerd: { ...towerdFields, parallel_tool_calls: false } },
+  });
+  const done = { steps: await r.steps, text: await r.text };
+  checkToolLoop(done, executed);
+  return done;
+}
+
 export const checks = {
   async ai_generate_text() {
     const r = await generateText({ ...quick, model: chat, prompt: 'Once upon a time', temperature: 0 });
@@ -112,17 +127,11 @@ export const checks = {
 
   // An agent's loop on a bot's session: the SDK sends the whole conversation on every step (user,
   // its call, the result); the session keeps it as two turns, the second served from the first's KV.
+  // Streamed on a twin session, the same calls and answer.
   async ai_tool_loop_on_bot_session() {
     const bot = await defineBot('suite-ai-sdk');
-    const session = await newSession(bot);
-    const executed = [];
-    const r = await generateText({
-      model: chat, prompt: 'What is the weather in Paris?', maxRetries: 0, maxOutputTokens: 150, temperature: 1, seed: 3,
-      tools: { get_weather: weather(async ({ city }) => { executed.push(city); return '18 degrees'; }) },
-      prepareStep: firstCallThenAnswer, stopWhen: stepCountIs(4),
-      providerOptions: { towerd: { session, parallel_tool_calls: false } },
-    });
-    checkToolLoop(r, executed);
+    const [session, twin] = [await newSession(bot), await newSession(bot)];
+    const r = await chatToolLoop(generateText, 'What is the weather in Paris?', { session });
     const [first, second] = r.steps;
     assertCachedTurn(first, second);
     const t = await transcriptOf(session);
@@ -130,14 +139,11 @@ export const checks = {
     assert.deepEqual(t.transcript.map((m) => m.role), ['user', 'assistant', 'tool', 'assistant']);
     assert.equal(t.transcript[1].tool_calls[0].function.name, 'get_weather');
     assert.equal(t.transcript[2].content, '18 degrees');
+    const streamed = await chatToolLoop(streamText, 'What is the weather in Paris?', { session: twin });
+    assert.deepEqual(streamed.steps[0].toolCalls.map((c) => c.input), first.toolCalls.map((c) => c.input));
+    assert.equal(streamed.text, r.text);
     // The loop on the same bot without a session (the conversation is the request's): the same shape.
-    const executedHere = [];
-    const b = await generateText({
-      model: chat, prompt: 'What is the weather in Rome?', maxRetries: 0, maxOutputTokens: 150, temperature: 1, seed: 3,
-      tools: { get_weather: weather(async ({ city }) => { executedHere.push(city); return '18 degrees'; }) },
-      prepareStep: firstCallThenAnswer, stopWhen: stepCountIs(4), providerOptions: { towerd: { bot, parallel_tool_calls: false } },
-    });
-    checkToolLoop(b, executedHere);
+    await chatToolLoop(generateText, 'What is the weather in Rome?', { bot });
   },
 
   async ai_embed() {
