@@ -291,6 +291,19 @@ TEST_CASE("what the grammar does not generate although valid") {
   CHECK_FALSE(accepts(schema_grammar(R"({"type": "object"})"), " {}"));  // no leading whitespace
 }
 
+TEST_CASE("zod's .email().max(n) grows linearly with n: one rule per automaton state and length") {
+  auto rules_for = [](int n) {
+    const std::string schema = R"({"type": "string", "format": "email", "maxLength": )" + std::to_string(n) +
+                               R"(, "pattern": "^(?:[A-Za-z0-9_'+\\-]+\\.)*[A-Za-z0-9_'+\\-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"})";
+    return schema_grammar(schema)->rules().size();
+  };
+  const size_t r128 = rules_for(128), r255 = rules_for(255);
+  MESSAGE("zod .email().max(128): " << r128 << " rules; .max(255): " << r255);
+  CHECK(r255 < 30 * 256);       // at most one per state (30) and length
+  CHECK(r255 * 10 < r128 * 21);  // about twice for twice the length
+  CHECK(r255 > r128);
+}
+
 TEST_CASE("zod's .int() bounds are cheap: a digit-range grammar of a few rules") {
   const std::string zod_int = R"({"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991})";
   auto gbnf = json_schema_to_gbnf(zod_int);

@@ -367,7 +367,10 @@ struct JsonGrammarBuilder::Impl {
     auto b = bounds(s, "minLength", "maxLength", path);
     if (!b.ok()) return b.status();
     auto content = bounded_pattern_gbnf(s["pattern"].get<std::string>(), b->first, size_t(b->second),
-                                        [&](std::string body) { return define(hint + "-len", std::move(body)); });
+                                        // a numbered hint each: unique_name's probing stays one step per rule
+                                        [&, k = 0](std::string body) mutable {
+                                          return define(hint + "-len" + std::to_string(k++), std::move(body));
+                                        });
     if (!content.ok()) return unsupported(length, path, "beside pattern: " + content.error());
     return define(hint, "\"\\\"\" " + *content + " \"\\\"\"");
   }
