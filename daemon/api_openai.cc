@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "daemon/api_views.h"
 #include "daemon/log.h"
 #include "daemon/random_id.h"
 #include "daemon/service.h"
@@ -473,13 +474,11 @@ ApiStatus parse_gen_params(const Service& svc, const json& b, ReplyApi api, GenP
 }
 
 ApiStatus no_tools_with_session(const json& body) {
-  for (const char* k : {"tools", "tool_choice"}) {
-    if (body.contains(k) && !body[k].is_null() && !is_empty(body[k]) && body[k] != "none" && body[k] != "auto") {
-      return ApiStatus(Status::Unimplemented(std::string("\"") + k +
-                                             "\" is not supported on /v1/sessions/ID/messages (its message is the user's "
-                                             "text): send tools to /v1/chat/completions with \"session\""),
-                       k);
-    }
+  if (body.contains("tools") && !body["tools"].is_null() && !is_empty(body["tools"])) {
+    return ApiStatus(Status::Unimplemented("\"tools\" is not supported on /v1/sessions/ID/messages (its message is the user's "
+                                           "text): a session's tools come with its first turn on /v1/chat/completions with "
+                                           "\"session\""),
+                     "tools");
   }
   return {};
 }
@@ -570,29 +569,94 @@ ApiStatus bot_tool_generation(Service& svc, const std::string& bot, const std::v
 
 }  // namespace
 
+namespace {
+
+// Tool-call arguments as JSON values where both parse (a client re-serialises the model's text).
+bool same_arguments(const std::string& a, const std::string& b) {
+  const json x = json::parse(a, nullptr, false), y = json::parse(b, nullptr, false);
+  return x.is_discarded() || y.is_discarded() ? a == b : x == y;
+}
+
+// Whether a request's message is a session's kept one as transcript_json writes it: the same role and
+// text, the same calls (names and arguments; not their ids, which the kept view only knows once
+// answered), and a tool message's tool_call_id. `name` is not rendered, so not compared.
+bool same_message(const ToolChatMessage& m, const json& kept) {
+  const std::string content = kept["content"].is_string() ? kept["content"].get<std::string>() : "";
+  if (m.role != kept["role"] || m.content != content) return false;
+  if (m.role == "tool") return kept.value("tool_call_id", "") == m.tool_call_id;
+  const json calls = kept.value("tool_calls", json::array());
+  if (calls.size() != m.tool_calls.size()) return false;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const json& f = calls[k]["function"];
+    if (f["name"] != m.tool_calls[k].name || !same_arguments(f["arguments"].get<std::string>(), m.tool_calls[k].arguments)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A request with `session` that sends the whole conversation (what the AI SDK and LangChain do on
+// every step of a tool loop): `history`, the messages before the new ones, must be the session's
+// kept messages (and when it dropped turns to stay within the context, may begin with the dropped
+// ones). Returns the session's turn count the check saw, to confirm that the turn continues it.
+Result<uint64_t> check_session_history(Service& svc, const std::string& session, std::span<const ToolChatMessage> history) {
+  auto s = svc.catalog.session(session, true);
+  if (!s.ok()) return s.status();
+  const json kept = transcript_json(*s->transcript, s->tool_format);
+  const bool dropped = s->transcript->size() < 2 * s->turns;
+  bool same = dropped ? history.size() >= kept.size() : history.size() == kept.size();
+  const size_t skip = history.size() - std::min(history.size(), kept.size());
+  for (size_t i = 0; same && i < kept.size(); ++i) same = same_message(history[skip + i], kept[i]);
+  if (!same) {
+    return Status::InvalidArgument("the " + std::to_string(history.size()) + " messages before the new one are not the " +
+                                   std::to_string(kept.size()) + " that session \"" + session + "\" holds: send the new message " +
+                                   "alone, or after the whole conversation so far");
+  }
+  return s->turns;
+}
+
+}  // namespace
+
 ApiStatus session_generation(Service& svc, const std::string& session, const std::vector<ToolChatMessage>& messages,
                              const ToolRequest& tools, const std::string& session_param, GenParams* params,
                              GenerationSpec* spec) {
   if (ApiStatus e = one_choice(*params); !e.ok()) return e;
   // The session holds the history: the request brings what is new, the user's message or the tool
-  // results. More would have to be merged into the transcript or dropped; neither is done behind the
-  // client's back.
-  const bool user = messages.size() == 1 && messages[0].role == "user";
-  const bool results = std::all_of(messages.begin(), messages.end(), [](const ToolChatMessage& m) { return m.role == "tool"; });
-  if (!user && !results) {
-    return invalid_field("messages", "with \"session\", \"messages\" must hold exactly one message, the user's new "
-                                     "one, or the tool messages answering the last reply's tool calls (the session "
-                                     "keeps the history; got " + std::to_string(messages.size()) + " messages, the last a " +
-                                     messages.back().role + " message)");
+  // results, alone or after the conversation so far, which must then be the session's (checked, never
+  // merged into the transcript or dropped behind the client's back).
+  const bool user = !messages.empty() && messages.back().role == "user";
+  size_t fresh = user ? 1 : 0;
+  while (!user && fresh < messages.size() && messages[messages.size() - 1 - fresh].role == "tool") ++fresh;
+  if (messages.empty() || (!user && messages.back().role != "tool")) {
+    return invalid_field("messages", "with \"session\", \"messages\" must end with the new message, the user's, or the tool "
+                                     "messages answering the last reply's tool calls (the session keeps the history; got " +
+                                     std::to_string(messages.size()) + " messages" +
+                                     (messages.empty() ? "" : ", the last a " + messages.back().role + " message") + ")");
   }
+  const std::span<const ToolChatMessage> history(messages.data(), messages.size() - fresh);
+  std::optional<uint64_t> turns_seen;
+  if (!history.empty()) {
+    auto seen = check_session_history(svc, session, history);
+    if (!seen.ok()) {
+      return seen.status().code() == Status::Code::kNotFound ? not_found_as(seen.status(), "session_not_found", session_param)
+                                                             : ApiStatus(seen.status(), "messages");
+    }
+    turns_seen = seen.value();
+  }
+  const std::span<const ToolChatMessage> added(messages.data() + history.size(), fresh);
   if (!tools.tools.empty()) {
     if (ApiStatus e = no_tools_with_response_format(*params); !e.ok()) return e;
   }
   Catalog::TurnInput input;
   input.role = user ? "user" : "tool";
-  input.content = user ? messages[0].content : tool_results_json(messages);
+  input.content = user ? added[0].content : tool_results_json(added);
   input.tools = tools.tools.empty() ? "" : tools_json(tools.tools);
   if (ApiStatus e = begin_session_turn(svc, session, input, *params, session_param, spec); !e.ok()) return e;
+  if (turns_seen && spec->session_turn()->number != *turns_seen + 1) {  // another turn came between
+    svc.catalog.abort_turn(session);
+    return ApiStatus(Status::Conflict("session \"" + session + "\" had another turn while this request was read: send it again"),
+                     session_param);
+  }
   const std::string& session_tools = spec->session_turn()->tools;
   const bool asks = tools.choice.mode == ToolChoice::Mode::Required || tools.choice.mode == ToolChoice::Mode::Named;
   if (session_tools.empty() && asks) {

@@ -7,6 +7,7 @@
 #include "daemon/api_responses.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <ctime>
 
@@ -54,6 +55,16 @@ std::optional<ResponseRef> parse_item_id(std::string_view id) {
   return parse_response_id("resp_" + std::string(id.substr(prefix.size())));
 }
 
+std::optional<ResponseRef> parse_call_id(std::string_view call_id) {
+  constexpr std::string_view prefix = "call_";
+  const size_t cut = call_id.rfind('_');
+  if (!call_id.starts_with(prefix) || cut == std::string_view::npos || cut <= prefix.size() || cut + 1 == call_id.size() ||
+      call_id.find_first_not_of("0123456789", cut + 1) != std::string_view::npos) {
+    return std::nullopt;
+  }
+  return parse_response_id("resp_" + std::string(call_id.substr(prefix.size(), cut - prefix.size())));
+}
+
 bool is_instructions_bot(std::string_view bot) {
   return bot.size() == kResponsesPlatform.size() + 17 && bot.starts_with(kResponsesPlatform) &&
          bot[kResponsesPlatform.size()] == '.';
@@ -64,11 +75,6 @@ namespace {
 ApiStatus unsupported(const std::string& param, const std::string& why) {
   return ApiStatus(Status::Unimplemented(why), param);
 }
-
-// What a function call may be answered with: the session keeps the calls, the client sends their outputs.
-constexpr std::string_view kFunctionCallRule =
-    "a stored response is a turn of a towerd session, which keeps its replies' function calls: send the "
-    "function_call_output items with \"previous_response_id\" (or \"store\": false with the whole conversation)";
 
 // One input message's text: a string, or parts of type input_text / output_text.
 ApiStatus message_text(const json& item, const std::string& at, std::string* out) {
@@ -147,12 +153,34 @@ ApiStatus parse_response_input(const json& body, ResponseInput* out) {
         out->call_ids.resize(out->messages.size());
         out->call_ids.back() = item["call_id"].get<std::string>();
       } else if (type == "function_call") {
-        return unsupported(at + ".type", at + ".type \"function_call\" is not supported: " + std::string(kFunctionCallRule));
+        ToolCall call;
+        for (auto [key, field] : {std::pair{"call_id", &call.id}, {"name", &call.name}, {"arguments", &call.arguments}}) {
+          if (!item.contains(key) || !item[key].is_string()) return invalid_field(at + "." + key, at + "." + key + " must be a string");
+          *field = item[key].get<std::string>();
+        }
+        if (out->messages.empty() || out->messages.back().role != "assistant") {
+          out->messages.push_back({"assistant", ""});
+          out->references.emplace_back();
+        }
+        out->calls.resize(out->messages.size());
+        out->calls.back().push_back(std::move(call));
       } else if (type == "item_reference") {
         if (!item.contains("id") || !item["id"].is_string()) return invalid_field(at + ".id", at + ".id must be a string");
         const std::string id = item["id"].get<std::string>();
+        if (id.starts_with("fc_") && parse_call_id("call_" + id.substr(3))) {
+          // A function call item of a towerd response: a call of the assistant message before it,
+          // its name and arguments read from the session (resolve_references).
+          if (out->messages.empty() || out->messages.back().role != "assistant") {
+            out->messages.push_back({"assistant", ""});
+            out->references.emplace_back();
+          }
+          out->calls.resize(out->messages.size());
+          out->calls.back().push_back({id, "", ""});
+          continue;
+        }
         if (!parse_item_id(id)) {
-          return unsupported(at + ".id", at + ".id \"" + id + "\": only the message items of towerd's responses (msg_<session>_<turn>) can be referenced");
+          return unsupported(at + ".id", at + ".id \"" + id + "\": only the items of towerd's responses (msg_<session>_<turn>, "
+                                         "fc_<session>_<turn>_<k>) can be referenced");
         }
         out->messages.push_back({"assistant", ""});
         out->references.push_back(id);
@@ -165,6 +193,7 @@ ApiStatus parse_response_input(const json& body, ResponseInput* out) {
   }
   if (out->messages.empty()) return invalid_field("input", "\"input\" holds no user message");
   out->call_ids.resize(out->messages.size());
+  out->calls.resize(out->messages.size());
   if (!system.empty()) {
     std::string joined;
     for (const auto& s : system) joined += (joined.empty() ? "" : "\n\n") + s;
@@ -378,6 +407,7 @@ struct ResponsesRequest {
   ResponseInput input;
   std::string previous, bot;
   bool store = true;
+  bool whole_conversation = false;  // input holds the session's conversation before the new input
   json base;  // the response object's fields the request sets (echoed as OpenAI echoes them)
 };
 
@@ -489,7 +519,7 @@ ApiStatus run_turn(Service& svc, HttpResponder& out, const std::string& session,
   GenerationSpec spec;
   std::vector<ToolChatMessage> messages;
   for (size_t i = 0; i < r.input.messages.size(); ++i) {
-    messages.push_back({r.input.messages[i].role, r.input.messages[i].content, {}, r.input.call_ids[i]});
+    messages.push_back({r.input.messages[i].role, r.input.messages[i].content, r.input.calls[i], r.input.call_ids[i]});
   }
   if (ApiStatus e = session_generation(svc, session, messages, r.tools, session_param, &r.params, &spec); !e.ok()) {
     if (e.code == "context_length_exceeded" || e.param == "messages") e.param = "input";
@@ -553,10 +583,11 @@ ApiStatus first_response(Service& svc, HttpResponder& out, ResponsesRequest r) {
 // given, then the input, which may hold a whole conversation) runs on the session-less path, and the
 // response's id names no session.
 ApiStatus unstored_response(Service& svc, HttpResponder& out, ResponsesRequest r) {
-  const bool outputs = std::any_of(r.input.messages.begin(), r.input.messages.end(), [](const ChatMessage& m) { return m.role == "tool"; });
+  const bool outputs = std::any_of(r.input.messages.begin(), r.input.messages.end(), [](const ChatMessage& m) { return m.role == "tool"; }) ||
+                       std::any_of(r.input.calls.begin(), r.input.calls.end(), [](const auto& c) { return !c.empty(); });
   if (!r.tools.tools.empty() || outputs) {
     return unsupported(outputs ? "input" : "tools",
-                       "tools and function_call_output items need a stored response (a session turn, which keeps the calls): "
+                       "tools, function_call and function_call_output items need a stored response (a session turn, which keeps the calls): "
                        "send \"store\": true, or the conversation to /v1/chat/completions");
   }
   std::vector<ChatMessage> chat;
@@ -587,8 +618,38 @@ ApiStatus unstored_response(Service& svc, HttpResponder& out, ResponsesRequest r
   return run_response(svc, out, std::move(spec));
 }
 
-// Item references: each referenced message gets its text from the session turn the id names.
+// A referenced function call (fc_<session>_<turn>_<k>): its call id, name and arguments from the
+// session's reply.
+ApiStatus resolve_call_reference(Service& svc, ToolCall* call) {
+  const std::string id = call->id, call_id = "call_" + id.substr(3);
+  auto ref = parse_call_id(call_id);
+  Located at;
+  ApiStatus e = locate_response(svc, response_id(ref->session, ref->turn), "input", &at);
+  if (!e.ok()) return ApiStatus(Status::NotFound("item_reference \"" + id + "\": " + e.status.message()), "input", "response_not_found");
+  auto parsed = at.session.tool_format
+                    ? parse_tool_reply(*at.session.tool_format, (*at.session.transcript)[at.at + 1].content, /*as_streamed=*/true)
+                    : Result<ParsedReply>(Status::InvalidArgument("no tools"));
+  const std::string_view digits = std::string_view(id).substr(id.rfind('_') + 1);
+  uint64_t k = UINT64_MAX;  // parse_call_id checked the digits; too many of them is no call either
+  std::from_chars(digits.data(), digits.data() + digits.size(), k);
+  if (!parsed.ok() || k >= parsed.value().tool_calls.size()) {
+    return ApiStatus(Status::NotFound("item_reference \"" + id + "\": response \"" + response_id(ref->session, ref->turn) +
+                                      "\" has no such function call"),
+                     "input", "response_not_found");
+  }
+  *call = {call_id, parsed.value().tool_calls[k].name, parsed.value().tool_calls[k].arguments};
+  return {};
+}
+
+// Item references: each referenced message gets its text from the session turn the id names, each
+// referenced function call its name and arguments.
 ApiStatus resolve_references(Service& svc, ResponseInput* input) {
+  for (auto& calls : input->calls) {
+    for (auto& call : calls) {
+      if (!call.id.starts_with("fc_")) continue;
+      if (ApiStatus e = resolve_call_reference(svc, &call); !e.ok()) return e;
+    }
+  }
   for (size_t i = 0; i < input->messages.size(); ++i) {
     const std::string& id = input->references[i];
     if (id.empty()) continue;
@@ -596,38 +657,50 @@ ApiStatus resolve_references(Service& svc, ResponseInput* input) {
     if (ApiStatus e = locate_response(svc, "resp_" + id.substr(4), "input", &at); !e.ok()) {
       return ApiStatus(Status::NotFound("item_reference \"" + id + "\": " + e.status.message()), "input", "response_not_found");
     }
-    input->messages[i].content = (*at.session.transcript)[at.at + 1].content;
+    // As transcript_json reads a reply: with tools, the text before its calls.
+    const std::string& reply = (*at.session.transcript)[at.at + 1].content;
+    auto parsed = at.session.tool_format ? parse_tool_reply(*at.session.tool_format, reply, /*as_streamed=*/true)
+                                         : Result<ParsedReply>(Status::InvalidArgument(""));
+    input->messages[i].content = parsed.ok() ? parsed.value().content : reply;
   }
   return {};
 }
 
-// A stored response whose input is a whole conversation ending in a reference to a session's reply
-// and a new user message (what the AI SDK sends when responses are stored): the conversation so far
-// must be that session's (its kept turns up to the reference, the earlier ones may be longer gone),
-// and the response continues it as previous_response_id would. Another conversation is left as it is
-// (and refused by the caller).
-ApiStatus continue_referenced(Service& svc, ResponsesRequest* r) {
-  auto& messages = r->input.messages;
-  const size_t n = messages.size();
-  if (n < 3 || messages[n - 1].role != "user" || r->input.references[n - 2].empty()) return {};
-  const std::string previous = "resp_" + r->input.references[n - 2].substr(4);
-  Located at;
-  if (ApiStatus e = locate_response(svc, previous, "input", &at); !e.ok()) return e;
-  const auto& kept = *at.session.transcript;
-  const size_t upto = at.at + 2;  // the session's messages up to the referenced reply
-  bool same = n - 1 >= upto;
-  for (size_t i = 0; same && i < upto; ++i) {
-    const ChatMessage& m = messages[n - 1 - upto + i];
-    same = m.role == kept[i].role && m.content == kept[i].content;
+// The new part of a stored response's input: its last user message, or the function_call_output items
+// at its end. What comes before is the conversation so far.
+size_t fresh_messages(const ResponseInput& input) {
+  const auto& m = input.messages;
+  if (m.back().role == "user") return 1;
+  size_t n = 0;
+  while (n < m.size() && m[m.size() - 1 - n].role == "tool") ++n;
+  return n;
+}
+
+// A stored response whose input is a whole conversation (what the AI SDK sends when responses are
+// stored): its last earlier message is a session's reply, named by an item_reference or by the
+// call_ids of its function_call items, and the response continues that session as
+// previous_response_id would; session_generation checks that the conversation before is the
+// session's. A conversation that names no reply is left as it is (and refused by the caller).
+ApiStatus continue_conversation(ResponsesRequest* r) {
+  const auto& input = r->input;
+  const size_t n = input.messages.size(), fresh = fresh_messages(input);
+  if (fresh == 0 || fresh == n) return {};
+  const size_t last = n - fresh - 1;
+  std::optional<ResponseRef> ref;
+  if (!input.references[last].empty()) {
+    ref = parse_item_id(input.references[last]);
+  } else if (!input.calls[last].empty()) {
+    ref = parse_call_id(input.calls[last].front().id);
+    if (!ref) {
+      return invalid_field("input", "function_call \"" + input.calls[last].front().id + "\" is not a call of one of towerd's "
+                                    "responses (call_<session>_<turn>_<k>): a stored response continues the session of the "
+                                    "reply before its new input");
+    }
   }
-  if (!same) {
-    return invalid_field("input", "the conversation before item_reference \"" + r->input.references[n - 2] + "\" is not the one its "
-                                  "session holds: send only the new message with \"previous_response_id\"");
-  }
-  r->previous = previous;
-  r->base["previous_response_id"] = previous;
-  messages.erase(messages.begin(), messages.end() - 1);
-  r->input.references.erase(r->input.references.begin(), r->input.references.end() - 1);
+  if (!ref) return {};
+  r->previous = response_id(ref->session, ref->turn);
+  r->base["previous_response_id"] = r->previous;
+  r->whole_conversation = true;
   return {};
 }
 
@@ -639,16 +712,17 @@ ApiStatus handle_responses(Service& svc, const HttpRequest& req, HttpResponder& 
   if (ApiStatus e = resolve_references(svc, &r.input); !e.ok()) return e;
   if (!r.store) return unstored_response(svc, out, std::move(r));
   if (r.previous.empty()) {
-    if (ApiStatus e = continue_referenced(svc, &r); !e.ok()) return e;
+    if (ApiStatus e = continue_conversation(&r); !e.ok()) return e;
   }
-  const bool outputs = !r.previous.empty() && std::all_of(r.input.messages.begin(), r.input.messages.end(),
-                                                          [](const ChatMessage& m) { return m.role == "tool"; });
-  if (!outputs && (r.input.messages.size() != 1 || r.input.messages[0].role != "user")) {
+  const size_t fresh = fresh_messages(r.input), history = r.input.messages.size() - fresh;
+  const bool outputs = !r.previous.empty() && r.input.messages.back().role == "tool";
+  if (!(outputs || (fresh == 1 && r.input.messages.back().role == "user")) || (history > 0 && !r.whole_conversation)) {
     return invalid_field("input", "a stored response is the next turn of a towerd session, so \"input\" holds exactly one user "
                                   "message, or with \"previous_response_id\" the function_call_output items answering its "
                                   "function calls (got " + std::to_string(r.input.messages.size()) + " messages): the "
-                                  "session keeps the history; continue with \"previous_response_id\" (or end the conversation "
-                                  "with an item_reference to the session's last reply and the new message), or send "
+                                  "session keeps the history; continue with \"previous_response_id\" (or send the whole "
+                                  "conversation, the session's last reply as an item_reference or its function_call items, "
+                                  "then the new input), or send "
                                   "\"store\": false with a whole conversation");
   }
   if (r.previous.empty()) return first_response(svc, out, std::move(r));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "daemon/api_error.h"
+#include "engine/constrained/tool_format.h"
 #include "engine/text/chat_template.h"
 
 namespace towers::daemon::api {
@@ -35,6 +36,8 @@ bool is_instructions_bot(std::string_view bot);
 
 // The session turn an output item id names: "msg_<session>_<turn>" (response_item_id).
 std::optional<ResponseRef> parse_item_id(std::string_view id);
+// The session turn a function call's call_id names: "call_<session>_<turn>_<k>" (its k-th call).
+std::optional<ResponseRef> parse_call_id(std::string_view call_id);
 
 // "input" (a string, or items) with "instructions": the system text (instructions, then the text of
 // system and developer messages, joined by blank lines; nullopt when there is none) and the user and
@@ -42,13 +45,16 @@ std::optional<ResponseRef> parse_item_id(std::string_view id);
 // the AI SDK sends for an earlier reply when responses are stored) is an assistant message whose
 // text the handler reads from the session (references[i] = the id; "" for a message sent whole).
 // A function_call_output item ({"type": "function_call_output", "call_id", "output"}) is a "tool"
-// message (the session's reply holds the call). function_call items and non-text parts are refused
-// by name (param "input[i]...").
+// message; a function_call item ({"type": "function_call", "call_id", "name", "arguments"}, what the
+// AI SDK sends back for an earlier reply's call) is a call of the assistant message before it (a new
+// one when there is none), as the chat API writes calls. Non-text parts are refused by name (param
+// "input[i]...").
 struct ResponseInput {
   std::optional<std::string> system;
   std::vector<ChatMessage> messages;    // user, assistant, and "tool" (a function_call_output's output)
   std::vector<std::string> references;  // one per message
   std::vector<std::string> call_ids;    // one per message: a tool message's call_id ("" for the others)
+  std::vector<std::vector<ToolCall>> calls;  // one per message: an assistant message's function_call items
 };
 ApiStatus parse_response_input(const nlohmann::json& body, ResponseInput* out);
 

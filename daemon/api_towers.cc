@@ -242,9 +242,15 @@ ApiStatus handle_session_messages(Service& svc, const HttpRequest& req, HttpResp
   if (ApiStatus e = string_field(b, "content", true, &content); !e.ok()) return e;
   GenParams params;
   if (ApiStatus e = parse_gen_params(svc, b, ReplyApi::Chat, &params, req.body); !e.ok()) return e;
-  if (ApiStatus e = one_choice(params); !e.ok()) return e;
+  // No tools here (a session's are its system block, set by its first turn on /v1/chat/completions);
+  // on a session with tools, tool_choice and parallel_tool_calls decode the reply as there.
+  ToolRequest tools;
+  const auto ordered = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (ApiStatus e = parse_tools(b, ordered, /*session=*/true, &tools); !e.ok()) return e;
   GenerationSpec spec;
-  if (ApiStatus e = begin_session_turn(svc, id, {"user", content, ""}, params, "", &spec); !e.ok()) return e;
+  const std::vector<ToolChatMessage> message = {{"user", content, {}, ""}};
+  if (ApiStatus e = session_generation(svc, id, message, tools, "", &params, &spec); !e.ok()) return e;
+  spec.params = std::move(params);  // with the tool-call grammar and format session_generation set
   return run_generation(svc, out, std::move(spec));
 }
 

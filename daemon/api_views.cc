@@ -31,8 +31,8 @@ json tools_openai_json(const std::string& tools) {
   return out;
 }
 
-// The messages as the chat API writes them: a turn of tool results is one "tool" message per result,
-// and with tools an assistant's calls are "tool_calls" (their ids the ones the results answered with).
+}  // namespace
+
 json transcript_json(const std::vector<ChatMessage>& messages, std::optional<ToolFormat> format) {
   json out = json::array();
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -66,8 +66,6 @@ json transcript_json(const std::vector<ChatMessage>& messages, std::optional<Too
   }
   return out;
 }
-
-}  // namespace
 
 json session_json(const SessionView& s) {
   json j = {{"id", s.id}, {"bot", s.bot}, {"created", s.created}, {"updated", s.updated},

@@ -110,8 +110,9 @@ ApiStatus one_choice(const GenParams& params);
 // metadata such as "user"), and a generation field towerd does not support (yet) unless it holds
 // that field's neutral value. The error names the field (param).
 ApiStatus check_generation_fields(const nlohmann::json& body, std::initializer_list<std::string_view> own);
-// Refuses tools and tool_choice (param "tools") on POST /v1/sessions/ID/messages, whose message is the
-// user's text (tools on sessions go through /v1/chat/completions with "session").
+// Refuses tools (param "tools") on POST /v1/sessions/ID/messages, whose message is the user's text (a
+// session's tools come with its first turn on /v1/chat/completions with "session"); tool_choice and
+// parallel_tool_calls there decode the reply of a session with tools.
 ApiStatus no_tools_with_session(const nlohmann::json& body);
 
 // The handlers of the route table (daemon/routes.cc), which has checked the method; path_param is what

@@ -138,18 +138,60 @@ TEST_CASE("input: function_call_output items are tool messages with their call i
   CHECK(in.call_ids.back().empty());
 }
 
-TEST_CASE("input: function calls, foreign item references, images and unknown fields are refused by name") {
+TEST_CASE("input: function_call items are the calls of the assistant message before them") {
+  ResponseInput in;
+  const json call0 = {{"type", "function_call"}, {"call_id", "call_s-1_1_0"}, {"name", "f"}, {"arguments", "{\"a\":1}"}};
+  const json call1 = {{"type", "function_call"}, {"call_id", "call_s-1_1_1"}, {"name", "g"}, {"arguments", "{}"}};
+  REQUIRE(input_of({{"input", json::array({{{"role", "user"}, {"content", "a"}}, {{"type", "item_reference"}, {"id", "msg_s-1_1"}},
+                                           call0, call1, {{"type", "function_call_output"}, {"call_id", "call_s-1_1_0"}, {"output", "1"}}})}},
+                   &in)
+              .ok());
+  REQUIRE(in.messages.size() == 3);  // user, the assistant's text (a reference) with both calls, the output
+  REQUIRE(in.calls.size() == 3);
+  CHECK(in.calls[0].empty());
+  REQUIRE(in.calls[1].size() == 2);
+  CHECK(in.calls[1][0].id == "call_s-1_1_0");
+  CHECK(in.calls[1][0].name == "f");
+  CHECK(in.calls[1][0].arguments == "{\"a\":1}");
+  CHECK(in.calls[1][1].name == "g");
+  CHECK(in.references[1] == "msg_s-1_1");
+  CHECK(in.messages[2].role == "tool");
+  // Without a message before them, the calls are an assistant message of their own.
+  ResponseInput alone;
+  REQUIRE(input_of({{"input", json::array({{{"role", "user"}, {"content", "a"}}, call0})}}, &alone).ok());
+  REQUIRE(alone.messages.size() == 2);
+  CHECK(alone.messages[1].role == "assistant");
+  CHECK(alone.messages[1].content.empty());
+  CHECK(alone.calls[1].size() == 1);
+  // An item reference to a function call of a towerd response is a call too, named by its item id
+  // (the handler reads its name and arguments from the session).
+  ResponseInput referenced;
+  REQUIRE(input_of({{"input", json::array({{{"role", "user"}, {"content", "a"}}, {{"type", "item_reference"}, {"id", "fc_s-1_1_0"}}})}},
+                   &referenced)
+              .ok());
+  REQUIRE(referenced.messages.size() == 2);
+  REQUIRE(referenced.calls[1].size() == 1);
+  CHECK(referenced.calls[1][0].id == "fc_s-1_1_0");
+  auto ref = parse_call_id("call_s-1f_12_3");
+  REQUIRE(ref);
+  CHECK(ref->session == "s-1f");
+  CHECK(ref->turn == 12);
+  for (const char* bad : {"call_3f9a", "call_s_1_", "call_s_x_1", "fc_s_1_0", "call__1_0"}) CHECK_MESSAGE(!parse_call_id(bad), bad);
+}
+
+TEST_CASE("input: foreign item references, images and unknown fields are refused by name") {
   struct Case {
     json input;
     std::string param;
     Status::Code code;
   };
   const std::vector<Case> cases = {
-      {json::array({{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}, {"arguments", "{}"}}}), "input[0].type", Status::Code::kUnimplemented},
+      {json::array({{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}}}), "input[0].arguments", Status::Code::kInvalidArgument},
       {json::array({{{"type", "function_call_output"}, {"output", "1"}}}), "input[0].call_id", Status::Code::kInvalidArgument},
       {json::array({{{"type", "function_call_output"}, {"call_id", "c"}, {"output", json::object()}}}), "input[0].output",
        Status::Code::kInvalidArgument},
       {json::array({{{"type", "item_reference"}, {"id", "fc_1"}}}), "input[0].id", Status::Code::kUnimplemented},
+      {json::array({{{"type", "item_reference"}, {"id", "rs_s-1_1"}}}), "input[0].id", Status::Code::kUnimplemented},
       {json::array({{{"type", "item_reference"}}}), "input[0].id", Status::Code::kInvalidArgument},
       {json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_image"}, {"image_url", "x"}}})}}}),
        "input[0].content[0].type", Status::Code::kUnimplemented},

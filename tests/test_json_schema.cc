@@ -184,6 +184,17 @@ const std::vector<Case> kCases = {
          "pattern": "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"})",
      {{R"("123e4567-e89b-42d3-a456-426614174000")", true}, {R"("00000000-0000-0000-0000-000000000000")", true},
       {R"("123e4567-e89b-02d3-a456-426614174000")", false}}},
+    {"zod 4's .email().max(13): pattern, format and maxLength (the pattern's strings of that length)",
+     R"({"type": "string", "format": "email", "maxLength": 13, "minLength": 6,
+         "pattern": "^(?:[A-Za-z0-9_'+\\-]+\\.)*[A-Za-z0-9_'+\\-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"})",
+     {{R"("a@b.io")", true}, {R"("ann.lee@x.io")", true}, {R"("ann.lee@xy.io")", true}, {R"("ann.lees@xy.io")", false},
+      {R"("a@b.c")", false}, {R"("a@bio")", false}, {R"("a@b.i")", false}}},
+    {"pattern with both lengths, unanchored", R"({"type": "string", "pattern": "ab", "minLength": 3, "maxLength": 4})",
+     {{R"("xab")", true}, {R"("abyy")", true}, {R"("x\"ab")", true}, {R"("ab")", false}, {R"("xxabx")", false},
+      {R"("xxxx")", false}}},
+    {"pattern with maxLength: alternatives and an unbounded count", R"({"type": "string", "pattern": "^(a|bc)+$", "maxLength": 3})",
+     {{R"("a")", true}, {R"("bca")", true}, {R"("aaa")", true}, {R"("abc")", true}, {R"("abca")", false}, {R"("")", false},
+      {R"("b")", false}}},
     // ----------------------------------------------------------------- unions, merges, references
     {"oneOf with disjoint alternatives", R"({"oneOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]})",
      {{"1", true}, {R"("a")", true}, {R"("ab")", false}, {"1.5", false}, {"null", false}}},
@@ -280,6 +291,19 @@ TEST_CASE("what the grammar does not generate although valid") {
   CHECK_FALSE(accepts(schema_grammar(R"({"type": "object"})"), " {}"));  // no leading whitespace
 }
 
+TEST_CASE("zod's .email().max(n) grows linearly with n: one rule per automaton state and length") {
+  auto rules_for = [](int n) {
+    const std::string schema = R"({"type": "string", "format": "email", "maxLength": )" + std::to_string(n) +
+                               R"(, "pattern": "^(?:[A-Za-z0-9_'+\\-]+\\.)*[A-Za-z0-9_'+\\-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"})";
+    return schema_grammar(schema)->rules().size();
+  };
+  const size_t r128 = rules_for(128), r255 = rules_for(255);
+  MESSAGE("zod .email().max(128): " << r128 << " rules; .max(255): " << r255);
+  CHECK(r255 < 30 * 256);       // at most one per state (30) and length
+  CHECK(r255 * 10 < r128 * 21);  // about twice for twice the length
+  CHECK(r255 > r128);
+}
+
 TEST_CASE("zod's .int() bounds are cheap: a digit-range grammar of a few rules") {
   const std::string zod_int = R"({"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991})";
   auto gbnf = json_schema_to_gbnf(zod_int);
@@ -335,7 +359,10 @@ TEST_CASE("unsupported or broken schemas are errors that say what and where") {
   CHECK(err(R"({"type": "string", "pattern": "^\\p{L}$"})").find("Unicode property") != std::string::npos);
   CHECK(err(R"({"type": "string", "pattern": "^(ab$"})").find("missing ')'") != std::string::npos);
   CHECK(err(R"({"type": "string", "pattern": "^a**$"})").find("quantifier after a quantifier") != std::string::npos);
-  CHECK(err(R"({"type": "string", "pattern": "^a{3}$", "maxLength": 2})").find("beside pattern") != std::string::npos);
+  CHECK(err(R"({"type": "string", "pattern": "^a{3}$", "maxLength": 2})").find("no string of 0 to 2") != std::string::npos);
+  CHECK(err(R"({"type": "string", "format": "email", "maxLength": 20})").find("beside format") != std::string::npos);
+  CHECK(err(R"({"type": "string", "pattern": "^a+$", "minLength": 2})").find("without maxLength") != std::string::npos);
+  CHECK(err(R"({"type": "string", "pattern": "^[a-z]+$", "maxLength": 100000})").find("20000") != std::string::npos);
   CHECK(err(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer in [5, 4]") != std::string::npos);
   CHECK(err(R"({"type": "integer", "minimum": 1e17})").find("16 integer digits") != std::string::npos);
   CHECK(err(R"({"type": "number", "minimum": 0.1, "maximum": 0.9})").find("no number") != std::string::npos);
@@ -452,6 +479,10 @@ const char* const kKeywordSchemas[] = {
         "t": {"type": ["number", "null"], "maximum": -2.5}}, "required": ["tags", "t"]}]})",
     R"({"type": "array", "prefixItems": [{"type": "string", "format": "uuid"}],
         "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 100}, "maxItems": 4})",
+    R"({"type": "object", "properties": {"email": {"type": "string", "format": "email", "maxLength": 24,
+        "pattern": "^(?:[A-Za-z0-9_'+\\-]+\\.)*[A-Za-z0-9_'+\\-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"},
+        "code": {"type": "string", "pattern": "[0-9]", "minLength": 2, "maxLength": 5}},
+        "required": ["email", "code"], "additionalProperties": false})",
 };
 
 void check_sampling(const Tokenizer& tok, int per_schema, int max_tokens, std::span<const char* const> schemas) {

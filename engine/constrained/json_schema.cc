@@ -355,11 +355,29 @@ struct JsonGrammarBuilder::Impl {
     return define(hint + (integer ? "-int" : "-num"), *e);
   }
 
+  // A pattern with a length (zod's `.email().max(n)`: pattern, format and maxLength): the pattern's
+  // strings of those lengths, an automaton unrolled by length (bounded_pattern_gbnf); the format
+  // then is the annotation it is beside a pattern. A format alone, or minLength without maxLength (an
+  // unbounded unrolling), is refused.
+  Result<std::string> bounded_pattern_rule(const Json& s, const std::string& path, const std::string& hint) {
+    const char* length = s.contains("maxLength") ? "maxLength" : "minLength";
+    if (!s.contains("pattern")) return unsupported(length, path, "beside format (only beside pattern)");
+    if (!s.contains("maxLength")) return unsupported("minLength", path, "beside pattern without maxLength");
+    if (!s["pattern"].is_string()) return invalid(path, "pattern must be a string");
+    auto b = bounds(s, "minLength", "maxLength", path);
+    if (!b.ok()) return b.status();
+    auto content = bounded_pattern_gbnf(s["pattern"].get<std::string>(), b->first, size_t(b->second),
+                                        // a numbered hint each: unique_name's probing stays one step per rule
+                                        [&, k = 0](std::string body) mutable {
+                                          return define(hint + "-len" + std::to_string(k++), std::move(body));
+                                        });
+    if (!content.ok()) return unsupported(length, path, "beside pattern: " + content.error());
+    return define(hint, "\"\\\"\" " + *content + " \"\\\"\"");
+  }
+
   Result<std::string> string_rule(const Json& s, const std::string& path, const std::string& hint) {
     if (s.contains("pattern") || s.contains("format")) {
-      const char* with = s.contains("pattern") ? "pattern" : "format";
-      for (const char* k : {"minLength", "maxLength"})
-        if (s.contains(k)) return unsupported(k, path, std::string("beside ") + with);
+      if (s.contains("minLength") || s.contains("maxLength")) return bounded_pattern_rule(s, path, hint);
       // Both: the pattern if the subset compiles it (format is an annotation in draft 2020-12), else
       // the format's grammar, whose strings are chosen to match the usual validation patterns (zod's
       // email pattern uses lookaheads).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "engine/constrained/grammar.h"
@@ -199,11 +200,59 @@ const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const Ranges kSpace = {{'\t', '\r'}, {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
                        {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
 
+// A parsed pattern: what PatternCompiler reads, written out as one GBNF expression (gbnf) or as an
+// automaton whose strings can be bounded in length (Nfa).
+struct PatternNode {
+  enum class Kind { Chars, Sequence, Alternation, Group, Repeat };
+  Kind kind = Kind::Sequence;
+  Ranges chars;                  // Chars
+  std::vector<PatternNode> kids;  // Sequence, Alternation; Group and Repeat: one
+  char op = 0;                   // Repeat: '*', '+', '?', or 0 for {m,n}
+  long min = 0, max = -1;        // Repeat: the count (max -1: unbounded)
+};
+
+std::string gbnf(const PatternNode& n) {
+  switch (n.kind) {
+    case PatternNode::Kind::Chars: return json_chars(n.chars);
+    case PatternNode::Kind::Sequence: {
+      std::string out;
+      for (const auto& k : n.kids) out += (out.empty() ? "" : " ") + gbnf(k);
+      return out;
+    }
+    case PatternNode::Kind::Alternation: {
+      std::vector<std::string> alts;
+      for (const auto& k : n.kids) {
+        std::string a = gbnf(k);
+        alts.push_back(a.empty() ? "\"\"" : a);
+      }
+      return alternatives(alts);
+    }
+    case PatternNode::Kind::Group: return "( " + gbnf(n.kids[0]) + " )";
+    case PatternNode::Kind::Repeat:
+      if (n.op) return "( " + gbnf(n.kids[0]) + " )" + n.op;
+      return "( " + gbnf(n.kids[0]) + " ){" + std::to_string(n.min) + "," + (n.max < 0 ? "" : std::to_string(n.max)) + "}";
+  }
+  return "";
+}
+
+PatternNode chars_node(Ranges r) {
+  PatternNode n;
+  n.kind = PatternNode::Kind::Chars;
+  n.chars = std::move(r);
+  return n;
+}
+PatternNode wrap(PatternNode::Kind kind, PatternNode kid) {
+  PatternNode n;
+  n.kind = kind;
+  n.kids.push_back(std::move(kid));
+  return n;
+}
+
 class PatternCompiler {
  public:
   explicit PatternCompiler(std::string_view p) : p_(p) {}
 
-  Result<std::string> compile() {
+  Result<PatternNode> compile() {
     std::string_view body = p_;
     const bool anchored_start = !body.empty() && body.front() == '^';
     if (anchored_start) pos_ = 1;
@@ -222,10 +271,13 @@ class PatternCompiler {
     auto e = alternation(0);
     if (!e.ok()) return e;
     if (pos_ != end_) return error(std::string("unbalanced '") + p_[pos_] + "'");
-    const std::string any = "( " + json_chars({{0, kMaxCodePoint}}) + " )*";
-    std::string out = *e;
-    if (!anchored_start) out = any + " " + out;
-    if (!anchored_end) out += " " + any;
+    PatternNode any = wrap(PatternNode::Kind::Repeat, chars_node({{0, kMaxCodePoint}}));
+    any.op = '*';
+    any.min = 0;
+    PatternNode out;  // a Sequence
+    if (!anchored_start) out.kids.push_back(any);
+    out.kids.push_back(std::move(*e));
+    if (!anchored_end) out.kids.push_back(any);
     return out;
   }
 
@@ -236,37 +288,41 @@ class PatternCompiler {
   bool at_end() const { return pos_ >= end_; }
   char peek() const { return at_end() ? '\0' : p_[pos_]; }
 
-  Result<std::string> alternation(int depth) {
+  Result<PatternNode> alternation(int depth) {
     if (depth > 64) return error("groups nested deeper than 64");
-    std::vector<std::string> alts;
+    PatternNode alts;
+    alts.kind = PatternNode::Kind::Alternation;
     for (;;) {
       auto s = sequence(depth);
       if (!s.ok()) return s;
-      alts.push_back(s->empty() ? "\"\"" : *s);
+      alts.kids.push_back(std::move(*s));
       if (peek() != '|') break;
       ++pos_;
     }
-    return alternatives(alts);
+    return alts;
   }
 
-  Result<std::string> sequence(int depth) {
-    std::string out;
+  Result<PatternNode> sequence(int depth) {
+    PatternNode out;
     while (!at_end() && peek() != '|' && peek() != ')') {
       auto a = atom(depth);
       if (!a.ok()) return a;
-      auto q = quantified(*a);
+      auto q = quantified(std::move(*a));
       if (!q.ok()) return q;
-      out += (out.empty() ? "" : " ") + *q;
+      out.kids.push_back(std::move(*q));
     }
     return out;
   }
 
-  Result<std::string> quantified(const std::string& atom) {
+  Result<PatternNode> quantified(PatternNode atom) {
     const char c = peek();
-    std::string out;
+    PatternNode out;
     if (c == '*' || c == '+' || c == '?') {
       ++pos_;
-      out = "( " + atom + " )" + c;
+      out = wrap(PatternNode::Kind::Repeat, std::move(atom));
+      out.op = c;
+      out.min = c == '+' ? 1 : 0;
+      out.max = c == '?' ? 1 : -1;
     } else if (c == '{' && looks_like_count()) {
       ++pos_;
       const long m = number();
@@ -279,7 +335,9 @@ class PatternCompiler {
       ++pos_;
       if (m > Grammar::kMaxRepeat || n > Grammar::kMaxRepeat)
         return error("a count above " + std::to_string(Grammar::kMaxRepeat));
-      out = "( " + atom + " ){" + std::to_string(m) + "," + (n < 0 ? "" : std::to_string(n)) + "}";
+      out = wrap(PatternNode::Kind::Repeat, std::move(atom));
+      out.min = m;
+      out.max = n;
     } else {
       return atom;
     }
@@ -303,7 +361,7 @@ class PatternCompiler {
     return v;
   }
 
-  Result<std::string> atom(int depth) {
+  Result<PatternNode> atom(int depth) {
     const char c = peek();
     if (c == '(') {
       ++pos_;
@@ -325,7 +383,7 @@ class PatternCompiler {
       if (!inner.ok()) return inner;
       if (peek() != ')') return error("missing ')'");
       ++pos_;
-      return "( " + *inner + " )";
+      return wrap(PatternNode::Kind::Group, std::move(*inner));
     }
     if (c == '[') return char_class();
     if (c == '.') {
@@ -347,10 +405,9 @@ class PatternCompiler {
     return chars({{*cp, *cp}});
   }
 
-  Result<std::string> chars(const Ranges& r) {
-    std::string e = json_chars(r);
-    if (e.empty()) return error("a character class of control characters only, which are never written");
-    return e;
+  Result<PatternNode> chars(const Ranges& r) {
+    if (json_chars(r).empty()) return error("a character class of control characters only, which are never written");
+    return chars_node(r);
   }
 
   Result<uint32_t> code_point() {
@@ -427,7 +484,7 @@ class PatternCompiler {
     }
   }
 
-  Result<std::string> char_class() {
+  Result<PatternNode> char_class() {
     ++pos_;
     const bool negate = peek() == '^';
     if (negate) ++pos_;
@@ -473,7 +530,147 @@ class PatternCompiler {
   size_t pos_ = 0, end_ = 0;
 };
 
+// A pattern as an automaton (Thompson's construction): moves on character ranges and empty moves, the
+// strings from `start` to `accept`. Loops enter and leave through states of their own, so parts may
+// share their end states.
+class Nfa {
+ public:
+  static constexpr size_t kMaxStates = 4096;
+  struct State {
+    std::vector<std::pair<Ranges, int>> moves;
+    std::vector<int> empty;
+  };
+
+  Status build(const PatternNode& root) {
+    start_ = add();
+    accept_ = add();
+    return add(root, start_, accept_);
+  }
+  int start() const { return start_; }
+  int accept() const { return accept_; }
+  size_t size() const { return states_.size(); }
+  const State& state(int q) const { return states_[size_t(q)]; }
+
+  // The states reachable from q by empty moves, q included.
+  std::vector<int> closure(int q) const {
+    std::vector<int> out = {q};
+    std::vector<bool> seen(states_.size());
+    seen[size_t(q)] = true;
+    for (size_t i = 0; i < out.size(); ++i)
+      for (int e : states_[size_t(out[i])].empty)
+        if (!seen[size_t(e)]) {
+          seen[size_t(e)] = true;
+          out.push_back(e);
+        }
+    return out;
+  }
+
+ private:
+  int add() {
+    states_.emplace_back();
+    return int(states_.size()) - 1;
+  }
+  Status add(const PatternNode& n, int from, int to) {
+    if (states_.size() > kMaxStates) return Status::InvalidArgument("more than " + std::to_string(kMaxStates) + " automaton states");
+    switch (n.kind) {
+      case PatternNode::Kind::Chars: states_[size_t(from)].moves.push_back({n.chars, to}); return Status::Ok();
+      case PatternNode::Kind::Group: return add(n.kids[0], from, to);
+      case PatternNode::Kind::Alternation:
+        for (const auto& k : n.kids)
+          if (Status st = add(k, from, to); !st.ok()) return st;
+        return Status::Ok();
+      case PatternNode::Kind::Sequence: {
+        int at = from;
+        for (size_t i = 0; i < n.kids.size(); ++i) {
+          const int next = i + 1 == n.kids.size() ? to : add();
+          if (Status st = add(n.kids[i], at, next); !st.ok()) return st;
+          at = next;
+        }
+        if (n.kids.empty()) states_[size_t(from)].empty.push_back(to);
+        return Status::Ok();
+      }
+      case PatternNode::Kind::Repeat: {
+        int at = from;
+        for (long i = 0; i < n.min; ++i) {  // the required copies
+          const int next = add();
+          if (Status st = add(n.kids[0], at, next); !st.ok()) return st;
+          at = next;
+        }
+        if (n.max < 0) {  // then any number more, through a loop of its own
+          const int in = add(), out = add();
+          states_[size_t(at)].empty.push_back(in);
+          if (Status st = add(n.kids[0], in, out); !st.ok()) return st;
+          states_[size_t(out)].empty.push_back(in);
+          states_[size_t(out)].empty.push_back(to);
+        }
+        for (long i = n.min; i < n.max; ++i) {  // or up to max - min optional ones
+          const int next = add();
+          states_[size_t(at)].empty.push_back(to);
+          if (Status st = add(n.kids[0], at, next); !st.ok()) return st;
+          at = next;
+        }
+        states_[size_t(at)].empty.push_back(to);
+        return Status::Ok();
+      }
+    }
+    return Status::Ok();
+  }
+
+  std::vector<State> states_;
+  int start_ = 0, accept_ = 0;
+};
+
 }  // namespace
+
+Result<std::string> bounded_pattern_gbnf(std::string_view pattern, size_t min_length, size_t max_length,
+                                         const std::function<std::string(std::string body)>& define) {
+  auto tree = PatternCompiler(pattern).compile();
+  if (!tree.ok()) return tree.status();
+  Nfa nfa;
+  if (Status st = nfa.build(*tree); !st.ok()) return Status::InvalidArgument("pattern " + std::string(pattern) + ": " + st.message());
+  constexpr size_t kMaxRules = 20000;  // (state, length) pairs: the work grows with their number times the states
+  if (nfa.size() * (max_length + 1) > kMaxRules) {
+    return Status::InvalidArgument("pattern " + std::string(pattern) + " with maxLength " + std::to_string(max_length) + ": " +
+                                   std::to_string(nfa.size()) + " automaton states times " + std::to_string(max_length + 1) +
+                                   " lengths is more than " + std::to_string(kMaxRules) + " rules");
+  }
+  // Rule (q, i): the rest of the string from state q after i code points. Each moves to a rule of
+  // length i + 1, so they are defined from the longest down, every body naming rules already defined.
+  const size_t n = nfa.size();
+  std::vector<std::vector<int>> closures(n);
+  for (size_t q = 0; q < n; ++q) closures[q] = nfa.closure(int(q));
+  std::vector<std::string> names(n * (max_length + 1));  // "" : no string of the right length from there
+  auto name = [&](int q, size_t i) -> std::string& { return names[size_t(q) * (max_length + 1) + i]; };
+  for (size_t i = max_length + 1; i-- > 0;) {
+    for (size_t q = 0; q < n; ++q) {
+      std::vector<std::pair<int, Ranges>> targets;  // by target state, in first-seen order
+      bool accepts = false;
+      for (int p : closures[q]) {
+        accepts = accepts || p == nfa.accept();
+        if (i == max_length) continue;
+        for (const auto& [r, t] : nfa.state(p).moves) {
+          if (name(t, i + 1).empty()) continue;
+          auto it = std::find_if(targets.begin(), targets.end(), [t = t](const auto& x) { return x.first == t; });
+          if (it == targets.end()) targets.push_back({t, r});
+          else it->second.insert(it->second.end(), r.begin(), r.end());
+        }
+      }
+      std::vector<std::string> alts;
+      for (const auto& [t, r] : targets) {
+        const std::string c = json_chars(r);
+        if (!c.empty()) alts.push_back(c + " " + name(t, i + 1));
+      }
+      if (accepts && i >= min_length) alts.push_back("\"\"");
+      if (!alts.empty()) name(int(q), i) = define(alternatives(alts));
+    }
+  }
+  const std::string& root = name(nfa.start(), 0);
+  if (root.empty()) {
+    return Status::InvalidArgument("pattern " + std::string(pattern) + " has no string of " + std::to_string(min_length) + " to " +
+                                   std::to_string(max_length) + " characters");
+  }
+  return root;
+}
 
 Result<std::string> integer_range_gbnf(const std::optional<NumberBound>& lo, const std::optional<NumberBound>& hi) {
   std::string e = integers_between(lowest_integer(lo), highest_integer(hi));
@@ -508,7 +705,11 @@ Result<std::string> number_range_gbnf(const std::optional<NumberBound>& lo, cons
   return alternatives(alts);
 }
 
-Result<std::string> pattern_gbnf(std::string_view pattern) { return PatternCompiler(pattern).compile(); }
+Result<std::string> pattern_gbnf(std::string_view pattern) {
+  auto tree = PatternCompiler(pattern).compile();
+  if (!tree.ok()) return tree.status();
+  return gbnf(*tree);
+}
 
 Result<std::string> format_gbnf(std::string_view format) {
   const std::string day = R"(( "0" [1-9] | "1" [0-9] | "2" [0-8] ))";

@@ -14,6 +14,7 @@
 //     characters are never written;
 //   - formats: see format_gbnf().
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +45,15 @@ Result<std::string> number_range_gbnf(const std::optional<NumberBound>& lo, cons
 // pattern without them matches anywhere in the string, as JSON Schema says). Lookarounds,
 // backreferences, word boundaries and Unicode property classes are errors that name them.
 Result<std::string> pattern_gbnf(std::string_view pattern);
+
+// The same strings, of min_length to max_length code points (a pattern's strings intersected with
+// minLength/maxLength, as zod's `.email().max(n)` writes them). They need rules: one per state of the
+// pattern's automaton and length so far, each given to `define` (which returns its name, and may
+// return an earlier rule with the same body) after the rules it names. Returns the expression of the
+// content; InvalidArgument for a pattern pattern_gbnf refuses, no string of those lengths, or more
+// than 20000 (state, length) pairs.
+Result<std::string> bounded_pattern_gbnf(std::string_view pattern, size_t min_length, size_t max_length,
+                                         const std::function<std::string(std::string body)>& define);
 
 // The content of JSON strings of a format: "date" (YYYY-MM-DD, days within their month, February up
 // to 28), "time" (HH:MM:SS with optional fraction and a "Z" or ±HH:MM offset), "date-time" (date "T"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Conformance: the official OpenAI Node SDK (npm "openai", pinned below) against towerd (stories260K)
-# over its Unix socket — chat, streaming with and without usage, logprobs, penalties and logit_bias,
-# n choices, /v1/completions, /v1/responses (create chained by previous_response_id, stream, retrieve,
-# delete), errors (tests/daemon/openai_sdk_client.mjs has the checks). The package
-# is installed from the npm registry into a temporary directory; without node and npm the check is
-# skipped (exit 77).
+# over its Unix socket — chat, streaming with and without usage, seeds (none: a fresh one per request),
+# logprobs, penalties and logit_bias, n choices, /v1/completions, /v1/responses (create chained by
+# previous_response_id, stream, retrieve, delete), errors (tests/daemon/openai_sdk_client.mjs has the
+# checks). The package is installed from the npm registry into a temporary directory; without node and
+# npm the check is skipped (exit 77).
 #   check_openai_sdk.sh TOWERD SHARED_DIR TMP_ROOT [CHECK...]
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

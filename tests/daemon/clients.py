@@ -8,8 +8,10 @@
   - tool_choice "required" with the default parallel_tool_calls: for each of 12 seeds the whole
     reply and the streamed one hold the same calls (names and arguments) and finish reason, a reply
     cut by max_tokens still has its calls as tool_calls, and no <tool_call> markup reaches the content;
-  - a session request with more than one message is refused (400, param "messages") and the
-    session keeps its history untouched.
+  - a session request brings the new message alone or after the whole conversation so far (as the
+    AI SDK and LangChain send it), which is then the session's: another history (two user messages
+    on a one-turn session, a system message, an edited reply) or no new message at the end is
+    refused (400, param "messages") and the session keeps its history untouched.
 
   clients.py TOWERD MODEL TMPDIR
 """
@@ -141,23 +143,36 @@ def main():
         print("tool_choice required: 12 seeds, whole and streamed give the same calls and finish reason, "
               "no markup in the content (replies: %s)" % finishes)
 
-        # -- a session request brings exactly one new message
+        # -- a session request brings the new message, alone or after the session's conversation
         call(sock, "PUT", "/v1/segments/plat", {"level": "platform", "text": "You tell stories."})
         call(sock, "PUT", "/v1/segments/teller", {"level": "bot", "parent": "plat", "text": "Your name is Teller."})
         session = call(sock, "POST", "/v1/sessions", {"bot": "teller"})["id"]
-        call(sock, "POST", CHAT, {"session": session, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
-        for msgs in ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
-                     [{"role": "system", "content": "s"}, {"role": "user", "content": "b"}],
-                     [{"role": "assistant", "content": "a"}]):
+        hi = {"role": "user", "content": "Hi"}
+        first = call(sock, "POST", CHAT, {"session": session, "messages": [hi], "max_tokens": 4})
+        reply = {"role": "assistant", "content": first["choices"][0]["message"]["content"]}
+        for msgs, words in (([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "are not the 2"),
+                            ([{"role": "system", "content": "s"}, {"role": "user", "content": "b"}], "are not the 2"),
+                            ([hi, dict(reply, content=reply["content"] + "!"), {"role": "user", "content": "b"}], "are not the 2"),
+                            ([{"role": "assistant", "content": "a"}], "must end with the new message")):
             try:
                 call(sock, "POST", CHAT, {"session": session, "messages": msgs, "max_tokens": 4})
                 fail("a session request with messages %r was accepted" % msgs)
             except HttpError as e:
-                if e.status != 400 or "exactly one message" not in str(e) or "messages" not in str(e):
+                if e.status != 400 or words not in str(e) or "messages" not in str(e):
                     fail("a session request with messages %r gave %s" % (msgs, e))
         if call(sock, "GET", "/v1/sessions/" + session)["messages"] != 2:
             fail("refused requests changed the session")
-        print("session: several new messages are refused with 400 naming the rule; the session is unchanged")
+        second = call(sock, "POST", CHAT, {"session": session, "messages": [dict(hi, name="alice"), reply,
+                                                                            {"role": "user", "content": "And then?"}],
+                                            "max_tokens": 4})
+        need = first["usage"]["prompt_tokens"] + first["usage"]["completion_tokens"] - 1
+        if second["usage"]["prompt_tokens_details"]["cached_tokens"] < need:
+            fail("the whole conversation: cached_tokens %s < %d" % (second["usage"], need))
+        if call(sock, "GET", "/v1/sessions/" + session)["messages"] != 4:
+            fail("the whole conversation: not one turn more")
+        print("session: another history or no new message is refused with 400 naming the rule (the session unchanged); "
+              "the whole conversation continues it (cached_tokens %d of %d)" %
+              (second["usage"]["prompt_tokens_details"]["cached_tokens"], second["usage"]["prompt_tokens"]))
         print("clients: OK")
     finally:
         stop_towerd(p)

@@ -97,6 +97,21 @@ const checks = {
     for (const c of withUsage.slice(0, -1)) assert.ok(c.usage == null);
   },
 
+  // Sampling without a seed draws a fresh one per request (named in towers.seed), so "regenerate"
+  // gives another reply; the same seed, sent or read back from towers.seed, gives the same reply.
+  async seeds() {
+    const body = { model, temperature: 1, max_tokens: 16, messages: user('Once upon a time') };
+    const unseeded = await Promise.all([1, 2, 3].map(() => client.chat.completions.create(body)));
+    const texts = unseeded.map((r) => r.choices[0].message.content);
+    assert.equal(new Set(unseeded.map((r) => r.towers.seed)).size, 3, 'three requests, one seed');
+    assert.ok(new Set(texts).size > 1, `three requests without a seed, one text: ${texts[0]}`);
+    const replayed = await client.chat.completions.create({ ...body, seed: unseeded[0].towers.seed });
+    assert.equal(replayed.choices[0].message.content, texts[0]);
+    const seeded = await Promise.all([1, 2].map(() => client.chat.completions.create({ ...body, seed: 42 })));
+    assert.equal(seeded[0].choices[0].message.content, seeded[1].choices[0].message.content);
+    assert.equal(seeded[0].towers.seed, 42);
+  },
+
   async logprobs() {
     const body = { ...greedy, max_tokens: 16, messages: user('Once upon a time'), logprobs: true, top_logprobs: 3 };
     const r = await client.chat.completions.create(body);

@@ -12,6 +12,13 @@
   - a session's tools are fixed by its first turn: other tools are 400 param "tools", and so are
     tools on a session that had turns without them; several user messages are still 400 "messages";
   - a bot without a session takes tools too (the same segments);
+  - POST /v1/sessions/ID/messages on a session with tools decodes the reply as chat completions
+    does: tool_choice "required" gives tool_calls (finish_reason "tool_calls"); "tools" there is 400;
+  - a client that sends the whole conversation with `session` on every step (the AI SDK, LangChain:
+    the user message, the reply's tool_calls with their arguments re-serialised, the tool results)
+    continues the session as if it sent only the new messages; a history that is not the session's
+    is 400 "messages"; the Responses API likewise takes the whole conversation with the reply's
+    function_call items (call_<session>_<turn>_<k>) before their outputs;
   - the Responses API on the same sessions: a first response with tools and tool_choice "required"
     has a function_call item (call_id call_<session>_1_0); the next, with previous_response_id and a
     function_call_output item, is the answer, its cached_tokens covering the first turn; streamed,
@@ -133,6 +140,58 @@ def check_transcript(sock, session, t1, t2, what):
     check(answer == t2["content"], "%s: answer %r != %r" % (what, answer, t2["content"]))
 
 
+def as_client_sends(t1):
+    """Turn 1's reply as a client puts it back into the conversation: its arguments parsed and
+    serialised again (JSON.stringify spacing, not the model's)."""
+    return {"role": "assistant", "content": t1["content"],
+            "tool_calls": [{"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(json.loads(a), separators=(",", ":"))}}
+                           for i, (n, a) in zip(t1["ids"], t1["calls"])]}
+
+
+def session_messages_with_tools(sock):
+    """The Towers endpoint POST /v1/sessions/ID/messages on a session whose first turn brought tools."""
+    s = call(sock, "POST", "/v1/sessions", {"bot": "guide"})["id"]
+    whole(sock, {"session": s, "messages": [{"role": "user", "content": "Hello"}], "tools": TOOLS, "tool_choice": "none",
+                 "temperature": 0, "max_tokens": 4})
+    path = "/v1/sessions/%s/messages" % s
+    r = call(sock, "POST", path, {"content": "Weather in Paris?", "tool_choice": "required", "parallel_tool_calls": False,
+                                  "temperature": 0, "max_tokens": 200})
+    calls = r["choices"][0]["message"].get("tool_calls") or []
+    check(r["choices"][0]["finish_reason"] == "tool_calls" and len(calls) == 1 and calls[0]["function"]["name"] == "get_weather",
+          "messages endpoint: %s" % r["choices"][0])
+    check(set(json.loads(calls[0]["function"]["arguments"])) == {"city", "unit"}, "messages endpoint: %s" % calls[0])
+    try:
+        call(sock, "POST", path, {"content": "x", "tools": TOOLS})
+        fail("messages endpoint: tools accepted")
+    except HttpError as e:
+        check(e.status == 400 and '"param":"tools"' in str(e).replace(" ", ""), "messages endpoint, tools: %s" % e)
+    print("POST /v1/sessions/ID/messages on a session with tools: tool_choice required gives %s; tools 400" %
+          calls[0]["function"]["arguments"])
+
+
+def whole_conversation_loop(sock):
+    """The tool loop as the AI SDK sends it on a session: every step the whole conversation so far."""
+    s = call(sock, "POST", "/v1/sessions", {"bot": "guide"})["id"]
+    question = {"role": "user", "content": "Weather in Paris?", "name": "alice"}
+    step = {"session": s, "tools": TOOLS, "parallel_tool_calls": False, "temperature": 0, "max_tokens": 200}
+    t1 = whole(sock, dict(step, messages=[question], tool_choice="required"))
+    check(t1["finish"] == "tool_calls", "whole conversation, step 1: %s" % t1)
+    results = [{"role": "tool", "tool_call_id": i, "content": "18 degrees and sunny", "name": "get_weather"} for i in t1["ids"]]
+    conv = [question, as_client_sends(t1)] + results
+    edited = [dict(question, content="Weather in Rome?")] + conv[1:]
+    expect_error(sock, dict(step, messages=edited, tool_choice="none"), 400, "messages", "are not the")
+    t2 = whole(sock, dict(step, messages=conv, tool_choice="none", max_tokens=12))
+    need = t1["usage"]["prompt_tokens"] + t1["usage"]["completion_tokens"] - 1
+    check(t2["content"] and cached(t2) >= need, "whole conversation, step 2: %s (cached must be >= %d)" % (t2, need))
+    t3 = whole(sock, dict(step, messages=conv + [{"role": "assistant", "content": t2["content"]}, {"role": "user", "content": "Thanks"}],
+                          tool_choice="none", max_tokens=8))
+    check(t3["content"] is not None, "whole conversation, turn 3: %s" % t3)
+    msgs = call(sock, "GET", "/v1/sessions/%s?transcript=1" % s)["transcript"]
+    check([m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant", "user", "assistant"], "whole conversation: %s" % msgs)
+    print("whole conversation on a session: step 2 cached_tokens %d of %d; an edited history 400" %
+          (cached(t2), t2["usage"]["prompt_tokens"]))
+
+
 RESP = "/v1/responses"
 RESP_TOOLS = [dict(t["function"], type="function") for t in TOOLS]
 
@@ -192,6 +251,43 @@ def responses_tool_loop(sock):
         check(d["type"] == n and d["sequence_number"] == i, "event %d: %s" % (i, n))
     print("responses: function_call %s, turn 2 cached_tokens %d of %d, streamed events %s" %
           (calls_of(r1)[0], got, r2["usage"]["input_tokens"], sorted(set(names))))
+    # The AI SDK's second step: no previous_response_id, the whole conversation with the reply's
+    # function_call items (arguments re-serialised) and their outputs.
+    f1 = call(sock, "POST", RESP, first)
+    fcs = [i for i in f1["output"] if i["type"] == "function_call"]
+    conv = [{"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}]
+    conv += [{"type": "function_call", "call_id": f["call_id"], "name": f["name"],
+              "arguments": json.dumps(json.loads(f["arguments"]), separators=(",", ":"))} for f in fcs]
+    conv += [{"type": "function_call_output", "call_id": f["call_id"], "output": "18 degrees"} for f in fcs]
+    f2 = call(sock, "POST", RESP, {"input": conv, "instructions": "You help travellers.", "tools": RESP_TOOLS, "tool_choice": "none",
+                                   "temperature": 0, "max_output_tokens": 12})
+    need = f1["usage"]["input_tokens"] + f1["usage"]["output_tokens"] - 1
+    check(f2["id"] == "resp_%s_2" % f1["session"] and f2["previous_response_id"] == f1["id"] and
+          f2["usage"]["input_tokens_details"]["cached_tokens"] >= need, "responses, whole conversation: %s" % f2)
+    conv[0] = {"role": "user", "content": "Weather in Rome?"}
+    f1b = call(sock, "POST", RESP, first)
+    conv = conv[:1] + [dict(c, call_id=c["call_id"].replace(f1["session"], f1b["session"])) for c in conv[1:]]
+    try:
+        call(sock, "POST", RESP, {"input": conv, "instructions": "You help travellers.", "temperature": 0, "max_output_tokens": 4})
+        fail("responses: a conversation that is not the session's was accepted")
+    except HttpError as e:
+        check(e.status == 400 and '"param":"input"' in str(e).replace(" ", ""), "responses, edited conversation: %s" % e)
+    # The calls as item references (fc_<session>_<turn>_<k>), as a stored conversation may name them.
+    g1 = call(sock, "POST", RESP, first)
+    gcs = [i for i in g1["output"] if i["type"] == "function_call"]
+    refs = [{"role": "user", "content": "Weather in Paris?"}] + [{"type": "item_reference", "id": f["id"]} for f in gcs]
+    g2 = call(sock, "POST", RESP, {"input": refs + [{"type": "function_call_output", "call_id": f["call_id"], "output": "18 degrees"}
+                                                    for f in gcs],
+                                   "instructions": "You help travellers.", "temperature": 0, "max_output_tokens": 4})
+    check(g2["id"] == "resp_%s_2" % g1["session"], "responses, function calls by item_reference: %s" % g2["id"])
+    try:
+        call(sock, "POST", RESP, {"input": refs[:1] + [{"type": "item_reference", "id": gcs[0]["id"][:-1] + "9"}],
+                                  "instructions": "You help travellers.", "max_output_tokens": 4})
+        fail("responses: a reference to a function call that does not exist was accepted")
+    except HttpError as e:
+        check(e.status == 404 and "response_not_found" in str(e), "responses, unknown fc_ reference: %s" % e)
+    print("responses: the whole conversation with function_call items (or their item references) continues the session "
+          "(cached_tokens %d)" % f2["usage"]["input_tokens_details"]["cached_tokens"])
 
 
 def main():
@@ -226,7 +322,7 @@ def main():
         expect_error(sock, {"session": plain, "messages": [{"role": "user", "content": "x"}], "tools": TOOLS},
                      400, "tools", "turns without tools")
         expect_error(sock, {"session": a, "messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]},
-                     400, "messages", "exactly one message")
+                     400, "messages", "are not the")
         check(call(sock, "GET", "/v1/sessions/" + a)["messages"] == 4, "refused requests changed the session")
         print("rules: other tools 400 (tools), tools after plain turns 400 (tools), two user messages 400 (messages)")
         # A bot without a session.
@@ -237,6 +333,8 @@ def main():
         check(cached(nb) > chain, "bot without session: cached_tokens %d <= chain %d (the tools' segments not shared)" %
               (cached(nb), chain))
         responses_tool_loop(sock)
+        whole_conversation_loop(sock)
+        session_messages_with_tools(sock)
         # Restart: the session continues as its twin did without one (b, the same turns, before it).
         third = {"messages": [{"role": "user", "content": "And tomorrow?"}], "temperature": 0, "max_tokens": 24}
         b3 = whole(sock, dict(third, session=b))
