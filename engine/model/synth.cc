@@ -76,6 +76,22 @@ const std::vector<SynthShape>& synth_shapes() {
        .n_vocab = 512, .n_ctx = 4096, .rope_base = 10000.0f, .tied_embeddings = false, .llama3_rope_factor = 0,
        .tokenizer = "generated", .weight_std = 0.2f, .norm_jitter = 0.5f, .n_expert = 8, .n_expert_used = 2,
        .n_ff_exp = 32},
+      // The KL-divergence references' (tests/reference/kld/, made by llama.cpp): a llama 256 wide, so that
+      // every matrix holds whole 256-element super-blocks and the K and IQ4_XS types are used as such, with
+      // weights large enough for peaked next-token distributions; gemma2 with 26 layers, the count
+      // llama.cpp (c392e50) needs to know the model as Gemma 2 2B (it refuses other counts); tiny-phi3 with
+      // every head dimension rotated (that llama.cpp wants LongRoPE factors for the whole head).
+      {.name = "tiny-llama-256", .arch = "llama", .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+       .n_ff = 512, .n_vocab = 512, .n_ctx = 2048, .rope_base = 10000.0f, .tied_embeddings = false,
+       .llama3_rope_factor = 0, .tokenizer = "generated", .weight_std = 0.1f, .norm_jitter = 0.5f},
+      {.name = "tiny-gemma2-l26", .arch = "gemma2", .n_embd = 64, .n_layer = 26, .n_head = 4, .n_head_kv = 2,
+       .n_ff = 128, .n_vocab = 512, .n_ctx = 2048, .rope_base = 10000.0f, .tied_embeddings = true,
+       .llama3_rope_factor = 0, .tokenizer = "generated", .head_dim = 32, .sliding_window = 5,
+       .attn_softcap = 2.0f, .final_softcap = 3.0f, .weight_std = 0.2f, .norm_jitter = 0.5f},
+      {.name = "tiny-phi3-full-rope", .arch = "phi3", .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+       .n_ff = 128, .n_vocab = 512, .n_ctx = 2048, .rope_base = 10000.0f, .tied_embeddings = false,
+       .llama3_rope_factor = 0, .tokenizer = "generated", .sliding_window = 5, .weight_std = 0.2f,
+       .norm_jitter = 0.5f, .rope_ctx_orig = 16},
   };
   return shapes;
 }
