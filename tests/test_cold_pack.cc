@@ -247,7 +247,10 @@ TEST_CASE("segments at rest: the compact table finds every record by id and by (
   auto check = [&] {
     REQUIRE(table.size() == want.size());
     std::map<SegmentId, std::map<int32_t, uint32_t>> lengths;
-    for (const auto& [id, r] : want) {
+    for (const auto& entry : want) {
+      // Named, not a structured binding: clang 14 refuses bindings captured by the lambda below.
+      const SegmentId id = entry.first;
+      const RestRecord& r = entry.second;
       const RestRecord* got = table.find(id);
       REQUIRE(got);
       CHECK(got->parent == r.parent);

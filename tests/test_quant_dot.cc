@@ -620,6 +620,21 @@ TEST_CASE("quant_dot packed: every compiled target") {
   });
 }
 
+// Weights and activations at the kernels' edges: row 7 with large mins / positive offsets, row 20
+// with saturated codes, token 4 with every activation rounding to -127.. (the rest random).
+struct EdgeCase {
+  Weights w;
+  Acts a;
+};
+EdgeCase make_edge_case(std::mt19937& rng, GgmlType t, size_t rows, size_t n, size_t T) {
+  auto ws = randn(rng, rows * n, 0.1f);
+  for (size_t i = 0; i < n; ++i) ws[7 * n + i] += 0.05f;
+  for (size_t i = 0; i < n; ++i) ws[20 * n + i] *= 30.f;
+  auto xs = randn(rng, T * n);
+  for (size_t i = 0; i < n; ++i) xs[4 * n + i] = -std::fabs(xs[4 * n + i]) - 0.2f;
+  return {make_weights(t, ws, rows, n), make_acts(t, xs, T, n)};
+}
+
 // AVX3 and AVX3_DL (VNNI) have the same lane count: the packed results must be the same bits, for
 // every T (1..8 tokens per unpacked block, tiles) and group split. Also against AVX2 (8-row slices,
 // 4 tokens per block), which has FMA too and so the same per-(row, token) arithmetic (SSE4 has no
@@ -640,13 +655,9 @@ TEST_CASE("quant_dot packed: bit-identical across x86 targets") {
   for (GgmlType t : kPackedTypes) {
     CAPTURE(ggml_type_name(t));
     const size_t n = block_elems(t) == 256 ? 5 * 256 : 37 * 32, rows = 48, T = 19;
-    auto ws = randn(rng, rows * n, 0.1f);
-    for (size_t i = 0; i < n; ++i) ws[7 * n + i] += 0.05f;  // large mins / positive offsets
-    for (size_t i = 0; i < n; ++i) ws[20 * n + i] *= 30.f;  // saturated codes
-    const Weights w = make_weights(t, ws, rows, n);
-    auto xs = randn(rng, T * n);
-    for (size_t i = 0; i < n; ++i) xs[4 * n + i] = -std::fabs(xs[4 * n + i]) - 0.2f;  // all -127..
-    const Acts a = make_acts(t, xs, T, n);
+    const EdgeCase edge = make_edge_case(rng, t, rows, n, T);
+    const Weights& w = edge.w;
+    const Acts& a = edge.a;
     std::vector<std::vector<float>> per;
     for (int64_t target : targets) {
       hwy::SetSupportedTargetsForTest(target);
@@ -697,13 +708,9 @@ TEST_CASE("quant_dot packed: NEON with and without sdot") {
     const std::string type_name(ggml_type_name(t));
     CAPTURE(type_name);
     const size_t n = block_elems(t) == 256 ? 3 * 256 : 37 * 32, rows = 48, T = 11;
-    auto ws = randn(rng, rows * n, 0.1f);
-    for (size_t i = 0; i < n; ++i) ws[7 * n + i] += 0.05f;  // large mins / positive offsets
-    for (size_t i = 0; i < n; ++i) ws[20 * n + i] *= 30.f;  // saturated codes
-    const Weights w = make_weights(t, ws, rows, n);
-    auto xs = randn(rng, T * n);
-    for (size_t i = 0; i < n; ++i) xs[4 * n + i] = -std::fabs(xs[4 * n + i]) - 0.2f;  // all -127..
-    const Acts a = make_acts(t, xs, T, n);
+    const EdgeCase edge = make_edge_case(rng, t, rows, n, T);
+    const Weights& w = edge.w;
+    const Acts& a = edge.a;
     simd::set_packed_dotprod(true);
     const auto with_sdot = gemm(t, w, a, 0, rows, 0, T);
     check_against_references(t, w, a);
