@@ -624,10 +624,8 @@ ApiStatus session_generation(Service& svc, const std::string& session, const std
   // The session holds the history: the request brings what is new, the user's message or the tool
   // results, alone or after the conversation so far, which must then be the session's (checked, never
   // merged into the transcript or dropped behind the client's back).
-  const bool user = !messages.empty() && messages.back().role == "user";
-  size_t fresh = user ? 1 : 0;
-  while (!user && fresh < messages.size() && messages[messages.size() - 1 - fresh].role == "tool") ++fresh;
-  if (messages.empty() || (!user && messages.back().role != "tool")) {
+  const size_t fresh = new_turn_messages(messages);
+  if (fresh == 0) {
     return invalid_field("messages", "with \"session\", \"messages\" must end with the new message, the user's, or the tool "
                                      "messages answering the last reply's tool calls (the session keeps the history; got " +
                                      std::to_string(messages.size()) + " messages" +
@@ -644,6 +642,7 @@ ApiStatus session_generation(Service& svc, const std::string& session, const std
     turns_seen = seen.value();
   }
   const std::span<const ToolChatMessage> added(messages.data() + history.size(), fresh);
+  const bool user = added[0].role == "user";
   if (!tools.tools.empty()) {
     if (ApiStatus e = no_tools_with_response_format(*params); !e.ok()) return e;
   }

@@ -122,6 +122,17 @@ ApiStatus parse_message_item(const json& item, const std::string& at, std::vecto
   return {};
 }
 
+// A function_call item: a call of the assistant message it follows (a new one, empty, if the item
+// before was not an assistant's).
+void add_call(ToolCall call, ResponseInput* out) {
+  if (out->messages.empty() || out->messages.back().role != "assistant") {
+    out->messages.push_back({"assistant", ""});
+    out->references.emplace_back();
+  }
+  out->calls.resize(out->messages.size());
+  out->calls.back().push_back(std::move(call));
+}
+
 }  // namespace
 
 ApiStatus parse_response_input(const json& body, ResponseInput* out) {
@@ -158,24 +169,14 @@ ApiStatus parse_response_input(const json& body, ResponseInput* out) {
           if (!item.contains(key) || !item[key].is_string()) return invalid_field(at + "." + key, at + "." + key + " must be a string");
           *field = item[key].get<std::string>();
         }
-        if (out->messages.empty() || out->messages.back().role != "assistant") {
-          out->messages.push_back({"assistant", ""});
-          out->references.emplace_back();
-        }
-        out->calls.resize(out->messages.size());
-        out->calls.back().push_back(std::move(call));
+        add_call(std::move(call), out);
       } else if (type == "item_reference") {
         if (!item.contains("id") || !item["id"].is_string()) return invalid_field(at + ".id", at + ".id must be a string");
         const std::string id = item["id"].get<std::string>();
         if (id.starts_with("fc_") && parse_call_id("call_" + id.substr(3))) {
           // A function call item of a towerd response: a call of the assistant message before it,
           // its name and arguments read from the session (resolve_references).
-          if (out->messages.empty() || out->messages.back().role != "assistant") {
-            out->messages.push_back({"assistant", ""});
-            out->references.emplace_back();
-          }
-          out->calls.resize(out->messages.size());
-          out->calls.back().push_back({id, "", ""});
+          add_call({id, "", ""}, out);
           continue;
         }
         if (!parse_item_id(id)) {
@@ -666,16 +667,6 @@ ApiStatus resolve_references(Service& svc, ResponseInput* input) {
   return {};
 }
 
-// The new part of a stored response's input: its last user message, or the function_call_output items
-// at its end. What comes before is the conversation so far.
-size_t fresh_messages(const ResponseInput& input) {
-  const auto& m = input.messages;
-  if (m.back().role == "user") return 1;
-  size_t n = 0;
-  while (n < m.size() && m[m.size() - 1 - n].role == "tool") ++n;
-  return n;
-}
-
 // A stored response whose input is a whole conversation (what the AI SDK sends when responses are
 // stored): its last earlier message is a session's reply, named by an item_reference or by the
 // call_ids of its function_call items, and the response continues that session as
@@ -683,7 +674,7 @@ size_t fresh_messages(const ResponseInput& input) {
 // session's. A conversation that names no reply is left as it is (and refused by the caller).
 ApiStatus continue_conversation(ResponsesRequest* r) {
   const auto& input = r->input;
-  const size_t n = input.messages.size(), fresh = fresh_messages(input);
+  const size_t n = input.messages.size(), fresh = new_turn_messages(input.messages);
   if (fresh == 0 || fresh == n) return {};
   const size_t last = n - fresh - 1;
   std::optional<ResponseRef> ref;
@@ -714,7 +705,7 @@ ApiStatus handle_responses(Service& svc, const HttpRequest& req, HttpResponder& 
   if (r.previous.empty()) {
     if (ApiStatus e = continue_conversation(&r); !e.ok()) return e;
   }
-  const size_t fresh = fresh_messages(r.input), history = r.input.messages.size() - fresh;
+  const size_t fresh = new_turn_messages(r.input.messages), history = r.input.messages.size() - fresh;
   const bool outputs = !r.previous.empty() && r.input.messages.back().role == "tool";
   if (!(outputs || (fresh == 1 && r.input.messages.back().role == "user")) || (history > 0 && !r.whole_conversation)) {
     return invalid_field("input", "a stored response is the next turn of a towerd session, so \"input\" holds exactly one user "

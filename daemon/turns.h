@@ -54,8 +54,20 @@ ApiStatus run_generation(Service& svc, HttpResponder& out, GenerationSpec spec);
 ApiStatus begin_session_turn(Service& svc, const std::string& session, const Catalog::TurnInput& input,
                              const GenParams& params, const std::string& session_param, GenerationSpec* spec);
 
-// A session's next turn from chat messages: the user's one message, or the tool messages answering
-// the last reply's calls (anything else: 400 param "messages"), with the request's tools (the
+// How many messages at the end of a conversation are a session's next turn: the last one when it
+// is the user's, else the tool messages it ends with (0: neither). Those before are the conversation
+// so far.
+template <class Messages>
+size_t new_turn_messages(const Messages& m) {
+  if (!m.empty() && m.back().role == "user") return 1;
+  size_t n = 0;
+  while (n < m.size() && m[m.size() - 1 - n].role == "tool") ++n;
+  return n;
+}
+
+// A session's next turn from chat messages (new_turn_messages: the user's message, or the tool
+// messages answering the last reply's calls; anything else is 400 param "messages"), alone or after
+// the whole conversation so far, which must then be the session's, with the request's tools (the
 // session's first turn sets them, later ones send the same or none: daemon/catalog.h, "Tools on
 // sessions"); the reply is decoded under the session's tools and the request's tool_choice
 // (params gets the grammar and the tool format). daemon/api_openai.cc.
