@@ -110,8 +110,7 @@ Result<std::unique_ptr<ColdPack>> ColdPack::open(const std::filesystem::path& di
     ++entries;
     valid_end = at + kColdIndexEntryBytes;
     if (r.length == 0) {
-      if (const ColdRecordRef* old = p->live_.find(r.id)) p->live_bytes_ -= old->length;
-      p->live_.erase(r.id);
+      p->drop_live_locked(r.id);
       continue;
     }
     p->put_live_locked(r);
@@ -279,10 +278,7 @@ Status ColdPack::remove(std::span<const uint64_t> ids) {
   }
   if (gone.empty()) return Status::Ok();
   if (Status st = append_entries_locked(gone); !st.ok()) return st;
-  for (const ColdRecordRef& r : gone) {
-    live_bytes_ -= live_.find(r.id)->length;
-    live_.erase(r.id);
-  }
+  for (const ColdRecordRef& r : gone) drop_live_locked(r.id);
   return Status::Ok();
 }
 
@@ -324,6 +320,13 @@ void ColdPack::put_live_locked(const ColdRecordRef& r) {
     live_.insert(r);
   }
   live_bytes_ += r.length;
+}
+
+void ColdPack::drop_live_locked(uint64_t id) {
+  if (const ColdRecordRef* old = live_.find(id)) {
+    live_bytes_ -= old->length;
+    live_.erase(id);
+  }
 }
 
 bool ColdPack::find(uint64_t id, ColdRecordRef* ref) const {

@@ -117,6 +117,7 @@ class ColdPack {
   mutable std::mutex mu_;
   DenseById<ColdRecordRef> live_;  // by segment id (a restart looks each one up): ~70 B a record
   void put_live_locked(const ColdRecordRef& r);  // adds or replaces r's id, counting live_bytes_
+  void drop_live_locked(uint64_t id);           // removes id if live, counting live_bytes_
   uint64_t live_bytes_ = 0;
   std::map<uint32_t, uint64_t> pack_sizes_;  // every pack file's size
   uint32_t current_ = 0;                     // the pack appended to
