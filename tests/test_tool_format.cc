@@ -240,6 +240,21 @@ TEST_CASE("tool-call grammar: Hermes under each tool_choice") {
   CHECK_FALSE(accepts(autom, paris + " and some text"));
 }
 
+TEST_CASE("tool parameters that describe no value are the client's error, not a broken grammar") {
+  for (const char* params : {R"({"$ref": "#"})", R"({"type": "object", "properties": {"n": {"$ref": "#"}}, "required": ["n"]})"}) {
+    const std::string text = params;
+    CAPTURE(text);
+    std::vector<ToolDefinition> tools = weather_tools();
+    tools.push_back({"loop", "", params});
+    for (ToolFormat format : {ToolFormat::Hermes, ToolFormat::Llama3Json}) {
+      auto g = tool_call_gbnf(format, tools, {Mode::Required, ""}, 1);
+      REQUIRE_FALSE(g.ok());
+      CHECK(g.status().is_invalid_argument());
+      CHECK(g.error().find("tool 'loop'") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("tool-call grammar: Llama 3 JSON under each tool_choice") {
   const std::string call = R"({"name": "get_weather", "parameters": {"city": "Paris"}})";
   auto required = tool_grammar(ToolFormat::Llama3Json, weather_tools(), {Mode::Required, ""});

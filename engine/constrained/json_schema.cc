@@ -94,6 +94,7 @@ bool is_any_string_schema(const Json& v) {
 struct JsonGrammarBuilder::Impl {
   std::vector<std::pair<std::string, std::string>> rules;  // name, body; in definition order
   std::set<std::string> names;
+  std::set<std::string> caller_rules;  // add_rule's: they may name rules the caller defines later
   std::map<std::string, std::string> by_body;  // generated body → rule name (sharing equal rules)
 
   // The schema document being compiled (for $ref) and its compiled references.
@@ -669,6 +670,29 @@ struct JsonGrammarBuilder::Impl {
     return name;
   }
 
+  // A schema can be well formed and still have no grammar: a $ref cycle that writes nothing before it
+  // comes back to itself (left recursion), or a required reference to itself (no value is finite).
+  // Refused here, as the client's error, so that a tool's parameters never make a tool-call grammar
+  // that does not compile (a 500). Any other compile error is a bug of this converter: internal.
+  Status check_compiles(const std::string& expression) const {
+    std::string text = "root ::= " + expression + "\n";
+    for (const auto& [name, body] : rules) {
+      if (!caller_rules.count(name)) text += name + " ::= " + body + "\n";
+    }
+    auto g = Grammar::parse(text);
+    if (g.ok()) return Status::Ok();
+    const std::string& why = g.error();
+    if (why.find("left recursion") != std::string::npos) {
+      const size_t open = why.find('('), close = why.find(')');
+      return Status::InvalidArgument("JSON schema: a $ref cycle comes back to itself before any character is written (" +
+                                     why.substr(open + 1, close - open - 1) + "), so it describes no value");
+    }
+    if (why.find("can never finish") != std::string::npos)
+      return Status::InvalidArgument("JSON schema: no finite value is valid (every value must contain another one "
+                                     "through a required $ref)");
+    return Status::Error("internal: the JSON schema's grammar does not compile: " + why);
+  }
+
   // A local reference's target (its path, the schema).
   Result<std::pair<std::string, const Json*>> resolve(const Json& r, const std::string& path) {
     if (!r.is_string()) return invalid(path, "$ref must be a string");
@@ -710,6 +734,7 @@ Result<std::string> JsonGrammarBuilder::add_schema(std::string_view schema_json,
   auto e = impl_->schema(doc, "#", impl_->doc_name, 0);
   impl_->doc = nullptr;
   if (!e.ok()) return e;
+  if (Status s = impl_->check_compiles(*e); !s.ok()) return s;
   // A named rule, so that callers can reference it whatever the expression is.
   if (impl_->names.count(*e) && e->find(' ') == std::string::npos) return *e;
   return impl_->define(impl_->doc_name, *e);
@@ -722,6 +747,7 @@ std::string JsonGrammarBuilder::ws() { return impl_->ws(); }
 
 std::string JsonGrammarBuilder::add_rule(std::string_view name, std::string_view body) {
   std::string n = impl_->unique_name(name);
+  impl_->caller_rules.insert(n);
   impl_->rules.emplace_back(n, std::string(body));
   return n;
 }
