@@ -99,7 +99,7 @@ Result<Store> build_store(const fs::path& dir, const std::string& model, int n, 
   daemon::Config cfg;
   cfg.state_dir = dir;
   cfg.model_path = model;
-  cfg.policy.ram_budget_bytes = size_t{512} << 20;  // the builder itself stays small
+  cfg.policy.ram_budget = daemon::BudgetSetting{uint64_t{512} << 20, 0};  // the builder itself stays small
   daemon::OpenOptions oo;
   oo.serving = true;
   std::vector<std::string> warnings;

@@ -39,6 +39,12 @@ void print_pool(const json& p, const json& segments) {
               format_bytes(resident).c_str(), format_bytes(u64(p["memory"], "segment_bytes")).c_str(),
               format_bytes(u64(p["memory"], "tail_bytes")).c_str(), format_bytes(u64(p["memory"], "unwritten_bytes")).c_str(),
               format_bytes(u64(p["disk"], "bytes")).c_str());
+  const uint64_t disk_budget = u64(pol, "disk_budget");
+  std::printf("budgets: RAM %s; disk %s\n",
+              budget ? (format_bytes(budget) + ", " + pol.value("ram_budget_rule", "")).c_str() : "unlimited",
+              disk_budget ? (format_bytes(disk_budget) + " (" + pct(u64(p["disk"], "bytes"), disk_budget) + " used), " +
+                             pol.value("disk_budget_rule", "")).c_str()
+                          : "unlimited");
   if (const json& r = p["at_rest"]; r.is_object() && u64(r, "segments") > 0) {
     std::printf("at rest: %llu segment(s), %s of coded records, no tokens in RAM (%s of token ids in the trie); %llu woken, %llu failed\n",
                 static_cast<unsigned long long>(u64(r, "segments")), format_bytes(u64(r, "bytes")).c_str(),

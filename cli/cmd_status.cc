@@ -48,7 +48,9 @@ void add_status(CLI::App& app) {
 namespace {
 void print_policy(const json& p) {
   std::printf("eviction     %s\n", p.value("eviction", "").c_str());
-  std::printf("ram budget   %s\n", p.value("ram_budget_text", "").c_str());
+  const std::string rule = p.value("ram_budget_rule", "");
+  std::printf("ram budget   %s%s\n", p.value("ram_budget_text", "").c_str(),
+              rule.empty() || rule == "none" ? "" : (" (" + rule + ")").c_str());
   if (p.contains("pin_fan_out")) std::printf("pin fan-out  %d\n", p["pin_fan_out"].get<int>());
 }
 }  // namespace
@@ -59,6 +61,7 @@ void add_policy(CLI::App& app) {
       "Examples:\n"
       "  towerctl policy get\n"
       "  towerctl policy set --eviction lindy --ram-budget 2G\n"
+      "  towerctl policy set --ram-budget 40%      # of MemAvailable plus what the pool holds now\n"
       "  towerctl policy set --ram-budget 0        # unlimited\n"
       "A change lasts until towerd restarts or re-reads its config (SIGHUP, `systemctl reload towerd`);\n"
       "to keep it, also edit [policy] in the config file.\n");
@@ -88,7 +91,8 @@ void add_policy(CLI::App& app) {
                   "token-lru: the largest idle time x tokens first")
       ->check(CLI::IsMember({"lru", "lindy", "token-lru"}));
   set->add_option("--ram-budget", so->budget,
-                  "Resident segment KV, e.g. 512M, 2G, 1.5G, a byte count; 0 or 'unlimited' = no limit");
+                  "Resident segment KV, e.g. 512M, 2G, 1.5G, a byte count; a share such as 40% (of MemAvailable "
+                  "plus what the pool holds now); 0 or 'unlimited' = no limit");
   add_client_options(set, so->client, true);
   set->callback([so] {
     run_client([&] {

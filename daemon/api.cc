@@ -160,7 +160,9 @@ json pool_json(Service& svc) {
       {"page_in_error", st.page_in_error},
       {"sessions", {{"total", sessions}, {"warm", warm}, {"cold", sessions - warm}}},
       {"hierarchy_segments", svc.catalog.segment_count()},
-      {"policy", {{"eviction", std::string(to_string(po.eviction))}, {"ram_budget", po.ram_budget_bytes}}},
+      {"policy", {{"eviction", std::string(to_string(po.eviction))}, {"ram_budget", po.ram_budget_bytes},
+                  {"ram_budget_rule", svc.budget_rules.ram()}, {"disk_budget", po.disk_budget_bytes},
+                  {"disk_budget_rule", svc.budget_rules.disk()}}},
       {"requests", m.requests},
       {"latency_ms", {{"p50", m.latency_p50 * 1000}, {"p99", m.latency_p99 * 1000}}},
       {"first_token_ms", {{"p50", m.ttft_p50 * 1000}, {"p99", m.ttft_p99 * 1000}}},
@@ -178,28 +180,34 @@ ApiStatus handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out
     if (ApiStatus e = parse_body(req, &b); !e.ok()) return e;
     if (ApiStatus e = known_fields(b, {"eviction", "ram_budget"}); !e.ok()) return e;
     std::optional<EvictionPolicy> ev;
-    std::optional<uint64_t> budget;
+    std::optional<BudgetSetting> budget;
     if (b.contains("eviction")) {
       if (!b["eviction"].is_string() || !(ev = parse_eviction_policy(b["eviction"].get<std::string>()))) {
         return invalid_field("eviction", "\"eviction\" must be " + std::string(kEvictionPolicyNames));
       }
     }
     if (b.contains("ram_budget")) {
-      if (b["ram_budget"].is_number_unsigned()) budget = b["ram_budget"].get<uint64_t>();
-      else if (b["ram_budget"].is_string()) budget = parse_size(b["ram_budget"].get<std::string>());
-      if (!budget) return invalid_field("ram_budget", "\"ram_budget\" must be a byte count or a size such as \"2G\" (0 = unlimited)");
+      if (b["ram_budget"].is_number_unsigned()) budget = BudgetSetting{b["ram_budget"].get<uint64_t>(), 0};
+      else if (b["ram_budget"].is_string()) budget = BudgetSetting::parse(b["ram_budget"].get<std::string>());
+      if (!budget)
+        return invalid_field("ram_budget", "\"ram_budget\" must be a byte count, a size such as \"2G\", a share of "
+                                           "MemAvailable such as \"40%\", or 0 (unlimited)");
     }
     if (ev) svc.pool.set_eviction(*ev);
-    if (budget) svc.pool.set_ram_budget(*budget);
+    if (budget) {
+      const SizedBudget ram = size_ram_budget(*budget, svc.pool.stats().resident_bytes);
+      svc.pool.set_ram_budget(ram.bytes);
+      svc.budget_rules.set_ram(ram.rule);
+    }
     svc.scheduler.post([&pool = svc.pool] { pool.enforce_budget(); });
     PoolOptions po = svc.pool.options();
-    log_info("policy set: eviction " + std::string(to_string(po.eviction)) + ", ram budget " +
-             (po.ram_budget_bytes ? format_size(po.ram_budget_bytes) : std::string("unlimited")));
+    log_info("policy set: eviction " + std::string(to_string(po.eviction)) + ", RAM budget " +
+             (po.ram_budget_bytes ? format_size(po.ram_budget_bytes) + ": " : std::string()) + svc.budget_rules.ram());
   }
   PoolOptions po = svc.pool.options();
   return reply(out, {{"eviction", std::string(to_string(po.eviction))}, {"ram_budget", po.ram_budget_bytes},
                        {"ram_budget_text", po.ram_budget_bytes ? format_size(po.ram_budget_bytes) : "unlimited"},
-                       {"pin_fan_out", po.pin_fan_out}});
+                       {"ram_budget_rule", svc.budget_rules.ram()}, {"pin_fan_out", po.pin_fan_out}});
 }
 
 ApiStatus handle_healthz(Service& svc, const HttpRequest&, HttpResponder& out, const std::string&) {

@@ -194,12 +194,21 @@ Status read_eviction(const toml::node& n, Config& c) {
   return Status::Ok();
 }
 
-Status read_ram_budget(const toml::node& n, Config& c) {
-  uint64_t budget = 0;
-  if (Status st = read_size(n, budget); !st.ok()) return st;
-  c.policy.ram_budget_bytes = budget;
-  return Status::Ok();
+Status read_budget(const toml::node& n, BudgetSetting& out) {
+  if (n.is_integer() && **n.as_integer() >= 0) {
+    out = BudgetSetting{static_cast<uint64_t>(**n.as_integer()), 0};
+    return Status::Ok();
+  }
+  if (n.is_string()) {
+    if (auto b = BudgetSetting::parse(**n.as_string())) {
+      out = *b;
+      return Status::Ok();
+    }
+  }
+  return expected("expected a size such as \"4G\", a share of the machine such as \"50%\", or \"0\" (none)");
 }
+Status read_ram_budget(const toml::node& n, Config& c) { return read_budget(n, c.policy.ram_budget); }
+Status read_disk_budget(const toml::node& n, Config& c) { return read_budget(n, c.disk_budget); }
 
 Status read_max_body_bytes(const toml::node& n, Config& c) {
   uint64_t body = 0;
@@ -270,7 +279,7 @@ const std::vector<Key>& keys() {
        }},
       {"state", "compact_bytes", size_key(TOWERS_FIELD(compact_bytes))},
       {"state", "warm_tier", bool_key(TOWERS_FIELD(warm_tier))},
-      {"state", "disk_budget", size_key(TOWERS_FIELD(disk_budget_bytes))},
+      {"state", "disk_budget", read_disk_budget},
       {"pool", "formats", read_formats},
       {"pool", "transcript_format", read_transcript_format},
       {"pool", "pin_fan_out", int_key<size_t>(TOWERS_FIELD(pin_fan_out), 1, 1 << 30)},

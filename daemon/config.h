@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/budget.h"
 #include "daemon/level.h"
 #include "engine/model/segment.h"
 #include "engine/base/status.h"
@@ -17,7 +18,8 @@ namespace towers::daemon {
 
 struct PolicyConfig {                // [policy]: the part SIGHUP reloads
   EvictionPolicy eviction = EvictionPolicy::Lru;
-  size_t ram_budget_bytes = 0;       // 0 = unlimited
+  // Resident segment KV and request tails; a share is of MemAvailable once the model is loaded.
+  BudgetSetting ram_budget = BudgetSetting::share(50);
 };
 
 // The fewest repaired tokens a modular placement may use: below it top-1 agreement with exact
@@ -49,7 +51,9 @@ struct Config {
   std::filesystem::path state_dir = "/var/lib/towerd";
   uint64_t compact_bytes = 64ull << 20;  // compact the log beyond this size when half of it is dead
   bool warm_tier = true;             // keep segments in files under <state_dir>/segments (the store)
-  uint64_t disk_budget_bytes = 0;    // segment files; beyond it the least recently used go cold; 0 = none
+  // Segment files; beyond it the least recently used go cold. A share is of the state file system's
+  // free space plus the segment files already there (so that a restart does not shrink it).
+  BudgetSetting disk_budget = BudgetSetting::share(50);
   // [pool]
   DepthPolicy depth;
   size_t pin_fan_out = 8;

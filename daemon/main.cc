@@ -158,6 +158,9 @@ int main(int argc, char** argv) {
            std::to_string(state.records) + " records from " + store.path().string() + "; model loaded in " +
            std::to_string(state.load_seconds) + " s, fingerprinted in " + std::to_string(state.fingerprint_seconds) + " s");
   log_info("prefill kernels: " + state.prefill_kernels);
+  log_info("RAM budget " + (state.ram_budget.bytes ? format_size(state.ram_budget.bytes) + ": " : std::string()) +
+           state.ram_budget.rule + "; disk budget " +
+           (state.disk_budget.bytes ? format_size(state.disk_budget.bytes) + ": " : std::string()) + state.disk_budget.rule);
 
   // Restore: every segment from its file (header checks only) or cold; no model runs before the
   // socket opens. What must be recomputed is built in the background once it is open.
@@ -201,6 +204,7 @@ int main(int argc, char** argv) {
   std::string model_id = std::filesystem::path(cfg.model_path).stem().string();
   Service svc{cfg, m, pool, scheduler, catalog, metrics, prompts, model_id};
   if (cfg.cold_enabled) svc.compressor = &compressor;
+  svc.budget_rules.set(state.ram_budget.rule, state.disk_budget.rule);
   svc.forward = &forward;
   Offload offload;
   svc.offload = &offload;
@@ -254,10 +258,12 @@ int main(int argc, char** argv) {
         continue;
       }
       pool.set_eviction(p->eviction);
-      pool.set_ram_budget(p->ram_budget_bytes);
+      const SizedBudget ram = size_ram_budget(p->ram_budget, pool.stats().resident_bytes);
+      pool.set_ram_budget(ram.bytes);
+      svc.budget_rules.set_ram(ram.rule);
       scheduler.post([&pool] { pool.enforce_budget(); });
-      log_info("SIGHUP: policy reloaded: eviction " + std::string(to_string(p->eviction)) + ", ram budget " +
-               (p->ram_budget_bytes ? format_size(p->ram_budget_bytes) : std::string("unlimited")));
+      log_info("SIGHUP: policy reloaded: eviction " + std::string(to_string(p->eviction)) + ", RAM budget " +
+               (ram.bytes ? format_size(ram.bytes) + ": " : std::string()) + ram.rule);
       continue;
     }
     if (sig == SIGTERM || sig == SIGINT) {

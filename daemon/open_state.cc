@@ -16,15 +16,6 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
   return std::chrono::duration<double>(b - a).count();
 }
 
-// MemAvailable of /proc/meminfo in bytes (0 when unreadable).
-size_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  for (std::string line; std::getline(in, line);) {
-    unsigned long long kib = 0;
-    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return static_cast<size_t>(kib) << 10;
-  }
-  return 0;
-}
 }  // namespace
 
 Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptions& options,
@@ -77,8 +68,9 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
   po.depth = cfg.depth;
   po.model_fingerprint = st->fingerprint;
   if (options.serving) {
-    po.ram_budget_bytes = cfg.policy.ram_budget_bytes;
-    po.disk_budget_bytes = cfg.disk_budget_bytes;
+    // Measured after the model is loaded and fingerprinted: its pages are no longer available.
+    st->ram_budget = size_ram_budget(cfg.policy.ram_budget, 0);
+    po.ram_budget_bytes = st->ram_budget.bytes;
     po.eviction = cfg.policy.eviction;
     po.pin_fan_out = cfg.pin_fan_out;
     if (cfg.warm_tier) {
@@ -86,6 +78,9 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
       std::error_code ec;
       std::filesystem::create_directories(po.store_dir, ec);
       if (ec) return Status::IOError("cannot create " + po.store_dir.string() + ": " + ec.message());
+      const uint64_t base = cfg.disk_budget.percent > 0 ? free_disk_bytes(po.store_dir) + file_bytes_under(po.store_dir) : 0;
+      st->disk_budget = size_budget(cfg.disk_budget, base, "the free disk space plus the segment files");
+      po.disk_budget_bytes = st->disk_budget.bytes;
     }
   }
   st->pool = std::make_unique<SegmentPool>(m, *st->forward, po);

@@ -39,6 +39,7 @@ struct OpenState {
   double load_seconds = 0, fingerprint_seconds = 0;  // what the start spent on each (logged)
   std::unique_ptr<Forward> forward;
   std::string prefill_kernels;  // which kernels prefill steps take, for the start-up log
+  SizedBudget ram_budget, disk_budget;  // as sized at start (logged, shown by /v1/pool)
   std::unique_ptr<SegmentPool> pool;
   std::unique_ptr<PromptBuilder> prompts;
   std::unique_ptr<Catalog> catalog;

@@ -392,6 +392,10 @@ class SegmentPool {
   void delete_file_locked(Entry& e);
   Result<SegmentId> allocate_id_locked(const SegmentOptions& options);
   size_t resident_locked() const;
+  // Entries `may_leave` admits as the eviction policy's candidates; `bytes`: what leaving frees.
+  template <typename MayLeave, typename Bytes>
+  std::vector<EvictionCandidate> candidates_locked(MayLeave may_leave, Bytes bytes) const;
+  EvictionRules eviction_rules_locked() const;
   SegmentInfo info_locked(const Entry& e) const;
   void plan_step_locked(SegmentId id, PathPlan& p) const;  // appends one step of a path
   size_t depth_locked(SegmentId id) const;

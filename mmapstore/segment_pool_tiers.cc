@@ -109,15 +109,12 @@ size_t SegmentPool::resident_locked() const {
   return n;
 }
 
-size_t SegmentPool::enforce_budget() {
-  check_may_wait("SegmentPool::enforce_budget");
-  std::lock_guard lock(mu_);
-  if (options_.ram_budget_bytes == 0) return 0;
-  size_t resident = resident_locked();
-  if (resident <= options_.ram_budget_bytes) return 0;
-  const bool store = !options_.store_dir.empty();
-  // Segments of one owner are one lineage (SegmentOptions::lineage, e.g. a session's transcript): their
-  // age is the owner's age.
+// Every entry that `may_leave` admits, described for the eviction policy (mmapstore/eviction.h), with
+// `bytes` what its leaving frees. Segments of one owner are one lineage (SegmentOptions::lineage,
+// e.g. a session's transcript): their age is the owner's age.
+template <typename MayLeave, typename Bytes>
+std::vector<EvictionCandidate> SegmentPool::candidates_locked(MayLeave may_leave, Bytes bytes) const {
+  mu_.assert_held();
   struct Lineage {
     std::chrono::steady_clock::time_point born = std::chrono::steady_clock::time_point::max();
     uint64_t uses = 0;
@@ -131,15 +128,12 @@ size_t SegmentPool::enforce_budget() {
   }
   std::vector<EvictionCandidate> candidates;
   for (const auto& [id, e] : entries_) {
-    // Only what holds memory and can leave it: in memory, not being paged in, and with a durable
-    // file to come back from (or, without a store, gone for good).
-    if (!e->segment || e->loading || (store && !e->durable)) continue;
-    if (!store && e->derived) continue;  // gone for good, it could not be computed again
+    if (!may_leave(*e)) continue;
     auto info = trie_.info(id);
     if (!info.ok()) continue;
     EvictionCandidate c;
     c.id = id;
-    c.bytes = e->resident_bytes();
+    c.bytes = bytes(*e);
     c.tokens = e->length;
     c.depth = depth_locked(id);
     c.pinned = e->pinned;
@@ -156,10 +150,32 @@ size_t SegmentPool::enforce_budget() {
     }
     candidates.push_back(c);
   }
+  return candidates;
+}
+
+EvictionRules SegmentPool::eviction_rules_locked() const {
+  mu_.assert_held();
   EvictionRules rules;
   rules.policy = options_.eviction;
   rules.now = std::chrono::steady_clock::now();
   rules.pin_fan_out = options_.pin_fan_out;
+  return rules;
+}
+
+size_t SegmentPool::enforce_budget() {
+  check_may_wait("SegmentPool::enforce_budget");
+  std::lock_guard lock(mu_);
+  if (options_.ram_budget_bytes == 0) return 0;
+  size_t resident = resident_locked();
+  if (resident <= options_.ram_budget_bytes) return 0;
+  const bool store = !options_.store_dir.empty();
+  // Only what holds memory and can leave it: in memory, not being paged in, and with a durable file
+  // to come back from (or, without a store, gone for good; a derived segment could not be computed
+  // again).
+  const auto candidates = candidates_locked(
+      [store](const Entry& e) { return e.segment && !e.loading && (store ? e.durable : !e.derived); },
+      [](const Entry& e) { return e.resident_bytes(); });
+  EvictionRules rules = eviction_rules_locked();
   rules.leaves_only = !store;
   size_t moved = 0;
   for (SegmentId id : choose_victims(candidates, rules, resident - options_.ram_budget_bytes)) {
@@ -185,22 +201,20 @@ size_t SegmentPool::enforce_disk_budget() {
   std::lock_guard lock(mu_);
   if (options_.disk_budget_bytes == 0) return 0;
   size_t on_disk = 0;
-  std::vector<Entry*> warm;
   for (const auto& [id, e] : entries_) {
-    if (!e->durable) continue;
-    on_disk += e->file_bytes;
-    // A derived segment's file is its only copy: no prefill would give its KV back.
-    if (e->tier() == Tier::Warm && !e->loading && !e->pinned && !e->derived) warm.push_back(e.get());
+    if (e->durable) on_disk += e->file_bytes;
   }
   if (on_disk <= options_.disk_budget_bytes) return 0;
-  std::sort(warm.begin(), warm.end(), [](const Entry* a, const Entry* b) { return a->last_used < b->last_used; });
+  // Warm files go cold in the policy's order, as RAM's victims do. A derived segment's file is its
+  // only copy: no prefill would give its KV back.
+  const auto candidates = candidates_locked(
+      [](const Entry& e) { return e.durable && e.tier() == Tier::Warm && !e.loading && !e.derived; },
+      [](const Entry& e) { return e.file_bytes; });
   size_t frozen = 0;
-  for (Entry* e : warm) {
-    if (on_disk <= options_.disk_budget_bytes) break;
-    auto info = trie_.info(e->id);
-    if (!info.ok() || info.value().refcount > 0 || info.value().fan_out >= options_.pin_fan_out) continue;
-    on_disk -= e->file_bytes;
-    delete_file_locked(*e);
+  for (SegmentId id : choose_victims(candidates, eviction_rules_locked(), on_disk - options_.disk_budget_bytes)) {
+    Entry& e = *entries_.at(id);
+    on_disk -= e.file_bytes;
+    delete_file_locked(e);
     counters_.freezes++;
     ++frozen;
   }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <unistd.h>
 
 #include "daemon/config.h"
 #include "test_support.h"
@@ -75,8 +76,54 @@ TEST_CASE("unknown keys and sections are named, values are range-checked") {
   CHECK(st.message().find(": limits: expected a [section]") != std::string::npos);
   REQUIRE(load_config(write_toml("e.toml", "[limits]\nmax_batch = 4\n[policy]\nram_budget = \"2G\"\n"), &cfg).ok());
   CHECK(cfg.max_batch == 4);
-  CHECK(cfg.policy.ram_budget_bytes == (2ull << 30));
+  CHECK(cfg.policy.ram_budget.bytes == (2ull << 30));
+  CHECK(cfg.policy.ram_budget.percent == 0);
   auto policy = load_policy(write_toml("f.toml", "[policy]\neviction = \"lindy\"\n[limits]\nmax_batch = 4\n"));
   REQUIRE(policy.ok());
   CHECK(policy->eviction == EvictionPolicy::Lindy);
+}
+
+TEST_CASE("budgets: a size, none, or a share of the machine, sized with the rule that says how") {
+  Config defaults;
+  CHECK(defaults.policy.ram_budget.percent == 50);
+  CHECK(defaults.disk_budget.percent == 50);
+  Config cfg;
+  REQUIRE(load_config(write_toml("budget.toml", "[policy]\nram_budget = \"30%\"\n[state]\ndisk_budget = \"0\"\n"), &cfg).ok());
+  CHECK(cfg.policy.ram_budget.percent == 30);
+  CHECK(cfg.disk_budget.percent == 0);
+  CHECK(cfg.disk_budget.bytes == 0);
+  for (const char* bad : {"\"0%\"", "\"101%\"", "\"%\"", "\"x%\"", "\"-5%\"", "\"5 %%\"", "-1", "\"lots\""}) {
+    const std::string value = bad;
+    CAPTURE(value);
+    const Status st = load_config(write_toml("bad_budget.toml", "[state]\ndisk_budget = " + value + "\n"), &cfg);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.message().find("state.disk_budget: expected a size") != std::string::npos);
+  }
+  CHECK(BudgetSetting::parse("12.5%")->percent == 12.5);
+  CHECK(BudgetSetting::parse("1K")->bytes == 1024);
+  CHECK(BudgetSetting::parse("12.5%")->text() == "12.5%");
+
+  const SizedBudget share = size_budget(BudgetSetting::share(25), 1000, "the base");
+  CHECK(share.bytes == 250);
+  CHECK(share.rule.find("25% of the base") == 0);
+  CHECK(size_budget(BudgetSetting{4096, 0}, 1000, "the base").bytes == 4096);
+  CHECK(size_budget(BudgetSetting{}, 1000, "the base").rule == "none");
+  // A share of a base that could not be read is no budget (0 bytes would evict everything), and says so.
+  const SizedBudget unread = size_budget(BudgetSetting::share(50), 0, "MemAvailable");
+  CHECK(unread.bytes == 0);
+  CHECK(unread.rule.find("could not be read") != std::string::npos);
+  // This machine's: a share of MemAvailable is below it, and what the pool holds is added to it.
+  const SizedBudget ram = size_ram_budget(BudgetSetting::share(50), 0);
+  REQUIRE(ram.bytes > 0);
+  CHECK(ram.rule.find("of MemAvailable") != std::string::npos);
+  const SizedBudget held = size_ram_budget(BudgetSetting::share(50), uint64_t{64} << 30);
+  CHECK(held.bytes > (uint64_t{32} << 30) - 1);
+  CHECK(free_disk_bytes(std::filesystem::temp_directory_path()) > 0);
+  const auto dir = std::filesystem::temp_directory_path() / ("towers_budget_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "sub");
+  std::ofstream(dir / "a") << std::string(100, 'a');
+  std::ofstream(dir / "sub" / "b") << std::string(23, 'b');
+  CHECK(file_bytes_under(dir) == 123);
+  CHECK(file_bytes_under(dir / "missing") == 0);
+  std::filesystem::remove_all(dir);
 }

@@ -80,6 +80,10 @@ ctl chat --bot bot3 --message "Hi" --max-tokens 4 2>"$tmp/err" >/dev/null; has "
 out="$(ctl pool)"
 for want in '^hot ' '^platform ' '^bot ' '^plat ' '^    bot1 ' '^sessions  3:' '^latency '; do has "$out" "$want"; done
 ctl pool --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["segments"] > 0'
+# Budgets: the config's RAM budget "0" is none; the disk budget's default is a share of the free space.
+has "$out" '^budgets: RAM unlimited; disk .*, 50% of the free disk space plus the segment files'
+out="$(ctl policy set --ram-budget 40%)"; has "$out" 'ram budget   .*(40% of MemAvailable'
+err="$(expect_error policy set --ram-budget 140%)"; has "$err" 'share of MemAvailable'
 
 # Policy at run time, then SIGHUP re-reading the file's [policy].
 out="$(ctl policy set --eviction lindy --ram-budget 64M)"; has "$out" "eviction     lindy"
@@ -91,7 +95,7 @@ for _ in $(seq 50); do   # bounded: the reload is asynchronous
   grep -q "eviction     lru" <<<"$out" && break
   sleep 0.1
 done
-has "$out" "eviction     lru"; has "$out" "ram budget   128"
+has "$out" "eviction     lru"; has "$out" "ram budget   128"; has "$out" "(set to 128"
 err="$(expect_error policy set)"; has "$err" 'give --eviction'
 
 # Cold tier: compress a bot, the next reply under it (thawed by prefill) is the same; thaw on demand.
