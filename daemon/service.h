@@ -37,7 +37,7 @@ struct Service {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};
-  BudgetRules budget_rules;          // how the pool's budgets were sized
+  BudgetRules budget_rules{};        // how the pool's budgets were sized
   Compressor* compressor = nullptr;  // the cold tier's background compressor
   Offload* offload = nullptr;        // blocking jobs that are not model steps (compress now, fsyncs)
   const HttpServer* http = nullptr;  // its connection counters, for /metrics

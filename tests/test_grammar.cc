@@ -151,6 +151,35 @@ TEST_CASE("errors name the problem") {
   CHECK(parse_error("root ::= @").find("unexpected character '@'") != std::string::npos);
 }
 
+TEST_CASE("long chains and deep nesting: bounded stack, an error past the limit") {
+  // grammar_fuzz's finding: an empty group repeated thousands of times made the matcher recurse once
+  // per repetition when it expanded the start state (a stack overflow).
+  auto empty = compile("root ::= (){22551} .?\n");
+  CHECK(matches(empty, ""));
+  CHECK(matches(empty, "x"));
+  CHECK_FALSE(matches(empty, "xy"));
+  auto optional = compile(R"(root ::= ("a"?){20000} "b")");
+  CHECK(matches(optional, "b"));
+  CHECK(matches(optional, "aaab"));
+  CHECK_FALSE(matches(optional, "ba"));
+  // A left-recursive cycle through 30000 rules is found (the check's depth-first search had recursed
+  // once per rule), and named from where it starts.
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 30000; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\" | \"y\"\n";
+  auto no_cycle = Grammar::parse(chain + "r30000 ::= \"z\"\n");
+  CHECK_MESSAGE(no_cycle.ok(), no_cycle.error());
+  const std::string cycle = parse_error(chain + "r30000 ::= r0\n");
+  CHECK(cycle.find("left recursion (r0 -> r1 -> ") != std::string::npos);
+  CHECK(cycle.find("r30000 -> r0)") != std::string::npos);
+  // Groups are parsed recursively, so their depth is bounded.
+  const auto nested = [](int depth) {
+    return "root ::= " + std::string(size_t(depth), '(') + "\"a\"" + std::string(size_t(depth), ')') + "\n";
+  };
+  CHECK(matches(compile(nested(Grammar::kMaxGroupDepth)), "a"));
+  CHECK(parse_error(nested(Grammar::kMaxGroupDepth + 1)).find("nested deeper than") != std::string::npos);
+  CHECK(parse_error(nested(200000)).find("nested deeper than") != std::string::npos);
+}
+
 TEST_CASE("alternatives that can never finish are dropped") {
   // loop can never finish, so "b" loop is dropped and only "a" remains: no prefix leads nowhere.
   auto g = compile(R"(root ::= "a" | "b" loop

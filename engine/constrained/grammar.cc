@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -365,8 +364,12 @@ class GrammarCompiler {
           return error("character class matches nothing");
       } else if (c == '(') {
         ++pos_;
+        // Groups are parsed recursively: their depth is bounded, so the stack is.
+        if (++group_depth_ > Grammar::kMaxGroupDepth)
+          return error("groups nested deeper than " + std::to_string(Grammar::kMaxGroupDepth));
         std::vector<Seq> alts;
         if (Status s = parse_alternatives(name, alts, /*nested=*/true); !s.ok()) return s;
+        --group_depth_;
         if (peek() != ')') return error("expected ')'");
         ++pos_;
         if (alts.size() == 1) {
@@ -514,29 +517,34 @@ class GrammarCompiler {
         }
       }
     }
+    // Depth first with a stack of its own (rule, next lead to follow), not recursion: a chain of
+    // thousands of rules would overflow the call stack.
     std::vector<int> color(rules_.size(), 0);  // 0 new, 1 on the path, 2 done
-    std::vector<uint32_t> path;
-    std::function<bool(uint32_t)> visit = [&](uint32_t r) {
-      color[r] = 1;
-      path.push_back(r);
-      for (uint32_t n : leads[r]) {
-        if (color[n] == 1) {
-          path.push_back(n);
-          return true;
+    std::vector<std::pair<uint32_t, size_t>> path;
+    for (uint32_t start = 0; start < rules_.size(); ++start) {
+      if (color[start] != 0) continue;
+      color[start] = 1;
+      path.assign(1, {start, 0});
+      while (!path.empty()) {
+        const uint32_t r = path.back().first;
+        if (path.back().second == leads[r].size()) {
+          color[r] = 2;
+          path.pop_back();
+          continue;
         }
-        if (color[n] == 0 && visit(n)) return true;
+        const uint32_t n = leads[r][path.back().second++];
+        if (color[n] == 1) {
+          std::string cycle;
+          auto from = std::find_if(path.begin(), path.end(), [n](const auto& step) { return step.first == n; });
+          for (; from != path.end(); ++from) cycle += rules_[from->first].name + " -> ";
+          return Status::InvalidArgument("grammar: left recursion (" + cycle + rules_[n].name +
+                                         "): a rule may not start with itself; write it right-recursive");
+        }
+        if (color[n] == 0) {
+          color[n] = 1;
+          path.emplace_back(n, 0);
+        }
       }
-      path.pop_back();
-      color[r] = 2;
-      return false;
-    };
-    for (uint32_t r = 0; r < rules_.size(); ++r) {
-      if (color[r] != 0 || !visit(r)) continue;
-      std::string cycle;
-      const auto from = std::find(path.begin(), path.end(), path.back());
-      for (auto it = from; it != path.end(); ++it) cycle += (cycle.empty() ? "" : " -> ") + rules_[*it].name;
-      return Status::InvalidArgument("grammar: left recursion (" + cycle +
-                                     "): a rule may not start with itself; write it right-recursive");
     }
     return Status::Ok();
   }
@@ -577,6 +585,7 @@ class GrammarCompiler {
   size_t pos_ = 0;
   size_t elements_ = 0;
   int generated_ = 0;
+  int group_depth_ = 0;
   std::vector<BRule> rules_;
   std::vector<bool> defined_;
   std::unordered_map<std::string, uint32_t> by_name_;

@@ -14,9 +14,9 @@
 //
 // Compilation rejects: undefined rules, a missing root, left recursion (direct or through rules that
 // can match the empty string: the matcher would expand it for ever), grammars whose root cannot match
-// any finite string, and grammars larger than kMaxElements. Alternatives that can never finish (they
-// reference a rule with no finite derivation) are dropped, so every prefix the matcher accepts can be
-// completed.
+// any finite string, groups nested deeper than kMaxGroupDepth, and grammars larger than kMaxElements.
+// Alternatives that can never finish (they reference a rule with no finite derivation) are dropped, so
+// every prefix the matcher accepts can be completed.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -33,6 +33,7 @@ class Grammar {
  public:
   static constexpr int kMaxRepeat = 100000;        // n in x{m,n}
   static constexpr size_t kMaxElements = 1 << 22;  // compiled grammar size limit
+  static constexpr int kMaxGroupDepth = 256;       // ( ( ... ) ) nested at most this deep
 
   // Parses and compiles `gbnf`; `root` names the start rule.
   static Result<std::shared_ptr<const Grammar>> parse(std::string_view gbnf, std::string_view root = "root");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <unordered_set>
 #include <map>
 
 #include "engine/text/tokenizer.h"
@@ -90,6 +91,32 @@ struct VecHash {
     return size_t(h);
   }
 };
+
+// The (position, return frame) pairs one transition has expanded: usually a handful, so a linear
+// scan; a long chain of references that match "" makes thousands, and then a hash set.
+class VisitedSet {
+ public:
+  void clear() {
+    small_.clear();
+    if (!large_.empty()) large_.clear();
+  }
+  bool insert(uint64_t key) {  // false: seen already
+    if (large_.empty()) {
+      if (std::find(small_.begin(), small_.end(), key) != small_.end()) return false;
+      if (small_.size() < kSmall) {
+        small_.push_back(key);
+        return true;
+      }
+      large_.insert(small_.begin(), small_.end());
+    }
+    return large_.insert(key).second;
+  }
+
+ private:
+  static constexpr size_t kSmall = 64;
+  std::vector<uint64_t> small_;
+  std::unordered_set<uint64_t> large_;
+};
 }  // namespace
 
 struct GrammarAutomaton::Impl {
@@ -120,7 +147,8 @@ struct GrammarAutomaton::Impl {
   std::vector<std::vector<uint8_t>> class_bytes;
   // Scratch for one transition.
   std::vector<uint32_t> tops;
-  std::vector<uint64_t> visited;  // (pos, parent) already expanded; few, so a linear scan
+  VisitedSet visited;                                    // (pos, parent) already expanded
+  std::vector<std::pair<uint32_t, int32_t>> pending;     // expand()'s work list
   bool accept = false;
   std::vector<int32_t> walk;  // mask walk: state per trie depth
 
@@ -151,32 +179,39 @@ struct GrammarAutomaton::Impl {
     return it->second;
   }
 
-  // Adds to `tops` every stack top reachable from position `pos` with return frame `parent` without
-  // reading a byte (pops at End, pushes at Ref); sets `accept` when the whole grammar can end.
-  void expand(uint32_t pos, int32_t parent) {
+  // Adds to `tops` every stack top reachable from position `start` with return frame `start_parent`
+  // without reading a byte (pops at End, pushes at Ref); sets `accept` when the whole grammar can end.
+  // A work list, not recursion: a chain of thousands of references that match "" (x{20000} of a group
+  // that may be empty) would overflow the stack.
+  void expand(uint32_t start, int32_t start_parent) {
     const auto& el = g.elements();
-    for (;;) {
-      const uint64_t key = (uint64_t(pos) << 32) | uint32_t(parent + 1);
-      if (std::find(visited.begin(), visited.end(), key) != visited.end()) return;
-      visited.push_back(key);
-      const Grammar::Element e = el[pos];
-      if (e.kind == Grammar::Kind::Byte) {
-        tops.push_back(node(pos, parent));
-        return;
-      }
-      if (e.kind == Grammar::Kind::End) {
-        if (parent < 0) {
-          accept = true;
-          return;
+    pending.emplace_back(start, start_parent);
+    while (!pending.empty()) {
+      uint32_t pos = pending.back().first;
+      int32_t parent = pending.back().second;
+      pending.pop_back();
+      for (;;) {
+        if (!visited.insert((uint64_t(pos) << 32) | uint32_t(parent + 1))) break;
+        const Grammar::Element e = el[pos];
+        if (e.kind == Grammar::Kind::Byte) {
+          tops.push_back(node(pos, parent));
+          break;
         }
-        pos = nodes[size_t(parent)].pos + 1;
-        parent = nodes[size_t(parent)].parent;
-        continue;
+        if (e.kind == Grammar::Kind::End) {
+          if (parent < 0) {
+            accept = true;
+            break;
+          }
+          pos = nodes[size_t(parent)].pos + 1;
+          parent = nodes[size_t(parent)].parent;
+          continue;
+        }
+        // A call in tail position returns straight to the caller's frame.
+        const int32_t ret = el[pos + 1].kind == Grammar::Kind::End ? parent : int32_t(node(pos, parent));
+        const auto& alts = g.rules()[e.arg].alternatives;
+        for (auto alt = alts.rbegin(); alt != alts.rend(); ++alt) pending.emplace_back(*alt, ret);
+        break;
       }
-      // A call in tail position returns straight to the caller's frame.
-      const int32_t ret = el[pos + 1].kind == Grammar::Kind::End ? parent : int32_t(node(pos, parent));
-      for (uint32_t alt : g.rules()[e.arg].alternatives) expand(alt, ret);
-      return;
     }
   }
 
