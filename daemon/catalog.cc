@@ -65,9 +65,9 @@ record::SessionSnapshot snapshot_of(const Session& s) {
 }  // namespace catalog_detail
 
 Catalog::Catalog(const Model& model, SegmentPool& pool, const PromptBuilder& prompts, StateStore& store,
-                 const Config& config, uint64_t fingerprint)
+                 const Config& config, uint64_t fingerprint, uint64_t coder_fingerprint)
     : model_(model), pool_(pool), prompts_(prompts), store_(store), config_(config),
-      fingerprint_(fingerprint) {}
+      fingerprint_(fingerprint), coder_fingerprint_(coder_fingerprint ? coder_fingerprint : fingerprint) {}
 
 size_t Catalog::prompt_limit() const {
   const int n_ctx = model_.config().n_ctx_train;

@@ -151,8 +151,10 @@ struct SessionView {
 
 class Catalog {
  public:
+  // `fingerprint`: the serving model's; `coder_fingerprint`: the model that codes cold segments ([cold]
+  // coder; 0 = the serving model).
   Catalog(const Model& model, SegmentPool& pool, const PromptBuilder& prompts, StateStore& store, const Config& config,
-          uint64_t fingerprint);
+          uint64_t fingerprint, uint64_t coder_fingerprint = 0);
 
   // Startup: applies one replayed record (no model runs). An error means it was skipped (says why).
   Status apply(const Record& r);
@@ -347,6 +349,7 @@ class Catalog {
   StateStore& store_;
   const Config& config_;
   uint64_t fingerprint_;
+  uint64_t coder_fingerprint_;  // what a cold record must have been coded with
   bool model_changed_ = false;
   mutable NoWaitMutex mu_;
   std::map<std::string, SegmentDef> defs_;

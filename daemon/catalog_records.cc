@@ -328,7 +328,7 @@ void Catalog::maybe_compact() {
 std::string Catalog::cold_mismatch_locked(const SegmentDef& d, std::span<const int32_t> context) const {
   auto c = read_codec_container(d.coded);
   if (!c.ok()) return "is damaged (" + c.error() + ")";
-  if (c->store.fingerprint != fingerprint_) return "was coded with another model";
+  if (c->store.fingerprint != coder_fingerprint_) return "was coded with another model than the cold tier's coder";
   if (c->key.tokens != static_cast<int64_t>(d.tokens.size()) || !record_codes(c->record, d.tokens)) {
     return "codes other tokens (the text or the tokenizer changed)";
   }

@@ -288,6 +288,7 @@ const std::vector<Key>& keys() {
       {"cold", "idle_seconds", int_key<int>(TOWERS_FIELD(cold_idle_seconds), 0, 365 * 86400)},
       {"cold", "scan_seconds", int_key<int>(TOWERS_FIELD(cold_scan_seconds), 1, 86400)},
       {"cold", "chunk", int_key<int>(TOWERS_FIELD(cold_chunk), 0, 1 << 20)},
+      {"cold", "coder", string_key(TOWERS_FIELD(cold_coder))},
       {"modular", "enabled", bool_key(TOWERS_FIELD(modular.enabled))},
       {"modular", "repair_tokens", int_key<int>(TOWERS_FIELD(modular.repair_tokens), kMinRepairTokens, 1 << 16)},
       {"modular", "background_exact", bool_key(TOWERS_FIELD(modular.background_exact))},

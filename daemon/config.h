@@ -63,6 +63,7 @@ struct Config {
   int cold_idle_seconds = 600;       // unused this long (and not pinned or leased) -> cold
   int cold_scan_seconds = 30;        // how often the compressor looks
   int cold_chunk = 256;              // tokens per independently decodable chunk of a coded segment
+  std::string cold_coder;            // GGUF of a smaller model of the same vocabulary that codes; "" = the serving model
   // [modular]: an edit of a segment with children places them on the new text modularly
   // (docs/towers.md, "Modular towers in the daemon")
   struct Modular {

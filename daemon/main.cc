@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 #include <fstream>
+#include <mutex>
+#include <optional>
 
 #include "daemon/catalog.h"
 #include "daemon/config.h"
@@ -131,7 +133,6 @@ int main(int argc, char** argv) {
   OpenState& state = *opened.value();
   const Model& m = *state.model;
   ThreadPool& threads_pool = *state.threads;
-  const uint64_t fingerprint = state.fingerprint;
   Forward& forward = *state.forward;
   SegmentPool& pool = *state.pool;
   PromptBuilder& prompts = *state.prompts;
@@ -139,11 +140,19 @@ int main(int argc, char** argv) {
   StateStore& store = *state.store;
   Metrics metrics;
   ForwardStep model_step(forward);
+  // The cold tier's coder: [cold] coder (a smaller model of the same vocabulary) or the serving model.
+  const Model& coder = state.coder ? *state.coder : m;
   // Waking a session at rest decodes its coded records: on the scheduler's waker thread with a
-  // Forward of its own (one thread), never on the model thread, so the streams go on meanwhile.
-  // Declared before the scheduler, whose waker uses it until the scheduler is destroyed.
+  // Forward of its own (one thread, over the coder), never on the model thread, so the streams go on
+  // meanwhile. Declared before the scheduler, whose waker uses it until the scheduler is destroyed.
   ThreadPool wake_threads(1);
-  Forward wake_forward(m, wake_threads);
+  Forward wake_forward(coder, wake_threads);
+  // The pool's other callers of wake() (a build or a thaw that finds its segment at rest) pass the
+  // serving model's Forward; with a coder of its own they decode on this one, one at a time.
+  ThreadPool spare_coder_threads(1);
+  std::optional<Forward> spare_coder_forward;
+  if (state.coder) spare_coder_forward.emplace(coder, spare_coder_threads);
+  std::mutex spare_coder_mu;
   Scheduler scheduler(m, model_step, pool, metrics,
                       {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length, cfg.decode_slowdown, cfg.modular.background_exact});
   if (catalog.model_changed()) {
@@ -179,26 +188,31 @@ int main(int argc, char** argv) {
   scheduler.start();
 
   // The cold tier: a SCHED_IDLE thread codes idle segments' tokens and drops their KV.
-  Codec codec(m, fingerprint);
+  Codec codec(coder, state.coder_fingerprint);
   CodecOptions codec_options;
   codec_options.chunk = cfg.cold_chunk;
   Compressor::Options co;
   co.idle_for = std::chrono::seconds(cfg.cold_idle_seconds);
   co.scan_every = std::chrono::seconds(cfg.cold_scan_seconds);
   Compressor compressor(
-      pool, m,
+      pool, coder,
       [&codec, codec_options](Forward& f, std::span<const int32_t> context, std::span<const int32_t> tokens) {
         return codec.encode(f, context, tokens, codec_options);
       },
       co);
   // A cold segment's tokens come back only from its record, decoded under the segment's parents (by
   // the scheduler's waker, above).
-  pool.set_cold_decoder([&codec, codec_options](Forward& f, std::span<const int32_t> context, std::span<const uint8_t> coded) {
-    return codec.decode(f, context, coded, codec_options);
+  pool.set_cold_decoder([&](Forward& f, std::span<const int32_t> context, std::span<const uint8_t> coded) {
+    if (!spare_coder_forward || &f == &wake_forward) return codec.decode(f, context, coded, codec_options);
+    std::lock_guard lock(spare_coder_mu);
+    return codec.decode(*spare_coder_forward, context, coded, codec_options);
   });
   if (cfg.cold_enabled) {
     compressor.start();
-    log_info("cold tier: segments idle for " + std::to_string(cfg.cold_idle_seconds) + " s are coded in the background");
+    log_info("cold tier: segments idle for " + std::to_string(cfg.cold_idle_seconds) + " s are coded in the background by " +
+             (state.coder ? "the coder " + cfg.cold_coder + " (" + coder.config().name + ", " +
+                                std::to_string(coder.config().n_layer) + " layers)"
+                          : std::string("the serving model")));
   }
 
   std::string model_id = std::filesystem::path(cfg.model_path).stem().string();

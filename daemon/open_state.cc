@@ -16,6 +16,54 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
   return std::chrono::duration<double>(b - a).count();
 }
 
+std::string fingerprint_hex(uint64_t f) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(f));
+  return buf;
+}
+
+// The cold packs' records decode only with the model that coded them; `<cold_dir>/coder` names its
+// fingerprint (packs from before the file existed were coded by the serving model). With another
+// coder configured, the packs are set aside whole (renamed, not deleted): the sessions at rest in them
+// are recomputed from the log's tokens on their next message, and new packs start with the new coder.
+Status check_cold_coder(const std::filesystem::path& cold_dir, uint64_t coder, uint64_t serving,
+                        std::vector<std::string>* warnings) {
+  const std::filesystem::path marker = cold_dir / "coder";
+  std::error_code ec;
+  bool packs = false;  // any file but the marker
+  for (auto it = std::filesystem::directory_iterator(cold_dir, ec); !ec && it != std::filesystem::end(it); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name != "coder" && name != "coder.tmp") packs = true;
+  }
+  ec.clear();
+  uint64_t coded_by = serving;
+  if (std::ifstream in(marker); in) {
+    std::string hex;
+    in >> hex;
+    coded_by = std::strtoull(hex.c_str(), nullptr, 16);
+  }
+  if (packs && coded_by != coder) {
+    const auto aside = cold_dir.parent_path() / ("cold.coded-by-" + fingerprint_hex(coded_by));
+    std::filesystem::rename(cold_dir, aside, ec);
+    if (ec) return Status::IOError("cannot set aside " + cold_dir.string() + " (coded by another model): " + ec.message());
+    warnings->push_back("cold.coder: the cold packs were coded by model " + fingerprint_hex(coded_by) + ", not by the coder " +
+                        fingerprint_hex(coder) + "; set aside as " + aside.string() +
+                        " (delete it when no longer needed): their sessions are recomputed on their next message");
+  } else if (packs && std::filesystem::exists(marker, ec)) {
+    return Status::Ok();
+  }
+  std::filesystem::create_directories(cold_dir, ec);
+  if (ec) return Status::IOError("cannot create " + cold_dir.string() + ": " + ec.message());
+  const auto tmp = cold_dir / "coder.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << fingerprint_hex(coder) << "\n";
+    if (!out.flush()) return Status::IOError("cannot write " + tmp.string());
+  }
+  std::filesystem::rename(tmp, marker, ec);
+  if (ec) return Status::IOError("cannot write " + marker.string() + ": " + ec.message());
+  return Status::Ok();
+}
 }  // namespace
 
 Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptions& options,
@@ -42,6 +90,16 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
   st->fingerprint_seconds = seconds_between(t_fingerprint, std::chrono::steady_clock::now());
   // The fingerprint read every tensor byte back into memory; a server keeps only the packed copies.
   if (options.serving) m.release_packed_sources();
+  st->coder_fingerprint = st->fingerprint;
+  if (!cfg.cold_coder.empty()) {
+    auto coder = Model::load(cfg.cold_coder);
+    if (!coder.ok()) return coder.status().prefixed("cannot load the cold tier's coder ([cold] coder): ");
+    if (Status s = check_same_vocabulary(m, *coder.value()); !s.ok())
+      return Status::InvalidArgument("invalid config: cold.coder: " + cfg.cold_coder + " cannot code this model's tokens: " + s.message());
+    st->coder = std::move(coder.value());
+    st->coder_fingerprint = model_fingerprint(*st->coder, st->threads.get());
+    if (options.serving) st->coder->release_packed_sources();
+  }
   st->forward = std::make_unique<Forward>(m, *st->threads);
   st->prefill_kernels = "fast (packed int8 dot products, simd target " + std::string(simd::target_name()) + ")";
   if (options.serving && cfg.onednn_prefill) {
@@ -78,6 +136,8 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
       std::error_code ec;
       std::filesystem::create_directories(po.store_dir, ec);
       if (ec) return Status::IOError("cannot create " + po.store_dir.string() + ": " + ec.message());
+      if (Status s = check_cold_coder(po.store_dir / "cold", st->coder_fingerprint, st->fingerprint, warnings); !s.ok())
+        return s;
       const uint64_t base = cfg.disk_budget.percent > 0 ? free_disk_bytes(po.store_dir) + file_bytes_under(po.store_dir) : 0;
       st->disk_budget = size_budget(cfg.disk_budget, base, "the free disk space plus the segment files");
       po.disk_budget_bytes = st->disk_budget.bytes;
@@ -85,7 +145,8 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
   }
   st->pool = std::make_unique<SegmentPool>(m, *st->forward, po);
   st->prompts = std::make_unique<PromptBuilder>(m.tokenizer(), st->family);
-  st->catalog = std::make_unique<Catalog>(m, *st->pool, *st->prompts, *st->store, cfg, st->fingerprint);
+  st->catalog = std::make_unique<Catalog>(m, *st->pool, *st->prompts, *st->store, cfg, st->fingerprint,
+                                          st->coder_fingerprint);
   for (const auto& r : records) {
     if (Status s = st->catalog->apply(r); !s.ok()) warnings->push_back(s.message());
   }

@@ -38,6 +38,10 @@ struct OpenState {
   uint64_t fingerprint = 0;
   double load_seconds = 0, fingerprint_seconds = 0;  // what the start spent on each (logged)
   std::unique_ptr<Forward> forward;
+  // [cold] coder: a smaller model of the same vocabulary that codes cold segments (null: the serving
+  // model codes), and the fingerprint cold records must carry (the serving model's without a coder).
+  std::unique_ptr<Model> coder;
+  uint64_t coder_fingerprint = 0;
   std::string prefill_kernels;  // which kernels prefill steps take, for the start-up log
   SizedBudget ram_budget, disk_budget;  // as sized at start (logged, shown by /v1/pool)
   std::unique_ptr<SegmentPool> pool;

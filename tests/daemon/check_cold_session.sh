@@ -19,10 +19,10 @@ msg() {  # content, max_tokens -> the reply's text and every token's logprob (on
     fail "no reply: $out"
 }
 pool() { api http://localhost/v1/pool | json "$1"; }
-setup() {  # a fresh state dir with one bot and session s, two turns in (their replies in $first)
+setup() {  # NAME [towerd args]: a fresh state dir with one bot and session s, two turns in (replies in $first)
   [ -z "$pid" ] || stop
   state="$tmp/state-$1"
-  start  # (not in a $(...): towerd would hold its output open)
+  start "${@:2}"  # (not in a $(...): towerd would hold its output open)
   api -X PUT http://localhost/v1/segments/plat -d '{"level":"platform","text":"You are a storyteller."}' >/dev/null
   api -X PUT http://localhost/v1/segments/bot -d '{"level":"bot","parent":"plat","text":"Tell short stories."}' >/dev/null
   api http://localhost/v1/sessions -d '{"bot":"bot","id":"s"}' >/dev/null
@@ -44,6 +44,7 @@ before="$(pool 'd["token_bytes"]')"
 compressed="$(api http://localhost/v1/compress -d '{"idle_seconds":0}' | json 'd["compressed"]')"
 after="$(pool 'd["token_bytes"]')"
 resting="$(pool 'd["at_rest"]["segments"]')"
+serving_coded="$(pool 'd["at_rest"]["bytes"]')"
 echo "transcript $transcript tokens; compressed $compressed segments; trie token bytes $before -> $after; at rest: $resting segments, $(pool 'd["at_rest"]["bytes"]') coded bytes"
 [ "$resting" -ge 2 ] || fail "the session's two turns are not at rest ($resting segments)"
 [ $((before - after)) -ge $((transcript * 4)) ] ||
@@ -79,4 +80,41 @@ stop
 [ "$wakes" -ge 2 ] || fail "restarted, the reply did not decode the session's records ($wakes woken)"
 [ "$got" = "$want" ] || fail "killed at rest and restarted, the session replied '$got' instead of '$want'"
 echo "killed at rest: restarted with $resting segments at rest from the cold packs, trie token bytes $after; the same third reply"
+
+# [cold] coder: a smaller model of the same vocabulary codes and decodes. Here it has random weights,
+# so it compresses worse (more coded bytes than the serving model's: proof that it coded), yet it gives
+# back the same tokens: the same third reply. Then a restart with the serving model as coder again:
+# the packs the other coder wrote are set aside, and the session, recomputed from the log's tokens on
+# its next message, still gives the same reply.
+if [ -n "${TOWERCTL:-}" ]; then
+  "$TOWERCTL" model synth --shape tiny --type q8_0 --tokenizer "$model" -o "$tmp/coder.gguf" --threads 2 >"$tmp/synth.log" 2>&1 ||
+    fail "cannot synthesize a coder: $(tail -3 "$tmp/synth.log")"
+  printf '[cold]\ncoder = "%s"\n' "$tmp/coder.gguf" >"$tmp/coder.toml"
+  setup coder --config "$tmp/coder.toml"
+  grep -q "coded in the background by the coder $tmp/coder.gguf" "$tmp/log" || fail "towerd does not say it codes with the coder"
+  api http://localhost/v1/compress -d '{"idle_seconds":0}' >/dev/null
+  resting="$(pool 'd["at_rest"]["segments"]')"
+  coder_coded="$(pool 'd["at_rest"]["bytes"]')"
+  [ "$resting" -ge 2 ] || fail "with a coder, the session's two turns are not at rest ($resting segments)"
+  [ "$coder_coded" -gt "$serving_coded" ] ||
+    fail "the random coder's records ($coder_coded B) are not larger than the serving model's ($serving_coded B): did it code?"
+  got="$(msg "And then?" 24)"
+  [ "$(pool 'd["at_rest"]["wake_errors"]')" = 0 ] || fail "with a coder, records failed to decode"
+  [ "$(pool 'd["at_rest"]["wakes"]')" -ge 2 ] || fail "with a coder, the reply did not decode the session's records"
+  [ "$got" = "$want" ] || fail "with a coder, the session replied '$got' instead of '$want'"
+  echo "coder: $coder_coded coded bytes (the serving model's: $serving_coded), the same third reply"
+
+  setup coder-switch --config "$tmp/coder.toml"
+  api http://localhost/v1/compress -d '{"idle_seconds":0}' >/dev/null
+  stop
+  start
+  grep -q "the cold packs were coded by model .* set aside" "$tmp/log" || fail "another coder's packs were not set aside"
+  [ "$(pool 'd["at_rest"]["segments"]')" = 0 ] || fail "records of another coder came back at rest"
+  got="$(msg "And then?" 24)"
+  stop
+  [ "$got" = "$want" ] || fail "after a change of coder, the session replied '$got' instead of '$want'"
+  echo "coder changed: the old packs set aside, the session recomputed from the log, the same third reply"
+else
+  echo "([cold] coder part skipped: TOWERCTL not set)"
+fi
 echo "OK: cold session"
