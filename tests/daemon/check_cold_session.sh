@@ -114,6 +114,15 @@ if [ -n "${TOWERCTL:-}" ]; then
   stop
   [ "$got" = "$want" ] || fail "after a change of coder, the session replied '$got' instead of '$want'"
   echo "coder changed: the old packs set aside, the session recomputed from the log, the same third reply"
+
+  # A coder of another vocabulary cannot code this model's tokens: towerd refuses to start, and says why.
+  printf '[cold]\ncoder = "%s"\n' "$shared/models/babyllama105.gguf" >"$tmp/bad_coder.toml"
+  rc=0
+  "$towerd" --model "$model" --socket "$tmp/bad.sock" --state-dir "$tmp/state-bad" --threads 2 \
+    --config "$tmp/bad_coder.toml" 2>"$tmp/bad.log" || rc=$?
+  [ "$rc" = 2 ] || fail "a coder of another vocabulary: towerd exited with $rc, not 2 (invalid config)"
+  grep -q "invalid config: cold.coder: .* cannot code this model's tokens: the coder model's vocabulary has" "$tmp/bad.log" ||
+    fail "a coder of another vocabulary: no reason given: $(cat "$tmp/bad.log")"
 else
   echo "([cold] coder part skipped: TOWERCTL not set)"
 fi
