@@ -124,8 +124,16 @@ json pool_json(Service& svc) {
   PoolOptions po = svc.pool.options();
   json batches = json::object();
   for (const auto& [n, c] : m.batch_sizes) batches[std::to_string(n)] = c;
+  json compressor = nullptr;  // the cold tier's background coder (null: disabled)
+  if (svc.compressor) {
+    const Compressor::Stats cs = svc.compressor->stats();
+    compressor = {{"scans", cs.scans},       {"compressed", cs.compressed}, {"skipped", cs.skipped},
+                  {"failed", cs.failed},     {"tokens", cs.tokens},         {"coded_bytes", cs.coded_bytes},
+                  {"seconds", cs.seconds},   {"last_error", cs.last_error}};
+  }
   return {
       {"segments", st.segments},
+      {"compressor", compressor},
       {"kv_bytes", st.kv_bytes},
       {"hot", {{"segments", st.hot_segments}, {"bytes", st.hot_bytes}}},
       {"warm", {{"segments", st.warm_segments}, {"bytes", st.warm_bytes}}},

@@ -60,7 +60,8 @@ struct Config {
   std::vector<Level> pin_levels = {Level::Platform, Level::Community};
   // [cold]
   bool cold_enabled = true;          // background compressor: idle segments -> arithmetic-coded tokens
-  int cold_idle_seconds = 600;       // unused this long (and not pinned or leased) -> cold
+  int cold_idle_seconds = 600;       // the youngest a segment may go cold at (over the disk budget; with
+                                     // no disk budget, unused this long -> cold)
   int cold_scan_seconds = 30;        // how often the compressor looks
   int cold_chunk = 256;              // tokens per independently decodable chunk of a coded segment
   std::string cold_coder;            // GGUF of a smaller model of the same vocabulary that codes; "" = the serving model

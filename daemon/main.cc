@@ -153,8 +153,11 @@ int main(int argc, char** argv) {
   std::optional<Forward> spare_coder_forward;
   if (state.coder) spare_coder_forward.emplace(coder, spare_coder_threads);
   std::mutex spare_coder_mu;
-  Scheduler scheduler(m, model_step, pool, metrics,
-                      {cfg.max_batch, cfg.prefill_chunk, cfg.queue_length, cfg.decode_slowdown, cfg.modular.background_exact});
+  Scheduler::Options so{cfg.max_batch, cfg.prefill_chunk, cfg.queue_length, cfg.decode_slowdown, cfg.modular.background_exact};
+  // With a disk budget and the cold tier on, the compressor codes idle segments down to the budget.
+  const bool budget_drives_cold = cfg.cold_enabled && state.disk_budget.bytes > 0;
+  if (budget_drives_cold) so.disk_budget_slack = 1.25;
+  Scheduler scheduler(m, model_step, pool, metrics, so);
   if (catalog.model_changed()) {
     log_warn("the state was written with another model; transcripts will be re-tokenized from their text");
   }
@@ -194,6 +197,7 @@ int main(int argc, char** argv) {
   Compressor::Options co;
   co.idle_for = std::chrono::seconds(cfg.cold_idle_seconds);
   co.scan_every = std::chrono::seconds(cfg.cold_scan_seconds);
+  co.while_over_disk_budget = budget_drives_cold;
   Compressor compressor(
       pool, coder,
       [&codec, codec_options](Forward& f, std::span<const int32_t> context, std::span<const int32_t> tokens) {
@@ -209,7 +213,8 @@ int main(int argc, char** argv) {
   });
   if (cfg.cold_enabled) {
     compressor.start();
-    log_info("cold tier: segments idle for " + std::to_string(cfg.cold_idle_seconds) + " s are coded in the background by " +
+    log_info("cold tier: segments idle for " + std::to_string(cfg.cold_idle_seconds) + " s are coded in the background" +
+             (budget_drives_cold ? " while the segment files are over the disk budget" : "") + " by " +
              (state.coder ? "the coder " + cfg.cold_coder + " (" + coder.config().name + ", " +
                                 std::to_string(coder.config().n_layer) + " layers)"
                           : std::string("the serving model")));

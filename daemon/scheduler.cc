@@ -302,7 +302,7 @@ bool Scheduler::round(bool wait) {
   resolve();
   step();
   pool_.enforce_budget();  // continuously: between steps, not only when idle
-  pool_.enforce_disk_budget();
+  pool_.enforce_disk_budget(opt_.disk_budget_slack);
   active_count_ = seqs_.size();
   building_count_ = builds_.size();
   return true;

@@ -164,6 +164,10 @@ class Scheduler {
     // The longest a step of background work may take by the pacer's estimate: what a request that
     // arrives meanwhile waits for (a 256-token chunk is a second on a 1B model on two cores).
     double background_step_seconds = 0.1;
+    // Segment files may pass the disk budget by this factor before the scheduler deletes warm ones
+    // uncoded: with the cold tier on, the compressor brings them down to the budget by coding idle
+    // segments (they go to rest), and this is only the backstop against a burst.
+    double disk_budget_slack = 1.0;
   };
   // model gives the tokenizer and shape; step runs it (daemon/model_step.h).
   Scheduler(const Model& model, ModelStep& step, SegmentPool& pool, Metrics& metrics, Options options);

@@ -35,8 +35,10 @@ void Compressor::loop() {
   std::unique_lock lock(mu_);
   while (!stop_.load()) {
     lock.unlock();
-    compress_idle(options_.idle_for);
+    if (options_.while_over_disk_budget) compress_over_disk_budget(options_.idle_for);
+    else compress_idle(options_.idle_for);
     lock.lock();
+    stats_.scans++;
     wake_.wait_for(lock, options_.scan_every, [this] { return stop_.load(); });
   }
 }
@@ -45,6 +47,16 @@ size_t Compressor::compress_idle(std::chrono::steady_clock::duration idle_for) {
   size_t n = 0;
   for (SegmentId id : pool_.idle(idle_for)) {
     if (stop_.load()) break;
+    if (compress(id).ok()) ++n;
+  }
+  return n;
+}
+
+size_t Compressor::compress_over_disk_budget(std::chrono::steady_clock::duration idle_for) {
+  size_t n = 0;
+  if (pool_.disk_over_budget() == 0) return 0;
+  for (SegmentId id : pool_.idle(idle_for)) {
+    if (stop_.load() || pool_.disk_over_budget() == 0) break;
     if (compress(id).ok()) ++n;
   }
   return n;

@@ -1,4 +1,5 @@
-// The background compressor: moves segments nobody used for a while to the cold tier.
+// The background compressor: moves segments nobody used for a while to the cold tier (in towerd,
+// only while the segment files are over the disk budget: Options::while_over_disk_budget).
 // It codes each one's tokens (conditioned on its parent chain) with the given encoder — the
 // arithmetic coder of engine/codec/codec.h in the daemon — hands the bytes to SegmentPool::freeze, which drops
 // the KV, and the next lease thaws the segment by prefill.
@@ -28,8 +29,13 @@ class Compressor {
     std::chrono::steady_clock::duration idle_for = std::chrono::minutes(10);
     std::chrono::steady_clock::duration scan_every = std::chrono::seconds(5);
     bool idle_priority = true;  // SCHED_IDLE for the background thread
+    // The background loop codes idle segments only while the pool's segment files are over its disk
+    // budget, in the eviction policy's order (idle_for is then the youngest a segment may go cold
+    // at, not a timer). false: every segment idle for idle_for goes cold.
+    bool while_over_disk_budget = false;
   };
   struct Stats {
+    uint64_t scans = 0;  // passes of the background loop
     uint64_t compressed = 0, skipped = 0, failed = 0;
     uint64_t tokens = 0, coded_bytes = 0;
     double seconds = 0;  // spent coding
@@ -41,7 +47,7 @@ class Compressor {
   Compressor(const Compressor&) = delete;
   Compressor& operator=(const Compressor&) = delete;
 
-  void start();  // the background loop: every scan_every, compress what is idle
+  void start();  // the background loop: every scan_every, compress what is idle (and, per Options, needed)
   void stop();
 
   // Compresses one segment now, on the calling thread (towerctl compress, tests). Must not run
@@ -50,6 +56,8 @@ class Compressor {
   Status compress(SegmentId id);
   // One pass over every segment idle for at least `idle_for`; returns how many went cold.
   size_t compress_idle(std::chrono::steady_clock::duration idle_for);
+  // The same, stopping as soon as the segment files are within the disk budget.
+  size_t compress_over_disk_budget(std::chrono::steady_clock::duration idle_for);
 
   Stats stats() const;
 

@@ -1009,6 +1009,11 @@ void SegmentPool::set_ram_budget(size_t bytes) {
   options_.ram_budget_bytes = bytes;
 }
 
+void SegmentPool::set_disk_budget(size_t bytes) {
+  std::lock_guard lock(mu_);
+  options_.disk_budget_bytes = bytes;
+}
+
 Status SegmentPool::check_invariants() const {
   std::lock_guard lock(mu_);
   if (Status st = trie_.check_invariants(); !st.ok()) return st;

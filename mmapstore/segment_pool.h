@@ -297,12 +297,16 @@ class SegmentPool {
   // are unmapped (warm); without a store, leaves are evicted.
   // Cheap when within budget. Returns how many segments left memory.
   size_t enforce_budget();
-  // Brings segment files within the disk budget: warm segments (not in memory) go cold, least
-  // recently used first (their files are deleted; their tokens stay in the trie, and a build
-  // recomputes them). Returns how many went cold.
-  size_t enforce_disk_budget();
+  // Brings segment files within `slack` times the disk budget: warm segments (not in memory) go cold
+  // in the policy's order (their files are deleted; their tokens stay in the trie, and a build
+  // recomputes them). Returns how many went cold. With the cold tier coding idle segments down to the
+  // budget itself (Compressor::Options::while_over_disk_budget), this is the backstop above it.
+  size_t enforce_disk_budget(double slack = 1.0);
+  // Bytes of segment files beyond the disk budget (0: within it, or no budget).
+  size_t disk_over_budget() const;
 
-  // Cold tier. Segments nobody leased for `idle_for` (unpinned, not cold yet), least recent first.
+  // Cold tier. Segments nobody leased for `idle_for` (unpinned, not cold yet), in the eviction
+  // policy's order (first to go first).
   std::vector<SegmentId> idle(std::chrono::steady_clock::duration idle_for) const;
   // Drops a segment's KV (RAM and file) and keeps `coded` (its tokens arithmetic-coded by the
   // caller; may be empty). Refused while it is leased or pinned. A thaw brings it back.
@@ -358,6 +362,7 @@ class SegmentPool {
   PoolOptions options() const;
   void set_eviction(EvictionPolicy policy);
   void set_ram_budget(size_t bytes);
+  void set_disk_budget(size_t bytes);
   // Debug builds check the pool's invariants after every change; tests call it too.
   Status check_invariants() const;
 
@@ -392,6 +397,7 @@ class SegmentPool {
   void delete_file_locked(Entry& e);
   Result<SegmentId> allocate_id_locked(const SegmentOptions& options);
   size_t resident_locked() const;
+  size_t disk_bytes_locked() const;  // segment files, durable ones
   // Entries `may_leave` admits as the eviction policy's candidates; `bytes`: what leaving frees.
   template <typename MayLeave, typename Bytes>
   std::vector<EvictionCandidate> candidates_locked(MayLeave may_leave, Bytes bytes) const;

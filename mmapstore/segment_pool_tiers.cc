@@ -196,15 +196,29 @@ size_t SegmentPool::enforce_budget() {
   return moved;
 }
 
-size_t SegmentPool::enforce_disk_budget() {
-  check_may_wait("SegmentPool::enforce_disk_budget");
-  std::lock_guard lock(mu_);
-  if (options_.disk_budget_bytes == 0) return 0;
+size_t SegmentPool::disk_bytes_locked() const {
+  mu_.assert_held();
   size_t on_disk = 0;
   for (const auto& [id, e] : entries_) {
     if (e->durable) on_disk += e->file_bytes;
   }
-  if (on_disk <= options_.disk_budget_bytes) return 0;
+  return on_disk;
+}
+
+size_t SegmentPool::disk_over_budget() const {
+  std::lock_guard lock(mu_);
+  if (options_.disk_budget_bytes == 0) return 0;
+  const size_t on_disk = disk_bytes_locked();
+  return on_disk > options_.disk_budget_bytes ? on_disk - options_.disk_budget_bytes : 0;
+}
+
+size_t SegmentPool::enforce_disk_budget(double slack) {
+  check_may_wait("SegmentPool::enforce_disk_budget");
+  std::lock_guard lock(mu_);
+  if (options_.disk_budget_bytes == 0) return 0;
+  size_t on_disk = disk_bytes_locked();
+  const auto limit = static_cast<size_t>(static_cast<double>(options_.disk_budget_bytes) * std::max(1.0, slack));
+  if (on_disk <= limit) return 0;
   // Warm files go cold in the policy's order, as RAM's victims do. A derived segment's file is its
   // only copy: no prefill would give its KV back.
   const auto candidates = candidates_locked(
@@ -225,17 +239,11 @@ size_t SegmentPool::enforce_disk_budget() {
 std::vector<SegmentId> SegmentPool::idle(std::chrono::steady_clock::duration idle_for) const {
   std::lock_guard lock(mu_);
   const auto cutoff = std::chrono::steady_clock::now() - idle_for;
-  std::vector<std::pair<std::chrono::steady_clock::time_point, SegmentId>> found;
-  for (const auto& [id, e] : entries_) {
-    if (e->pinned || e->derived || e->tier() == Tier::Cold || e->last_used > cutoff) continue;
-    auto info = trie_.info(id);
-    if (!info.ok() || info.value().refcount > 0 || info.value().fan_out >= options_.pin_fan_out) continue;
-    found.emplace_back(e->last_used, id);
-  }
-  std::sort(found.begin(), found.end());
-  std::vector<SegmentId> out;
-  for (auto& f : found) out.push_back(f.second);
-  return out;
+  // Pinned, leased and high fan-out segments are the policy's to keep out (evictable()).
+  const auto candidates = candidates_locked(
+      [cutoff](const Entry& e) { return !e.derived && e.tier() != Tier::Cold && e.last_used <= cutoff; },
+      [](const Entry& e) { return std::max(e.file_bytes, e.kv_bytes); });
+  return eviction_order(candidates, eviction_rules_locked());
 }
 
 Status SegmentPool::freeze(SegmentId id, std::vector<uint8_t> coded) {

@@ -113,6 +113,54 @@ TEST_CASE("the background loop compresses what is idle and stops cleanly") {
   (void)leaf;
 }
 
+TEST_CASE("driven by the disk budget: idle segments go cold in the policy's order only until the files fit") {
+  auto model = test::synth_tiny("compressor", "q8_0");
+  ThreadPool threads(1);
+  Forward fwd(*model, threads);
+  const auto dir = test::temp_dir() / "compressor-disk-budget";
+  std::filesystem::remove_all(dir);
+  PoolOptions o;
+  o.store_dir = dir;
+  SegmentPool pool(*model, fwd, o);
+  std::mt19937 rng(11);
+  const int V = model->config().n_vocab;
+  auto base = pool.add(kNoSegment, random_tokens(rng, 9, V), [] {
+    SegmentOptions p;
+    p.pinned = true;
+    return p;
+  }()).value();
+  std::vector<SegmentId> bots;
+  for (int i = 0; i < 5; ++i) bots.push_back(pool.add(base, random_tokens(rng, 8, V)).value());
+  pool.flush_writes();
+  RecordingEncoder enc;
+  Compressor::Options co;
+  co.idle_for = std::chrono::seconds(0);
+  Compressor comp(pool, *model, enc.fn(), co);
+  CHECK(pool.disk_over_budget() == 0);  // no budget
+  CHECK(comp.compress_over_disk_budget(std::chrono::seconds(0)) == 0);
+
+  const size_t file = std::filesystem::file_size(pool.file_path(bots[0]));
+  REQUIRE(file > 0);
+  const size_t on_disk = pool.stats().disk_bytes;
+  pool.set_disk_budget(on_disk - 2 * file);  // two bots' files too many
+  CHECK(pool.disk_over_budget() == 2 * file);
+  // Older than idle_for: none of them, so none may go, however far over the budget.
+  CHECK(comp.compress_over_disk_budget(std::chrono::hours(1)) == 0);
+  CHECK(comp.compress_over_disk_budget(std::chrono::seconds(0)) == 2);
+  CHECK(pool.disk_over_budget() == 0);
+  // In the policy's order (lru here): the two least recently used, the first two added.
+  CHECK(pool.info(bots[0])->tier == Tier::Cold);
+  CHECK(pool.info(bots[1])->tier == Tier::Cold);
+  for (int i = 2; i < 5; ++i) CHECK(pool.info(bots[size_t(i)])->tier != Tier::Cold);
+  CHECK(pool.info(base)->tier != Tier::Cold);  // pinned
+  CHECK(comp.compress_over_disk_budget(std::chrono::seconds(0)) == 0);  // within the budget: nothing more
+  // The scheduler's backstop leaves what is within its slack to the compressor.
+  pool.set_disk_budget(pool.stats().disk_bytes - file);
+  CHECK(pool.enforce_disk_budget(1.5) == 0);
+  CHECK(pool.enforce_disk_budget() == 1);
+  REQUIRE(pool.check_invariants().ok());
+}
+
 namespace {
 
 // A pool of four segments — a base, a bot, and two turns of one session — coded by the real codec.

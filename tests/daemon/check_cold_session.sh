@@ -81,6 +81,37 @@ stop
 [ "$got" = "$want" ] || fail "killed at rest and restarted, the session replied '$got' instead of '$want'"
 echo "killed at rest: restarted with $resting segments at rest from the cold packs, trie token bytes $after; the same third reply"
 
+# The disk budget drives the cold tier: idle_seconds is the youngest a segment may go cold at, not a
+# timer. With room on disk, segments idle far past it stay warm (two background scans, nothing
+# coded); restarted with a budget 10% under the files, the compressor codes idle segments in the
+# policy's order until they fit (at rest, not all of them), and the session's reply is the same.
+poll() {  # PY_EXPR on /v1/pool until it prints True (bounded: 300 x 0.1 s)
+  for _ in $(seq 300); do
+    [ "$(pool "$1")" = True ] && return 0
+    sleep 0.1
+  done
+  fail "not reached: $1 (pool: $(api http://localhost/v1/pool | head -c 600))"
+}
+printf '[cold]\nidle_seconds = 0\nscan_seconds = 1\n[state]\ndisk_budget = "100G"\n' >"$tmp/roomy.toml"
+setup budget --config "$tmp/roomy.toml"
+poll 'd["compressor"]["scans"] >= 2'
+[ "$(pool 'd["compressor"]["compressed"]')" = 0 ] || fail "with room on disk, idle segments went cold"
+[ "$(pool 'd["at_rest"]["segments"]')" = 0 ] || fail "with room on disk, segments are at rest"
+files="$(pool 'd["disk"]["bytes"]')"
+budget=$((files * 9 / 10))
+stop
+printf '[cold]\nidle_seconds = 0\nscan_seconds = 1\n[state]\ndisk_budget = %d\n' "$budget" >"$tmp/tight.toml"
+start --config "$tmp/tight.toml"
+poll "d['disk']['bytes'] <= $budget"
+coded="$(pool 'd["compressor"]["compressed"]')"
+warm="$(pool 'd["warm"]["segments"] + d["hot"]["segments"]')"
+[ "$coded" -ge 1 ] || fail "over the disk budget, nothing was coded"
+[ "$warm" -ge 2 ] || fail "the budget needed 10% of the files, yet only $warm segments kept theirs"
+got="$(msg "And then?" 24)"
+stop
+[ "$got" = "$want" ] || fail "after the disk budget sent segments to rest, the session replied '$got' instead of '$want'"
+echo "disk budget: roomy, nothing went cold; at 90% of the files ($files B), $coded segment(s) coded until they fit, $warm kept; the same third reply"
+
 # [cold] coder: a smaller model of the same vocabulary codes and decodes. Here it has random weights,
 # so it compresses worse (more coded bytes than the serving model's: proof that it coded), yet it gives
 # back the same tokens: the same third reply. Then a restart with the serving model as coder again:
@@ -91,7 +122,7 @@ if [ -n "${TOWERCTL:-}" ]; then
     fail "cannot synthesize a coder: $(tail -3 "$tmp/synth.log")"
   printf '[cold]\ncoder = "%s"\n' "$tmp/coder.gguf" >"$tmp/coder.toml"
   setup coder --config "$tmp/coder.toml"
-  grep -q "coded in the background by the coder $tmp/coder.gguf" "$tmp/log" || fail "towerd does not say it codes with the coder"
+  grep -q "coded in the background.* by the coder $tmp/coder.gguf" "$tmp/log" || fail "towerd does not say it codes with the coder"
   api http://localhost/v1/compress -d '{"idle_seconds":0}' >/dev/null
   resting="$(pool 'd["at_rest"]["segments"]')"
   coder_coded="$(pool 'd["at_rest"]["bytes"]')"
