@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   (void)(*g)->dump();
   GrammarAutomaton::Limits limits;
-  limits.max_state_bytes = size_t(16) << 20;
+  limits.max_state_bytes = size_t(2) << 20;
   limits.max_mask_bytes = size_t(4) << 20;
   GrammarAutomaton automaton(*g, trie, limits);
   int32_t state = automaton.initial_state();
