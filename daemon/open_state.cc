@@ -43,7 +43,9 @@ Status check_cold_coder(const std::filesystem::path& cold_dir, uint64_t coder, u
     coded_by = std::strtoull(hex.c_str(), nullptr, 16);
   }
   if (packs && coded_by != coder) {
-    const auto aside = cold_dir.parent_path() / ("cold.coded-by-" + fingerprint_hex(coded_by));
+    auto aside = cold_dir.parent_path() / ("cold.coded-by-" + fingerprint_hex(coded_by));
+    for (int k = 2; std::filesystem::exists(aside, ec); ++k)  // set aside before, by a switch back and forth
+      aside = cold_dir.parent_path() / ("cold.coded-by-" + fingerprint_hex(coded_by) + "." + std::to_string(k));
     std::filesystem::rename(cold_dir, aside, ec);
     if (ec) return Status::IOError("cannot set aside " + cold_dir.string() + " (coded by another model): " + ec.message());
     warnings->push_back("cold.coder: the cold packs were coded by model " + fingerprint_hex(coded_by) + ", not by the coder " +
