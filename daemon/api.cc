@@ -210,7 +210,7 @@ ApiStatus handle_policy(Service& svc, const HttpRequest& req, HttpResponder& out
     svc.scheduler.post([&pool = svc.pool] { pool.enforce_budget(); });
     PoolOptions po = svc.pool.options();
     log_info("policy set: eviction " + std::string(to_string(po.eviction)) + ", RAM budget " +
-             (po.ram_budget_bytes ? format_size(po.ram_budget_bytes) + ": " : std::string()) + svc.budget_rules.ram());
+             SizedBudget{po.ram_budget_bytes, svc.budget_rules.ram()}.text());
   }
   PoolOptions po = svc.pool.options();
   return reply(out, {{"eviction", std::string(to_string(po.eviction))}, {"ram_budget", po.ram_budget_bytes},

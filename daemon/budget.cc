@@ -33,6 +33,8 @@ std::string BudgetSetting::text() const {
   return std::to_string(bytes);
 }
 
+std::string SizedBudget::text() const { return bytes ? format_size(bytes) + ": " + rule : rule; }
+
 SizedBudget size_budget(const BudgetSetting& setting, uint64_t base, std::string_view base_name) {
   if (setting.percent <= 0) return {setting.bytes, setting.bytes ? "set to " + format_size(setting.bytes) : "none"};
   // A share of nothing (an unreadable /proc/meminfo, say) would be a budget of 0 bytes, which means

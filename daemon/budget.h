@@ -26,6 +26,7 @@ struct BudgetSetting {
 struct SizedBudget {
   uint64_t bytes = 0;  // 0 = none
   std::string rule;    // "50% of MemAvailable (20.1 GiB)", "set to 4.0 GiB", "none"
+  std::string text() const;  // for the log: "10.0 GiB: 50% of MemAvailable (20.1 GiB)", or the rule alone
 };
 
 // `base` is what a share is of, named by `base_name` in the rule.

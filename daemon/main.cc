@@ -170,9 +170,7 @@ int main(int argc, char** argv) {
            std::to_string(state.records) + " records from " + store.path().string() + "; model loaded in " +
            std::to_string(state.load_seconds) + " s, fingerprinted in " + std::to_string(state.fingerprint_seconds) + " s");
   log_info("prefill kernels: " + state.prefill_kernels);
-  log_info("RAM budget " + (state.ram_budget.bytes ? format_size(state.ram_budget.bytes) + ": " : std::string()) +
-           state.ram_budget.rule + "; disk budget " +
-           (state.disk_budget.bytes ? format_size(state.disk_budget.bytes) + ": " : std::string()) + state.disk_budget.rule);
+  log_info("RAM budget " + state.ram_budget.text() + "; disk budget " + state.disk_budget.text());
 
   // Restore: every segment from its file (header checks only) or cold; no model runs before the
   // socket opens. What must be recomputed is built in the background once it is open.
@@ -282,7 +280,7 @@ int main(int argc, char** argv) {
       svc.budget_rules.set_ram(ram.rule);
       scheduler.post([&pool] { pool.enforce_budget(); });
       log_info("SIGHUP: policy reloaded: eviction " + std::string(to_string(p->eviction)) + ", RAM budget " +
-               (ram.bytes ? format_size(ram.bytes) + ": " : std::string()) + ram.rule);
+               ram.text());
       continue;
     }
     if (sig == SIGTERM || sig == SIGINT) {

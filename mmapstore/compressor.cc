@@ -44,19 +44,19 @@ void Compressor::loop() {
 }
 
 size_t Compressor::compress_idle(std::chrono::steady_clock::duration idle_for) {
-  size_t n = 0;
-  for (SegmentId id : pool_.idle(idle_for)) {
-    if (stop_.load()) break;
-    if (compress(id).ok()) ++n;
-  }
-  return n;
+  return compress_idle_while(idle_for, [] { return true; });
 }
 
 size_t Compressor::compress_over_disk_budget(std::chrono::steady_clock::duration idle_for) {
+  return compress_idle_while(idle_for, [this] { return pool_.disk_over_budget() > 0; });
+}
+
+size_t Compressor::compress_idle_while(std::chrono::steady_clock::duration idle_for, const std::function<bool()>& needed) {
+  // Checked before the idle list too: a scan within the budget costs no pass over the pool.
+  if (!needed()) return 0;
   size_t n = 0;
-  if (pool_.disk_over_budget() == 0) return 0;
   for (SegmentId id : pool_.idle(idle_for)) {
-    if (stop_.load() || pool_.disk_over_budget() == 0) break;
+    if (stop_.load() || !needed()) break;
     if (compress(id).ok()) ++n;
   }
   return n;

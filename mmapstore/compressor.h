@@ -63,6 +63,8 @@ class Compressor {
 
  private:
   void loop();
+  // compress_idle's pass, stopping (or not starting) once `needed` says no more is.
+  size_t compress_idle_while(std::chrono::steady_clock::duration idle_for, const std::function<bool()>& needed);
 
   SegmentPool& pool_;
   ThreadPool threads_{1};
