@@ -7,7 +7,7 @@ namespace towers::daemon {
 namespace {
 constexpr double kEmaWeight = 0.2;  // of the newest decode-only step
 constexpr int kFirstPaced = 16;     // before any step was measured
-constexpr double kFill = 0.9;       // of the room a step's target leaves
+constexpr double kFill = 0.8;       // of the room a step's target leaves
 constexpr double kTokenWeight = 0.5;  // of the newest cost per prefill token
 }  // namespace
 
@@ -59,7 +59,7 @@ void PrefillPacer::observe(double seconds, size_t decoding, size_t prefill) {
   }
   const double alone = decode_only_seconds(decoding);
   if (alone <= 0) return;
-  // The prefill part cost (seconds - alone) for `prefill` tokens: size the next one to fill 90% of the
+  // The prefill part cost (seconds - alone) for `prefill` tokens: size the next one to fill 80% of the
   // room the target leaves (step times vary by ~10% at equal work), growing by at most a quarter per
   // step (cheap tokens, e.g. below the compute knee, make the estimate large and noisy).
   const double room = kFill * std::max(0.0, slowdown_ * alone - alone);

@@ -159,7 +159,7 @@ class Scheduler {
     int max_batch = 8;
     int prefill_chunk = 256;
     int queue_length = 64;
-    double decode_slowdown = 1.35;  // daemon/prefill_pacer.h
+    double decode_slowdown = 1.3;  // daemon/prefill_pacer.h
     bool background_exact = true;  // a modular segment, once installed, is queued for an exact rebuild
     // The longest a step of background work may take by the pacer's estimate: what a request that
     // arrives meanwhile waits for (a 256-token chunk is a second on a 1B model on two cores).
