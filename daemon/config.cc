@@ -280,6 +280,7 @@ const std::vector<Key>& keys() {
       {"state", "compact_bytes", size_key(TOWERS_FIELD(compact_bytes))},
       {"state", "warm_tier", bool_key(TOWERS_FIELD(warm_tier))},
       {"state", "disk_budget", read_disk_budget},
+      {"state", "uring_writes", bool_key(TOWERS_FIELD(uring_writes))},
       {"pool", "formats", read_formats},
       {"pool", "transcript_format", read_transcript_format},
       {"pool", "pin_fan_out", int_key<size_t>(TOWERS_FIELD(pin_fan_out), 1, 1 << 30)},

@@ -54,6 +54,7 @@ struct Config {
   // Segment files; beyond it the least recently used go cold. A share is of the state file system's
   // free space plus the segment files already there (so that a restart does not shrink it).
   BudgetSetting disk_budget = BudgetSetting::share(50);
+  bool uring_writes = true;          // segment files written in io_uring batches (docs/store.md, "io_uring")
   // [pool]
   DepthPolicy depth;
   size_t pin_fan_out = 8;
@@ -87,7 +88,7 @@ struct Config {
   int max_segment_chars = 256 * 1024;
   int max_batch = 8;                 // sequences decoded together in one step
   int prefill_chunk = 256;           // prompt tokens evaluated per step (beside the decodes)
-  double decode_slowdown = 1.35;     // beside decodes, a step takes at most this many times their time alone
+  double decode_slowdown = 1.3;     // beside decodes, a step takes at most this many times their time alone
   int prompt_cache_segments = 256;   // sealed prompts of session-less requests kept for reuse
 
   std::filesystem::path source;      // the file it came from ("" = defaults only)

@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
            std::to_string(state.load_seconds) + " s, fingerprinted in " + std::to_string(state.fingerprint_seconds) + " s");
   log_info("prefill kernels: " + state.prefill_kernels);
   log_info("RAM budget " + state.ram_budget.text() + "; disk budget " + state.disk_budget.text());
+  log_info("segment files written by " + state.pool->segment_writes());
 
   // Restore: every segment from its file (header checks only) or cold; no model runs before the
   // socket opens. What must be recomputed is built in the background once it is open.

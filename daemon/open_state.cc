@@ -143,6 +143,7 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
       const uint64_t base = cfg.disk_budget.percent > 0 ? free_disk_bytes(po.store_dir) + file_bytes_under(po.store_dir) : 0;
       st->disk_budget = size_budget(cfg.disk_budget, base, "the free disk space plus the segment files");
       po.disk_budget_bytes = st->disk_budget.bytes;
+      po.uring_writes = cfg.uring_writes;
     }
   }
   st->pool = std::make_unique<SegmentPool>(m, *st->forward, po);

@@ -39,7 +39,8 @@ SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions optio
   if (!options_.store_dir.empty()) {
     writer_ = std::make_unique<SegmentWriter>(
         fs_, options_.model_fingerprint,
-        [this](const SegmentWriter::Job& job, const Status& st) { on_written(job.segment->id(), job.path, st); });
+        [this](const SegmentWriter::Job& job, const Status& st) { on_written(job.segment->id(), job.path, st); },
+        options_.uring_writes ? SegmentWriter::Io::Uring : SegmentWriter::Io::Posix);
     ColdPackReport report;
     auto pack = ColdPack::open(options_.store_dir / "cold", fs_, {}, &report);
     cold_pack_problems_ = report.problems;
@@ -54,6 +55,12 @@ SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions optio
 }
 
 SegmentPool::~SegmentPool() { writer_.reset(); }
+
+std::string SegmentPool::segment_writes() const {
+  if (!writer_) return "none (no store)";
+  if (writer_->io() == SegmentWriter::Io::Uring) return "io_uring batches (a write and its fdatasync linked per file)";
+  return writer_->io_note().empty() ? "write() and fdatasync(), one file after another" : writer_->io_note();
+}
 
 std::filesystem::path SegmentPool::file_path(SegmentId id) const {
   return options_.store_dir / (kFilePrefix + std::to_string(id) + kFileSuffix);

@@ -74,6 +74,7 @@ struct PoolOptions {
   // the budget evicts leaves instead of unmapping.
   std::filesystem::path store_dir;
   FileSystem* fs = nullptr;                // the file seam (nullptr: posix_fs())
+  bool uring_writes = false;               // segment files written through io_uring (mmapstore/segment_writer.h)
   uint64_t model_fingerprint = 0;          // stamped into segment files; a file of another model is refused
 };
 
@@ -360,6 +361,8 @@ class SegmentPool {
   std::filesystem::path file_path(SegmentId id) const;
 
   PoolOptions options() const;
+  // How segment files are written: "io_uring", "write() and fdatasync()", or why not io_uring.
+  std::string segment_writes() const;
   void set_eviction(EvictionPolicy policy);
   void set_ram_budget(size_t bytes);
   void set_disk_budget(size_t bytes);
