@@ -76,7 +76,8 @@ Result<std::unique_ptr<Ring>> Ring::open(unsigned depth) {
 Result<std::vector<uint64_t>> Ring::read_all(std::span<const Read> reads) {
   struct Piece {
     size_t read;
-    uint64_t at, len;  // offset within the read's `into`
+    uint64_t at, len;          // offset within the read's `into`
+    bool after_short = false;  // the rest of a piece that came back short
   };
   std::deque<Piece> todo;
   for (size_t i = 0; i < reads.size(); ++i) {
@@ -112,12 +113,14 @@ Result<std::vector<uint64_t>> Ring::read_all(std::span<const Read> reads) {
       --in_flight;
       if (res == -EAGAIN || res == -EINTR) {
         todo.push_front(p);
+      } else if (res == -EINVAL && p.after_short) {
+        // The rest of a short O_DIRECT read starts off the block grid: the short read was the end.
       } else if (res < 0) {
         if (failed.ok()) failed = uring_error("read", -res);
       } else if (res > 0) {
         got[p.read] += static_cast<uint64_t>(res);
         // A short read before the end of the file: read the rest (a read at the end gets 0).
-        if (static_cast<uint64_t>(res) < p.len) todo.push_front({p.read, p.at + res, p.len - res});
+        if (static_cast<uint64_t>(res) < p.len) todo.push_front({p.read, p.at + res, p.len - res, true});
       }
     });
     if (!st.ok()) {  // the ring refuses submissions: wait out what is in flight, then fail
@@ -175,8 +178,9 @@ std::vector<Status> Ring::write_all(std::span<const Write> writes) {
       --s.outstanding;
       --outstanding;
       if (tag_kind(t) == kWrite) {
-        if (res < 0) {
-          if (res == -EAGAIN || res == -EINTR) return;  // the sync behind it is cancelled: resubmitted below
+        if (res == -EAGAIN || res == -EINTR) {
+          // Nothing written: submitted again below (with its sync, which the kernel cancelled).
+        } else if (res < 0) {
           if (s.status.ok()) s.status = uring_error("write", -res);
         } else {
           s.done += static_cast<uint64_t>(res);
