@@ -147,3 +147,20 @@ TEST_CASE("a batch of writes, each synced, more than the ring holds, a failing o
     CHECK(read_file(dir / ("w" + std::to_string(i))) == bytes[i]);
   }
 }
+
+TEST_CASE("a write to a full device is ResourceExhausted, as a posix write's ENOSPC is") {
+  auto ring = ring_or_skip();
+  if (!ring) return;
+  const int fd = ::open("/dev/full", O_WRONLY);
+  if (fd < 0) {
+    MESSAGE("skipped: no /dev/full here");
+    return;
+  }
+  const std::vector<uint8_t> bytes(10000, 1);
+  const Ring::Write w{fd, 0, bytes, true};
+  const auto status = ring->write_all(std::span(&w, 1));
+  ::close(fd);
+  REQUIRE(status.size() == 1);
+  CHECK(status[0].code() == Status::Code::kResourceExhausted);
+  CHECK(status[0].message().find("No space left") != std::string::npos);
+}
