@@ -3,10 +3,12 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "daemon/budget.h"
 #include "engine/text/chat_template.h"
 #include "engine/model/model.h"
 #include "engine/model/synth.h"
 #include "engine/text/tokenizer.h"
+#include "simd/kv_quant.h"
 
 namespace towers::cli {
 namespace {
@@ -20,7 +22,31 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-int model_info(const std::string& path, bool all_keys) {
+// What the model costs in RAM and how many tokens of KV a RAM budget holds, by format: what towerd
+// keeps under [policy] ram_budget (lease tails are F32 while a request runs; sealed segments take the
+// [pool] formats by depth).
+void print_memory_plan(const Model& model, const daemon::BudgetSetting& setting, std::string_view as_written) {
+  const ModelConfig& c = model.config();
+  const daemon::SizedBudget budget = daemon::size_ram_budget(setting, 0);
+  std::printf("memory plan    weights %s in the file", human_bytes(static_cast<double>(model.file().file_size())).c_str());
+  if (model.packed_bytes() > 0) {
+    std::printf("; packed copies for the fast kernels %s (made at load; the file pages they replace are released)",
+                human_bytes(static_cast<double>(model.packed_bytes())).c_str());
+  }
+  std::printf("\n               RAM budget %s (the rule towerd applies at start to [policy] ram_budget = \"%s\")\n",
+              budget.text().c_str(), std::string(as_written).c_str());
+  std::printf("               %-6s %14s %22s\n", "format", "KV per token", "tokens in the budget");
+  using simd::KvQuant;
+  for (KvQuant q : {KvQuant::F32, KvQuant::F16, KvQuant::Q8, KvQuant::Q6, KvQuant::Q4}) {
+    const uint64_t per_token = 2ull * c.n_layer * c.n_head_kv * simd::kv_vec_bytes(q, c.head_dim);
+    const std::string fit = budget.bytes == 0 || per_token == 0 ? "no limit" : std::to_string(budget.bytes / per_token);
+    std::printf("               %-6s %14s %22s%s\n", simd::kv_quant_name(q), human_bytes(static_cast<double>(per_token)).c_str(),
+                fit.c_str(), q == KvQuant::F32 ? "  (request tails)" : "");
+  }
+}
+
+int model_info(const std::string& path, bool all_keys, const daemon::BudgetSetting& ram_budget,
+               std::string_view ram_budget_text) {
   auto m = Model::load(path);
   if (!m) return fail(m.error());
   const Model& model = **m;
@@ -74,8 +100,7 @@ int model_info(const std::string& path, bool all_keys) {
   std::string_view tmpl = tok.chat_template();
   std::printf("chat template  %s%s\n", std::string(chat_family_name(detect_chat_family(tmpl))).c_str(),
               tmpl.empty() ? " (no tokenizer.chat_template; plain transcript format)" : "");
-  const double kv_per_token = 2.0 * c.n_layer * c.kv_dim() * 2;  // K and V, f16
-  std::printf("kv cache       %s per token at f16\n", human_bytes(kv_per_token).c_str());
+  print_memory_plan(model, ram_budget, ram_budget_text);
   if (all_keys) {
     std::printf("\nmetadata:\n");
     for (const auto& kv : f.metadata()) {
@@ -127,8 +152,19 @@ void add_model(CLI::App& app) {
       "info", "Describe a model: architecture, shapes, tensor types, tokenizer, chat template");
   info->add_option("model", *info_path, "GGUF model file")->required()->check(CLI::ExistingFile);
   info->add_flag("-a,--all", *info_all, "Also list every metadata key and every tensor");
+  auto info_budget = std::make_shared<std::string>("50%");
+  info->add_option("--ram-budget", *info_budget,
+                   "RAM budget for the memory plan: a size (\"8G\") or a share of MemAvailable (\"50%\"), as towerd's "
+                   "[policy] ram_budget")
+      ->capture_default_str();
   info->callback([=] {
-    int rc = model_info(*info_path, *info_all);
+    auto budget = daemon::BudgetSetting::parse(*info_budget);
+    if (!budget) {
+      std::fprintf(stderr, "towerctl model info: --ram-budget \"%s\": expected a size such as \"8G\" or a share such as \"50%%\"\n",
+                   info_budget->c_str());
+      std::exit(2);
+    }
+    int rc = model_info(*info_path, *info_all, *budget, *info_budget);
     if (rc) std::exit(rc);
   });
 
