@@ -202,8 +202,13 @@ class Catalog {
   Result<SegmentView> segment(const std::string& name) const;
   std::vector<SegmentView> segments() const;  // platform, community, bot order
 
-  // The longest prompt served: [limits] max_prompt_tokens within the model's context.
+  // The longest prompt served: [limits] max_prompt_tokens within the model's context, and no longer
+  // than the RAM budget can hold as a request's tail (F32 KV: the worst case, nothing cached).
   size_t prompt_limit() const;
+  // What sets prompt_limit(), for the client's error: "model context 131072", "[limits]
+  // max_prompt_tokens 4096", "the RAM budget (1.0 GiB) holds the KV of 16384 tokens".
+  std::string prompt_limit_why() const;
+  std::pair<size_t, size_t> prompt_limits() const;  // (configured limit, what the RAM budget holds if smaller, else 0)
 
   // Sessions. id "" = a random one. create and delete return once their record is durable.
   Result<SessionView> create_session(const std::string& bot, const std::string& id);

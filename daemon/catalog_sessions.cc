@@ -158,7 +158,7 @@ Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const Turn
     return Status::ResourceExhausted("session \"" + session + "\": even without its earlier turns, the message (" +
                                      std::to_string(t.delta.size()) + " tokens) and the bot's prompt (" +
                                      std::to_string(base) + ") leave no room for a reply in the context of " +
-                                     std::to_string(limit));
+                                     std::to_string(limit) + " (" + prompt_limit_why() + ")");
   }
   s.busy = true;
   return t;

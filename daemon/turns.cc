@@ -32,8 +32,8 @@ class Turn : public GenerationHooks, public std::enable_shared_from_this<Turn> {
       rejected();
       return ApiStatus(Status::ResourceExhausted("the prompt is " + std::to_string(prompt_tokens) +
                                                  " tokens; this server accepts prompts of at most " +
-                                                 std::to_string(prompt_limit - 1) + " tokens (model context " +
-                                                 std::to_string(n_ctx) + ")"),
+                                                 std::to_string(prompt_limit - 1) + " tokens (" +
+                                                 svc_.catalog.prompt_limit_why() + ")"),
                        spec_.api == ReplyApi::Chat ? "messages" : "prompt", "context_length_exceeded");
     }
     auto job = std::make_shared<GenJob>();

@@ -36,6 +36,7 @@ bool PathPlan::all_hot() const {
 SegmentPool::SegmentPool(const Model& model, Forward& forward, PoolOptions options)
     : model_(model), forward_(forward), rope_(model.config()), options_(std::move(options)),
       fs_(options_.fs ? *options_.fs : posix_fs()) {
+  ram_budget_.store(options_.ram_budget_bytes, std::memory_order_relaxed);
   if (!options_.store_dir.empty()) {
     writer_ = std::make_unique<SegmentWriter>(
         fs_, options_.model_fingerprint,
@@ -1014,6 +1015,7 @@ void SegmentPool::set_eviction(EvictionPolicy policy) {
 void SegmentPool::set_ram_budget(size_t bytes) {
   std::lock_guard lock(mu_);
   options_.ram_budget_bytes = bytes;
+  ram_budget_.store(bytes, std::memory_order_relaxed);
 }
 
 void SegmentPool::set_disk_budget(size_t bytes) {

@@ -36,6 +36,7 @@
 // construction, which is single-threaded by contract: the daemon runs them through its scheduler, and
 // uses the non-blocking pieces (add_cold, page_in, assemble, install) for everything else.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -366,6 +367,9 @@ class SegmentPool {
   void set_eviction(EvictionPolicy policy);
   void set_ram_budget(size_t bytes);
   void set_disk_budget(size_t bytes);
+  // The RAM budget in force (0: none), readable without the pool's lock (admission reads it under
+  // the catalog's, where no pool call may wait).
+  size_t ram_budget_bytes() const { return ram_budget_.load(std::memory_order_relaxed); }
   // Debug builds check the pool's invariants after every change; tests call it too.
   Status check_invariants() const;
 
@@ -460,6 +464,7 @@ class SegmentPool {
   std::vector<std::string> cold_pack_problems_;
   std::vector<SegmentId> to_pack_;       // gone to rest, record not in the packs yet
   std::vector<SegmentId> unpack_;        // removed: their records in the packs are dead
+  std::atomic<size_t> ram_budget_{0};      // options_.ram_budget_bytes, mirrored (ram_budget_bytes())
   std::unique_ptr<SegmentWriter> writer_;  // last member: its thread calls back into the pool
 };
 

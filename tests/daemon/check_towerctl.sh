@@ -120,6 +120,15 @@ expect_error sessions show nope >/dev/null
 expect_error segments add x --level bot --parent nope --text hi >/dev/null
 ctl sessions rm s1 | grep -q 'removed session "s1"'
 expect_error sessions rm s1 >/dev/null
+# A prompt whose KV would not fit the RAM budget is refused at admission, with the numbers (issue 22:
+# stories260K's tail KV is 5 layers x 4 KV heads x 8 dims x K and V x 4 B = 1280 B a token, so 64 KiB
+# holds 51 tokens).
+ctl policy set --ram-budget 64K >/dev/null
+long="$(python3 -c 'print(" ".join(["The dragon flew over the hill."] * 30))')"
+err="$(expect_error chat --message "$long")"
+has "$err" 'accepts prompts of at most 50 tokens (the RAM budget of 0.1 MiB holds the KV of 51 prompt tokens, 1280 B each) (HTTP 400)'
+ctl policy set --ram-budget 0 >/dev/null
+out="$(ctl chat --message "$long" --max-tokens 2)"
 
 # No daemon: the connection error names the socket and how to point at another.
 stop
