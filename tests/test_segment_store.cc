@@ -1,11 +1,10 @@
 // The persistent store: every segment gets a file written off the caller's thread, is served from
 // the mapping once the file is durable, and comes back in another pool (a restart) by adopt() —
 // header checks only — with its payload verified on first page-in, without running the model.
-#include <condition_variable>
 #include <fstream>
-#include <mutex>
 #include <random>
 
+#include "gated_fs.h"
 #include "mmapstore/segment_file.h"
 #include "mmapstore/segment_pool.h"
 #include "model_fixtures.h"
@@ -17,40 +16,6 @@ namespace {
 
 using test::concat;
 using test::random_tokens;
-
-// The real file system with a gate on create(): while it is closed, the segment writer waits at its
-// next file, so a test sees a write in flight for as long as it needs, whatever the machine's speed.
-class GatedFS final : public FileSystem {
- public:
-  void close_gate() {
-    std::lock_guard lock(mu_);
-    open_ = false;
-  }
-  void open_gate() {
-    {
-      std::lock_guard lock(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  Result<std::unique_ptr<WritableFile>> open_append(const std::filesystem::path& p) override {
-    return posix_fs().open_append(p);
-  }
-  Result<std::unique_ptr<WritableFile>> create(const std::filesystem::path& p) override {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return open_; });
-    lock.unlock();
-    return posix_fs().create(p);
-  }
-  Status rename(const std::filesystem::path& a, const std::filesystem::path& b) override { return posix_fs().rename(a, b); }
-  Status remove(const std::filesystem::path& p) override { return posix_fs().remove(p); }
-  Status sync_dir(const std::filesystem::path& d) override { return posix_fs().sync_dir(d); }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = true;
-};
 
 struct Store {
   std::unique_ptr<Model> model = test::synth_tiny("store", "f16");
@@ -299,7 +264,7 @@ TEST_CASE("a modular segment says so in its file, and replace() swaps in the exa
   Rope rope(s.model->config());
   SegmentId base2, placed;
   std::vector<float> exact_logits;
-  GatedFS gated;
+  test::GatedFS gated;  // holds the writer while the checks below see a write in flight
   s.options.fs = &gated;
   {
     SegmentPool pool(*s.model, s.fwd, s.options);
@@ -321,12 +286,12 @@ TEST_CASE("a modular segment says so in its file, and replace() swaps in the exa
     const Segment::Rows rows[] = {{old.get(), 0, old->length()}};
     auto moved = Segment::join(rows, static_cast<int32_t>(edited.size()), rope, info->format, placed, base2);
     pool.flush_writes();
-    gated.close_gate();  // its file's write waits until the checks below have seen it in flight
+    gated.close();  // its file's write waits until the checks below have seen it in flight
     REQUIRE(pool.install(placed, moved, /*modular=*/true).ok());
     CHECK(pool.info(placed)->modular);
     CHECK(pool.info(placed)->modular_from.empty());
     CHECK(pool.replace(placed, moved).code() == Status::Code::kUnavailable);  // its file is being written
-    gated.open_gate();
+    gated.open();
     pool.flush_writes();
     REQUIRE(pool.info(placed)->durable);
     // A segment of other tokens is refused.
@@ -338,11 +303,11 @@ TEST_CASE("a modular segment says so in its file, and replace() swaps in the exa
     REQUIRE(s.fwd.eval(*lease->tower, bot, Logits::Last, ignore).ok());
     auto exact = lease->tower->seal_tail(bot, pool.info(placed)->format, placed);
     pool.release(*lease);
-    gated.close_gate();
+    gated.close();
     REQUIRE(pool.replace(placed, exact).ok());
     CHECK_FALSE(pool.info(placed)->modular);
     CHECK_FALSE(pool.info(placed)->durable);  // until the new file is renamed over the old one
-    gated.open_gate();
+    gated.open();
     pool.flush_writes();
     CHECK(pool.info(placed)->durable);
     CHECK(pool.replace(placed, exact).ok());  // not modular any more: nothing to do
