@@ -6,6 +6,7 @@
 #include "daemon/budget.h"
 #include "engine/text/chat_template.h"
 #include "engine/model/model.h"
+#include "engine/model/segment.h"
 #include "engine/model/synth.h"
 #include "engine/text/tokenizer.h"
 #include "simd/kv_quant.h"
@@ -36,9 +37,8 @@ void print_memory_plan(const Model& model, const daemon::BudgetSetting& setting,
   std::printf("\n               RAM budget %s (the rule towerd applies at start to [policy] ram_budget = \"%s\")\n",
               budget.text().c_str(), std::string(as_written).c_str());
   std::printf("               %-6s %14s %22s\n", "format", "KV per token", "tokens in the budget");
-  using simd::KvQuant;
   for (KvQuant q : {KvQuant::F32, KvQuant::F16, KvQuant::Q8, KvQuant::Q6, KvQuant::Q4}) {
-    const uint64_t per_token = 2ull * c.n_layer * c.n_head_kv * simd::kv_vec_bytes(q, c.head_dim);
+    const uint64_t per_token = kv_bytes_per_token(c, q);
     const std::string fit = budget.bytes == 0 || per_token == 0 ? "no limit" : std::to_string(budget.bytes / per_token);
     std::printf("               %-6s %14s %22s%s\n", simd::kv_quant_name(q), human_bytes(static_cast<double>(per_token)).c_str(),
                 fit.c_str(), q == KvQuant::F32 ? "  (request tails)" : "");

@@ -3,13 +3,11 @@
 #include "daemon/catalog.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cctype>
 #include <ctime>
 
 #include "daemon/catalog_internal.h"
 #include "daemon/log.h"
-#include "simd/kv_quant.h"
 
 namespace towers::daemon {
 
@@ -71,20 +69,13 @@ Catalog::Catalog(const Model& model, SegmentPool& pool, const PromptBuilder& pro
     : model_(model), pool_(pool), prompts_(prompts), store_(store), config_(config),
       fingerprint_(fingerprint), coder_fingerprint_(coder_fingerprint ? coder_fingerprint : fingerprint) {}
 
-namespace {
-// A lease tail's bytes per token: K and V of every layer in F32.
-size_t tail_bytes_per_token(const ModelConfig& c) {
-  return 2 * static_cast<size_t>(c.n_layer) * static_cast<size_t>(c.n_head_kv) * simd::kv_vec_bytes(simd::KvQuant::F32, c.head_dim);
-}
-}  // namespace
-
 // The configured limit (max_prompt_tokens within the context) and, when smaller, the tokens whose
 // tail KV the RAM budget holds (0: the budget does not bind).
 std::pair<size_t, size_t> Catalog::prompt_limits() const {
   const int n_ctx = model_.config().n_ctx_train;
   const size_t configured =
       static_cast<size_t>(config_.max_prompt_tokens > 0 ? std::min(config_.max_prompt_tokens, n_ctx) : n_ctx);
-  const size_t budget = pool_.ram_budget_bytes(), per_token = tail_bytes_per_token(model_.config());
+  const size_t budget = pool_.ram_budget_bytes(), per_token = kv_bytes_per_token(model_.config(), KvQuant::F32);
   const size_t fits = budget > 0 && per_token > 0 ? std::max<size_t>(1, budget / per_token) : 0;
   return {configured, fits > 0 && fits < configured ? fits : 0};
 }
@@ -97,10 +88,8 @@ size_t Catalog::prompt_limit() const {
 std::string Catalog::prompt_limit_why() const {
   const auto [configured, fits] = prompt_limits();
   if (fits > 0) {
-    char mib[32];
-    std::snprintf(mib, sizeof mib, "%.1f MiB", static_cast<double>(pool_.ram_budget_bytes()) / (1 << 20));
-    return "the RAM budget of " + std::string(mib) + " holds the KV of " + std::to_string(fits) + " prompt tokens, " +
-           std::to_string(tail_bytes_per_token(model_.config())) + " B each";
+    return "the RAM budget of " + format_size(pool_.ram_budget_bytes()) + " holds the KV of " + std::to_string(fits) +
+           " prompt tokens, " + std::to_string(kv_bytes_per_token(model_.config(), KvQuant::F32)) + " B each";
   }
   const int n_ctx = model_.config().n_ctx_train;
   if (configured < static_cast<size_t>(n_ctx)) return "[limits] max_prompt_tokens " + std::to_string(configured);

@@ -206,9 +206,8 @@ class Catalog {
   // than the RAM budget can hold as a request's tail (F32 KV: the worst case, nothing cached).
   size_t prompt_limit() const;
   // What sets prompt_limit(), for the client's error: "model context 131072", "[limits]
-  // max_prompt_tokens 4096", "the RAM budget (1.0 GiB) holds the KV of 16384 tokens".
+  // max_prompt_tokens 4096", "the RAM budget of 1.0 GiB holds the KV of 16384 prompt tokens, ...".
   std::string prompt_limit_why() const;
-  std::pair<size_t, size_t> prompt_limits() const;  // (configured limit, what the RAM budget holds if smaller, else 0)
 
   // Sessions. id "" = a random one. create and delete return once their record is durable.
   Result<SessionView> create_session(const std::string& bot, const std::string& id);
@@ -293,6 +292,8 @@ class Catalog {
   bool model_changed() const { return model_changed_; }
 
  private:
+  // (the configured prompt limit, the tokens whose F32 tail the RAM budget holds when fewer, else 0)
+  std::pair<size_t, size_t> prompt_limits() const;
   SegmentDef* find_def(const std::string& name);
   const SegmentDef* find_def(const std::string& name) const;
   std::vector<SegmentDef*> chain_locked(const std::string& name);  // root first

@@ -164,7 +164,6 @@ std::vector<Status> Ring::write_all(std::span<const Write> writes) {
       ++s.outstanding;
     }
     outstanding += static_cast<size_t>(s.outstanding);
-    if (s.outstanding == 0) s.synced = true;  // nothing to write, no sync asked
   };
   while (!todo.empty() || outstanding > 0) {
     while (!todo.empty() && io_uring_sq_space_left(&impl_->ring) >= 2 && outstanding + 2 <= impl_->depth) {

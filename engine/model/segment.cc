@@ -79,6 +79,10 @@ void Segment::quantize_rows(const ModelConfig& c, const std::vector<float>& k, c
   owner_ = std::move(own);
 }
 
+size_t kv_bytes_per_token(const ModelConfig& c, KvQuant format) {
+  return 2 * static_cast<size_t>(c.n_layer) * static_cast<size_t>(c.n_head_kv) * simd::kv_vec_bytes(format, c.head_dim);
+}
+
 Result<std::shared_ptr<Segment>> Segment::assemble(const ModelConfig& c, SegmentId id, SegmentId parent,
                                                    std::vector<int32_t> tokens, int32_t computed_pos, KvQuant format,
                                                    std::span<const uint8_t> k, std::span<const uint8_t> v,

@@ -27,6 +27,10 @@ struct DepthPolicy {
   }
 };
 
+// Bytes of one token's keys and values over every layer in `format` (a segment's KV per token, and
+// a lease tail's in F32; per-channel key scales, fixed per segment, not counted).
+size_t kv_bytes_per_token(const ModelConfig& config, KvQuant format);
+
 class Segment {
  public:
   // Takes rows [row0, row0 + tokens.size()) of a dense cache (all layers) into a new segment.

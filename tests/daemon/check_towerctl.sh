@@ -126,7 +126,7 @@ expect_error sessions rm s1 >/dev/null
 ctl policy set --ram-budget 64K >/dev/null
 long="$(python3 -c 'print(" ".join(["The dragon flew over the hill."] * 30))')"
 err="$(expect_error chat --message "$long")"
-has "$err" 'accepts prompts of at most 50 tokens (the RAM budget of 0.1 MiB holds the KV of 51 prompt tokens, 1280 B each) (HTTP 400)'
+has "$err" 'accepts prompts of at most 50 tokens (the RAM budget of 64.0 KiB holds the KV of 51 prompt tokens, 1280 B each) (HTTP 400)'
 ctl policy set --ram-budget 0 >/dev/null
 out="$(ctl chat --message "$long" --max-tokens 2)"
 
