@@ -2,7 +2,9 @@
 // operator endpoints (docs/api.md, "Routes"): /healthz, /v1/pool, /v1/policy (runtime eviction and
 // RAM budget; SIGHUP rereads the file's [policy]) and /metrics.
 #include <algorithm>
+#include <chrono>
 
+#include "daemon/api_responses.h"
 #include "daemon/log.h"
 #include "daemon/metrics_text.h"
 #include "daemon/routes.h"
@@ -259,6 +261,33 @@ ApiStatus not_allowed(const Route& route) {
   return wrong_method(allowed);
 }
 
+// The sessions at rest this request needs awake (daemon/catalog.h, "Sessions at rest"): the one
+// whose turn or messages it asks for, or those below a segment it edits.
+std::vector<std::string> sessions_to_wake(Service& svc, const Route& route, const HttpRequest& req, const std::string& param) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& id) {
+    if (!id.empty() && svc.catalog.at_rest(id)) out.push_back(id);
+  };
+  const std::string_view pattern = route.pattern;
+  if (pattern == "/v1/sessions/{id}/messages" || pattern == "/v1/sessions/{id}/transcript") {
+    add(param);
+  } else if (pattern == "/v1/sessions/{id}" && req.method == "GET") {
+    if (req.query.find("transcript=1") != std::string::npos || req.query.find("transcript=true") != std::string::npos) add(param);
+  } else if (pattern == "/v1/responses/{id}" && req.method == "GET") {
+    if (auto ref = parse_response_id(param)) add(ref->session);
+  } else if (pattern == "/v1/segments/{name}" && req.method == "PUT") {
+    out = svc.catalog.sessions_at_rest_below(param);
+  } else if (pattern == "/v1/chat/completions" || pattern == "/v1/completions" || pattern == "/v1/responses") {
+    const json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!b.is_object()) return out;
+    if (auto it = b.find("session"); it != b.end() && it->is_string()) add(it->get<std::string>());
+    if (auto it = b.find("previous_response_id"); it != b.end() && it->is_string()) {
+      if (auto ref = parse_response_id(it->get<std::string>())) add(ref->session);
+    }
+  }
+  return out;
+}
+
 // Routes the request through the route table (daemon/routes.h).
 ApiStatus dispatch(Service& svc, const HttpRequest& req, HttpResponder& out) {
   std::string param;
@@ -268,7 +297,23 @@ ApiStatus dispatch(Service& svc, const HttpRequest& req, HttpResponder& out) {
     return Status::Unavailable("the daemon is starting (restoring its state); retry shortly");
   }
   if (!route_allows(*route, req.method)) return not_allowed(*route);
-  return route->handler(svc, req, out, param);
+  std::vector<std::string> wake = sessions_to_wake(svc, *route, req, param);
+  if (wake.empty()) return route->handler(svc, req, out, param);
+  // Decoding takes seconds on a real model: never on an I/O thread.
+  auto woken_then_handled = [&svc, route, req, param, wake = std::move(wake)](HttpResponder& o) -> ApiStatus {
+    for (const std::string& id : wake) {
+      const auto started = std::chrono::steady_clock::now();
+      if (Status st = svc.catalog.wake_session(id); !st.ok()) {
+        log_warn(st.message());
+        return st.code() == Status::Code::kNotFound ? ApiStatus(st, "", "session_not_found") : ApiStatus(st);
+      }
+      log_info("session \"" + id + "\" woken from rest in " +
+               std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()) + " s");
+    }
+    return route->handler(svc, req, o, param);
+  };
+  if (!svc.offload) return woken_then_handled(out);
+  return answer_offloaded(svc, out, std::move(woken_then_handled));
 }
 }  // namespace
 

@@ -181,9 +181,13 @@ ApiStatus handle_compress(Service& svc, const HttpRequest& req, HttpResponder& o
   return answer_offloaded(svc, out, [&svc, idle](HttpResponder& o) {
     const size_t n = svc.compressor->compress_idle(idle);
     const std::vector<std::string> recorded = svc.catalog.record_cold_tiers();
+    // Sessions whose every segment is now coded go to rest, and their text leaves the log at once.
+    const size_t resting = svc.catalog.rest_sessions();
+    if (resting > 0) svc.catalog.maybe_compact(/*now=*/true);
     auto cs = svc.compressor->stats();
     return reply(o, {{"compressed", n}, {"total_compressed", cs.compressed}, {"tokens", cs.tokens},
-                     {"coded_bytes", cs.coded_bytes}, {"last_error", cs.last_error}, {"cold_at_rest", recorded}});
+                     {"coded_bytes", cs.coded_bytes}, {"last_error", cs.last_error}, {"cold_at_rest", recorded},
+                     {"sessions_to_rest", resting}});
   });
 }
 

@@ -70,7 +70,7 @@ json transcript_json(const std::vector<ChatMessage>& messages, std::optional<Too
 json session_json(const SessionView& s) {
   json j = {{"id", s.id}, {"bot", s.bot}, {"created", s.created}, {"updated", s.updated},
             {"messages", s.messages}, {"transcript_tokens", s.transcript_tokens}, {"busy", s.busy},
-            {"warm", s.warm}};
+            {"warm", s.warm}, {"at_rest", s.at_rest}};
   if (!s.tools.empty()) j["tools"] = tools_openai_json(s.tools);
   if (s.transcript) j["transcript"] = transcript_json(*s.transcript, s.tool_format);
   return j;

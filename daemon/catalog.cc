@@ -29,6 +29,10 @@ Status not_recorded(const std::string& what, const Status& st) {
   return Status::IOError("cannot record " + what + " in the state log: " + st.message());
 }
 
+Status rest_unavailable(const std::string& id) {
+  return Status::Unavailable("session \"" + id + "\" went to rest while this request was read; send it again");
+}
+
 Status drop_oldest(Session& s, size_t turns, size_t tokens) {
   if (turns == 0) return Status::Ok();
   if (turns * 2 > s.messages.size() || tokens > s.transcript.size()) {
@@ -60,6 +64,20 @@ record::SessionSnapshot snapshot_of(const Session& s) {
                                  s.updated,    s.messages,   s.transcript,
                                  s.seals,      std::vector<uint64_t>(s.seal_ids.begin(), s.seal_ids.end()),
                                  s.turns,      s.turn_ends,  s.tools};
+}
+
+record::SessionRest rest_record_of(const Session& s) {
+  return record::SessionRest{s.id,
+                             s.bot,
+                             s.created,
+                             s.updated,
+                             s.turns,
+                             s.turn_ends,
+                             s.seals,
+                             std::vector<uint64_t>(s.seal_ids.begin(), s.seal_ids.end()),
+                             s.rest->tail,
+                             s.rest->where,
+                             s.tools};
 }
 
 }  // namespace catalog_detail
@@ -146,12 +164,13 @@ SegmentView Catalog::view_locked(const SegmentDef& d) const {
 }
 
 SessionView Catalog::view_locked(const Session& s, bool with_transcript) const {
-  SessionView v{s.id, s.bot, s.created, s.updated, s.messages.size(), s.transcript.size(), s.busy, false, std::nullopt, 0, "", std::nullopt};
+  SessionView v{s.id, s.bot, s.created, s.updated, s.message_count(), s.transcript_size(), s.busy, false, std::nullopt, 0, "", std::nullopt};
   if (s.tail_segment) {
     auto info = pool_.info(s.tail_segment);
     v.warm = info && info->tier == Tier::Hot;
   }
   if (with_transcript) v.transcript = s.messages;
+  v.at_rest = s.rest.has_value();
   v.turns = s.turns;
   v.tools = s.tools;
   if (!s.tools.empty()) v.tool_format = tool_format_for(prompts_.family());

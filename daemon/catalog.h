@@ -7,6 +7,7 @@
 //   catalog_segments.cc  the segment hierarchy: definitions, edits (modular placement), links, removal
 //   catalog_sessions.cc  sessions and their turns, and session-less requests
 //   catalog_records.cc   the record side: replay (apply), restore at start, compaction, the cold tier
+//   catalog_rest.cc      sessions at rest: going to rest, and waking
 //
 // A session's context is its bot's chain of hierarchy segments followed by its transcript tokens
 // (daemon/prompt.h says how text becomes tokens). After every reply the evaluated part of the
@@ -50,6 +51,15 @@
 // Recovery never invents a conversation: turns are numbered, and a session whose replay misses a turn
 // (a damaged record) is cut after the last turn before the gap (later turns dropped, the log line
 // names the session); the log is then rewritten to the state served.
+//
+// Sessions at rest: once every transcript segment of an idle session is coded and its record is
+// durable in the cold packs, rest_sessions() lets go of its text and tokens (what stays: ids, roles,
+// counts, where each message sits in the detokenized transcript, the few tokens after the last seal)
+// and the next compaction writes it as a session_rest record, so neither RAM nor the log holds its
+// text. Whatever needs them again (a turn, its messages, an edit above its bot) first wakes it:
+// wake_session decodes the records under their parents on the scheduler's waker (the caller waits,
+// off the I/O threads: daemon/api.cc) and records the session whole again (a session_snapshot), so a
+// turn recorded after it replays onto a whole session. docs/store.md, "Sessions at rest".
 //
 // Errors are Status codes, never HTTP: NotFound (no such segment or session), InvalidArgument (a bad
 // name, level, parent or text), Conflict (busy, has children or sessions, exists already),
@@ -121,6 +131,17 @@ struct Session {
   // The turn whose record is queued and not durable yet: a compaction's snapshot includes it (the
   // snapshot replaces the record, which is queued before it).
   std::optional<record::SessionTurn> recording;
+  // At rest ("Sessions at rest"): `messages` and `transcript` are empty; this says where they come
+  // back from.
+  struct Rest {
+    size_t tokens = 0;             // the transcript's length
+    std::vector<int32_t> tail;     // its tokens after seals.back() (the rest are in the coded records)
+    std::vector<record::RestMessage> where;  // each message's place in the detokenized transcript
+    std::string damaged;           // why it cannot come back ("": it can)
+  };
+  std::optional<Rest> rest;
+  size_t message_count() const { return rest ? rest->where.size() : messages.size(); }
+  size_t transcript_size() const { return rest ? rest->tokens : transcript.size(); }
 };
 
 // What the API shows of a hierarchy segment.
@@ -147,6 +168,7 @@ struct SessionView {
   uint64_t turns = 0;  // completed turns, numbered 1..turns (the kept ones are the last messages / 2)
   std::string tools;   // tools_json, "" none
   std::optional<ToolFormat> tool_format;  // with tools: how its replies' calls are written
+  bool at_rest = false;  // its text and tokens only in its coded records ("Sessions at rest")
 };
 
 class Catalog {
@@ -217,8 +239,23 @@ class Catalog {
   using SessionCreated = std::function<void(Result<SessionView>)>;
   void create_session_async(const std::string& bot, const std::string& id, SessionCreated done);
   Status delete_session(const std::string& id);
+  // with_transcript on a session at rest: Unavailable (wake_session it first).
   Result<SessionView> session(const std::string& id, bool with_transcript) const;
   std::vector<SessionView> sessions() const;
+
+  // Sessions at rest (above). rest_sessions: every idle session whose transcript segments are all at
+  // rest in the cold packs goes to rest; returns how many. at_rest: the session is (wake it before a
+  // turn or its messages). wake_session: decodes it back (blocks for the decode and a record; call it
+  // off the I/O threads); Ok when it is not at rest. sessions_at_rest_below: the sessions an edit of
+  // `name` would need awake.
+  size_t rest_sessions();
+  bool at_rest(const std::string& id) const;
+  Status wake_session(const std::string& id);
+  std::vector<std::string> sessions_at_rest_below(const std::string& name) const;
+  // How a segment at rest is decoded back (the scheduler's waker: its own Forward, never the model
+  // thread's). Unset: SegmentPool::wake on the caller's thread (offline tools, tests).
+  using Waker = std::function<Status(SegmentId)>;
+  void set_waker(Waker waker) { waker_ = std::move(waker); }
 
   // A session turn: begin (any thread; marks it busy and returns the new user turn's tokens), prepare
   // (scheduler thread, at admission: the whole prompt; missing segments go in the pool cold), finish
@@ -271,8 +308,9 @@ class Catalog {
   Result<std::vector<int32_t>> prepare_stateless(const Stateless& s);
   void finish_stateless(GenOutcome& out, Lease* lease);
 
-  // Compaction when the log is big and mostly dead (queued under the lock, waited for without it).
-  void maybe_compact();
+  // Compaction when the log is big and mostly dead (queued under the lock, waited for without it);
+  // `now`: whatever the log's size (sessions just went to rest: their text leaves the log).
+  void maybe_compact(bool now = false);
   // Removes the segments let go earlier that could not go then (an edit's old segments, a session's
   // old chain) once nothing uses them any more (leases, a modular placement waiting to be built from
   // them). Returns how many are left.
@@ -339,6 +377,10 @@ class Catalog {
   // Sets d's tier at rest and queues its segment_tier record (wait for it without the lock).
   std::future<Status> record_tier_locked(SegmentDef& d, std::vector<uint8_t> coded);
   std::string cold_mismatch_locked(const SegmentDef& d, std::span<const int32_t> context) const;
+  // A session at rest whole again from its woken segments (their tokens in the trie): Corruption
+  // when they do not give back what it recorded.
+  Status unrest_locked(Session& s);
+  std::vector<std::string> sessions_at_rest_below_locked(const std::string& name) const;
 
   // Moves a session's kept transcript up after `drop_tokens` of it were dropped: the segments of the
   // kept part go in under base_id at their new positions as RoPE-shifted copies of the old ones
@@ -364,6 +406,7 @@ class Catalog {
   // Segments to remove that could not go yet (leased, or something was computed on top): old
   // segments of edited definitions, a session's old chain; leaves first (collect_retired).
   std::vector<SegmentId> retired_;
+  Waker waker_;
 };
 
 }  // namespace towers::daemon

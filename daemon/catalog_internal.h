@@ -14,6 +14,8 @@ bool valid_name(const std::string& s);
 Status no_segment(const std::string& name);
 Status no_session(const std::string& id);
 Status not_recorded(const std::string& what, const Status& st);
+// A session at rest asked for what only a woken one has (the edge wakes it first: a race).
+Status rest_unavailable(const std::string& id);
 
 // The oldest `turns` turns (and `tokens` transcript tokens) leave the session: it had reached the context.
 Status drop_oldest(Session& s, size_t turns, size_t tokens);
@@ -21,5 +23,7 @@ Status drop_oldest(Session& s, size_t turns, size_t tokens);
 void append_turn(Session& s, const record::SessionTurn& t);
 // The session as one record (compaction, a repair at start): replay replaces the session with it.
 record::SessionSnapshot snapshot_of(const Session& s);
+// A session at rest (Session::rest set) as its record.
+record::SessionRest rest_record_of(const Session& s);
 
 }  // namespace towers::daemon::catalog_detail

@@ -65,6 +65,13 @@ Status Catalog::apply(const Record& r) {
       if (it == c.sessions_.end()) return Status::Corruption("turn of unknown session \"" + t.id + "\"; skipped");
       Session& s = it->second;
       if (s.cut) return Status::Corruption("session \"" + t.id + "\": turn " + std::to_string(t.n) + " skipped (the session was cut at a damaged record)");
+      if (s.rest) {
+        // A live turn wakes its session and records it whole first (wake_session): never a turn
+        // straight after a session_rest record.
+        s.cut = true;
+        return Status::Corruption("session \"" + t.id + "\": turn " + std::to_string(t.n) +
+                                  " follows its at-rest record without the session recorded whole; skipped");
+      }
       if (t.n != 0 && t.n != s.turns + 1) {
         // A turn is missing (its record was damaged): replaying this one would serve a conversation
         // that never happened. The session ends after its last whole turn.
@@ -79,6 +86,22 @@ Status Catalog::apply(const Record& r) {
       }
       append_turn(s, t);
       s.turns++;
+      return Status::Ok();
+    }
+    Status operator()(const record::SessionRest& r) {
+      if (r.id.empty()) return Status::Corruption("session_rest record without an id; skipped");
+      if (r.seals.empty() || r.segments.size() != r.seals.size() || r.turn_ends.size() * 2 != r.messages.size()) {
+        return Status::Corruption("session \"" + r.id + "\": its at-rest record does not describe a transcript; skipped");
+      }
+      Session s;
+      s.id = r.id, s.bot = r.bot, s.created = r.created, s.updated = r.updated;
+      s.seals = r.seals;
+      s.seal_ids.assign(r.segments.begin(), r.segments.end());
+      s.turns = r.turns;
+      s.turn_ends = r.turn_ends;
+      s.tools = r.tools;
+      s.rest = Session::Rest{r.seals.back() + r.tail.size(), r.tail, r.messages, ""};
+      c.sessions_[s.id] = std::move(s);
       return Status::Ok();
     }
     Status operator()(const record::SessionDelete& d) {
@@ -108,6 +131,7 @@ Result<Catalog::Restored> Catalog::restore() {
   bool rewrite = model_changed_;
   if (model_changed_) {
     for (auto& [id, s] : sessions_) {
+      if (s.rest) continue;  // (open_state refuses another model while sessions are at rest)
       std::vector<ChatMessage> turns = s.messages;
       s.transcript.clear();
       s.seals.clear();
@@ -138,7 +162,9 @@ Result<Catalog::Restored> Catalog::restore() {
     for (const auto& [name, d] : defs_) {
       if (d.pool_id != kNoSegment && d.coded.empty()) files.push_back(d.pool_id);
     }
-    for (const auto& [id, s] : sessions_) files.insert(files.end(), s.seal_ids.begin(), s.seal_ids.end());
+    for (const auto& [id, s] : sessions_) {
+      if (!s.rest) files.insert(files.end(), s.seal_ids.begin(), s.seal_ids.end());
+    }
     pool_.prefetch_headers(files);
   }
   // Hierarchy segments, parents first: adopt each one's file, or put it in the pool cold.
@@ -180,6 +206,22 @@ Result<Catalog::Restored> Catalog::restore() {
   for (auto& [id, s] : sessions_) {
     SegmentId parent = kNoSegment;
     if (!find_def(s.bot) || !session_base_locked(s.bot, s.tools, &parent, nullptr).ok()) continue;
+    if (s.rest) {
+      // At rest: its segments come back from the packs' index alone (no token to check them against:
+      // the wake checks each record's count and hash); one that cannot is reported, never dropped.
+      for (SegmentId seg : s.seal_ids) {
+        Status st = pool_.adopt_at_rest(seg, parent, transcript_options(s), {});
+        if (!st.ok()) {
+          s.rest->damaged = "its transcript segment " + std::to_string(seg) + " is not in the cold packs (" + st.message() + ")";
+          log_error("session \"" + s.id + "\" is at rest and " + s.rest->damaged + "; it is kept and cannot be served");
+          break;
+        }
+        ++out.at_rest;
+        parent = seg;
+      }
+      s.tail_segment = s.rest->damaged.empty() ? parent : kNoSegment;
+      continue;
+    }
     const bool named = s.seal_ids.size() == s.seals.size();
     // The session's last segments whose records are in the cold packs and whose KV files are gone
     // (it went to rest from its last turn up) come back at rest: no file, no tokens in the pool.
@@ -292,7 +334,8 @@ std::vector<Record> Catalog::live_records_locked() const {
       with_turn.turns = session.recording->n;
       s = &with_turn;
     }
-    live.push_back(snapshot_of(*s));
+    if (s->rest) live.push_back(rest_record_of(*s));
+    else live.push_back(snapshot_of(*s));
   }
   return live;
 }
@@ -301,20 +344,21 @@ size_t Catalog::live_estimate_locked() const {
   size_t n = 64;
   for (const auto& [k, d] : defs_) n += d.text.size() + d.coded.size() * 4 / 3 + 96;
   for (const auto& [k, s] : sessions_) {
+    if (s.rest) n += s.rest->where.size() * 24 + s.seals.size() * 16;
     n += 128 + s.transcript.size() * 7;
     for (const auto& m : s.messages) n += m.content.size() + 32;
   }
   return n;
 }
 
-void Catalog::maybe_compact() {
+void Catalog::maybe_compact(bool now) {
   const uint64_t bytes = store_.bytes();  // never waits for the log's writer
-  if (bytes < config_.compact_bytes) return;
+  if (bytes < config_.compact_bytes && !now) return;
   auto done = std::make_shared<std::promise<Status>>();
   std::future<Status> compacted = done->get_future();
   {
     std::lock_guard lock(mu_);
-    if (live_estimate_locked() * 2 > bytes) return;
+    if (live_estimate_locked() * 2 > bytes && !now) return;
     // Queued behind every record of the state it snapshots, ahead of every later one.
     store_.compact_async(live_records_locked(), [done](const Status& st) { done->set_value(st); });
   }

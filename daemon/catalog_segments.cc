@@ -283,6 +283,12 @@ Result<Catalog::Put> Catalog::put_segment(const std::string& name, Level level, 
     if (Status st = tokenize_def_locked(d); !st.ok()) return st;
     existed = existing != nullptr;
     if (existing) {
+      // The sessions below keep their transcripts through the edit: a session at rest has its own
+      // only in records coded under the old chain (the edge wakes them before an edit: a race).
+      if (auto resting = sessions_at_rest_below_locked(name); !resting.empty()) {
+        return Status::Unavailable(std::to_string(resting.size()) + " session(s) below \"" + name + "\" went to rest " +
+                                   "while this request was read; send it again");
+      }
       backup = *existing;
       // Moved to another parent with the same text: placed there modularly from its old KV.
       const auto old = existing->pool_id ? pool_.info(existing->pool_id) : std::nullopt;

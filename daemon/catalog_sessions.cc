@@ -100,6 +100,7 @@ Result<SessionView> Catalog::session(const std::string& id, bool with_transcript
   std::lock_guard lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return no_session(id);
+  if (with_transcript && it->second.rest) return rest_unavailable(id);
   return view_locked(it->second, with_transcript);
 }
 
@@ -117,6 +118,7 @@ Result<Catalog::Turn> Catalog::begin_turn(const std::string& session, const Turn
   Session& s = it->second;
   if (s.busy) return Status::Conflict("session \"" + session + "\" is already generating a reply");
   if (!find_def(s.bot)) return Status::Conflict("the session's bot \"" + s.bot + "\" no longer exists");
+  if (s.rest) return rest_unavailable(session);
   Turn t;
   t.session = session;
   t.role = input.role;

@@ -187,6 +187,7 @@ int main(int argc, char** argv) {
            (restored->sessions_cut ? ", " + std::to_string(restored->sessions_cut) + " session(s) cut at damaged records" : ""));
   catalog.maybe_compact();
   scheduler.set_waker([&pool, &wake_forward](SegmentId id) { return pool.wake(id, &wake_forward); });
+  catalog.set_waker([&scheduler](SegmentId id) { return scheduler.wake(id); });
   scheduler.start();
 
   // The cold tier: a SCHED_IDLE thread codes idle segments' tokens and drops their KV.
@@ -291,6 +292,9 @@ int main(int argc, char** argv) {
     // Periodic: watchdog (only while the scheduler makes progress), log compaction, and the old
     // segments of edits that nothing uses any more.
     if (watchdog.count() > 0 && scheduler.stalled_seconds() < 60) sd_notify_message("WATCHDOG=1");
+    if (cfg.cold_enabled) {
+      if (const size_t resting = catalog.rest_sessions()) log_info(std::to_string(resting) + " session(s) went to rest");
+    }
     catalog.maybe_compact();
     catalog.collect_retired();
   }

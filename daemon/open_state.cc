@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "engine/codec/codec.h"
 #include "simd/onednn_matmul.h"
@@ -26,7 +27,7 @@ std::string fingerprint_hex(uint64_t f) {
 // fingerprint (packs from before the file existed were coded by the serving model). With another
 // coder configured, the packs are set aside whole (renamed, not deleted): the sessions at rest in them
 // are recomputed from the log's tokens on their next message, and new packs start with the new coder.
-Status check_cold_coder(const std::filesystem::path& cold_dir, uint64_t coder, uint64_t serving,
+Status check_cold_coder(const std::filesystem::path& cold_dir, uint64_t coder, uint64_t serving, size_t sessions_at_rest,
                         std::vector<std::string>* warnings) {
   const std::filesystem::path marker = cold_dir / "coder";
   std::error_code ec;
@@ -41,6 +42,13 @@ Status check_cold_coder(const std::filesystem::path& cold_dir, uint64_t coder, u
     std::string hex;
     in >> hex;
     coded_by = std::strtoull(hex.c_str(), nullptr, 16);
+  }
+  if (packs && coded_by != coder && sessions_at_rest > 0) {
+    // Their transcripts exist nowhere else: only the coder that wrote the records can read them.
+    return Status::InvalidArgument("invalid config: cold.coder: " + std::to_string(sessions_at_rest) +
+                                   " session(s) are at rest in " + cold_dir.string() + ", coded by model " +
+                                   fingerprint_hex(coded_by) + ", and only that model can decode them; the coder now is " +
+                                   fingerprint_hex(coder) + ". Start with [cold] coder set to the model that coded them.");
   }
   if (packs && coded_by != coder) {
     auto aside = cold_dir.parent_path() / ("cold.coded-by-" + fingerprint_hex(coded_by));
@@ -124,6 +132,32 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
     }
   }
 
+  // Sessions at rest hold their transcripts only in the cold packs' records (daemon/catalog.h): a
+  // start that could not read them (another model, no segment store) is refused, never served empty.
+  size_t resting = 0;
+  {
+    std::map<std::string, bool> at_rest;  // session -> its last record is a session_rest
+    uint64_t written_with = st->fingerprint;
+    for (const Record& r : records) {
+      if (const auto* h = std::get_if<record::Header>(&r)) written_with = h->fingerprint;
+      else if (const auto* x = std::get_if<record::SessionRest>(&r)) at_rest[x->id] = true;
+      else if (const auto* x = std::get_if<record::SessionSnapshot>(&r)) at_rest[x->id] = false;
+      else if (const auto* x = std::get_if<record::SessionCreate>(&r)) at_rest[x->id] = false;
+      else if (const auto* x = std::get_if<record::SessionDelete>(&r)) at_rest.erase(x->id);
+    }
+    for (const auto& [id, rest] : at_rest) resting += rest;
+    if (resting > 0 && written_with != st->fingerprint && options.serving) {
+      return Status::InvalidArgument("model.path: " + std::to_string(resting) + " session(s) in " + cfg.state_dir.string() +
+                                     " are at rest, their transcripts only in records coded for model " +
+                                     fingerprint_hex(written_with) + ", not this one (" + fingerprint_hex(st->fingerprint) +
+                                     "); start with the model they were written with");
+    }
+    if (resting > 0 && options.serving && !cfg.warm_tier) {
+      return Status::InvalidArgument("state.warm_tier = false: " + std::to_string(resting) +
+                                     " session(s) are at rest in the segment store's cold packs, which it turns off");
+    }
+  }
+
   PoolOptions po;
   po.depth = cfg.depth;
   po.model_fingerprint = st->fingerprint;
@@ -138,7 +172,7 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
       std::error_code ec;
       std::filesystem::create_directories(po.store_dir, ec);
       if (ec) return Status::IOError("cannot create " + po.store_dir.string() + ": " + ec.message());
-      if (Status s = check_cold_coder(po.store_dir / "cold", st->coder_fingerprint, st->fingerprint, warnings); !s.ok())
+      if (Status s = check_cold_coder(po.store_dir / "cold", st->coder_fingerprint, st->fingerprint, resting, warnings); !s.ok())
         return s;
       const uint64_t base = cfg.disk_budget.percent > 0 ? free_disk_bytes(po.store_dir) + file_bytes_under(po.store_dir) : 0;
       st->disk_budget = size_budget(cfg.disk_budget, base, "the free disk space plus the segment files");

@@ -18,6 +18,7 @@ const char* record_type_name(RecordType t) {
     case RecordType::SessionDelete: return "session_delete";
     case RecordType::SessionSnapshot: return "session_snapshot";
     case RecordType::SegmentTier: return "segment_tier";
+    case RecordType::SessionRest: return "session_rest";
   }
   return "?";
 }
@@ -62,6 +63,19 @@ json to_json(const record::SessionSnapshot& r) {
   if (!r.segments.empty()) j["segments"] = r.segments;
   if (r.turns) j["turns"] = r.turns;
   if (!r.turn_ends.empty()) j["turn_ends"] = r.turn_ends;
+  if (!r.tools.empty()) j["tools"] = r.tools;
+  return j;
+}
+
+json to_json(const record::SessionRest& r) {
+  json messages = json::array();
+  for (const auto& m : r.messages) {
+    if (m.in_transcript) messages.push_back({{"role", m.role}, {"at", {m.offset, m.length}}});
+    else messages.push_back({{"role", m.role}, {"content", m.content}});
+  }
+  json j = {{"id", r.id},           {"bot", r.bot},   {"created", r.created}, {"updated", r.updated},
+            {"turns", r.turns},     {"turn_ends", r.turn_ends}, {"seals", r.seals}, {"segments", r.segments},
+            {"tail", r.tail},       {"messages", std::move(messages)}};
   if (!r.tools.empty()) j["tools"] = r.tools;
   return j;
 }
@@ -127,6 +141,32 @@ class Reader {
     }
     return out;
   }
+  std::vector<record::RestMessage> rest_messages(const char* key) {
+    std::vector<record::RestMessage> out;
+    const json* v = field(key, true);
+    if (!v) return out;
+    if (!v->is_array()) return bad(key, "is not an array"), out;
+    for (const auto& m : *v) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+        return bad(key, "holds a message without a string role"), std::vector<record::RestMessage>();
+      }
+      record::RestMessage r;
+      r.role = m["role"].get<std::string>();
+      if (auto at = m.find("at"); at != m.end()) {
+        if (!at->is_array() || at->size() != 2 || !(*at)[0].is_number_unsigned() || !(*at)[1].is_number_unsigned()) {
+          return bad(key, "holds an \"at\" that is not [offset, length]"), std::vector<record::RestMessage>();
+        }
+        r.offset = (*at)[0].get<uint64_t>(), r.length = (*at)[1].get<uint64_t>();
+      } else if (auto c = m.find("content"); c != m.end() && c->is_string()) {
+        r.in_transcript = false;
+        r.content = c->get<std::string>();
+      } else {
+        return bad(key, "holds a message with neither \"at\" nor a string content"), std::vector<record::RestMessage>();
+      }
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
   Status status() const {
     return problem_.empty() ? Status::Ok()
                             : Status::Corruption(std::string(record_type_name(type_)) + " record: " + problem_);
@@ -188,6 +228,18 @@ Record read(Reader& in, RecordType type) {
                                      in.integer<uint64_t>("turns", false),
                                      in.integers<size_t>("turn_ends", false),
                                      in.str("tools", false)};
+    case RecordType::SessionRest:
+      return record::SessionRest{in.str("id"),
+                                 in.str("bot"),
+                                 in.integer<int64_t>("created", false),
+                                 in.integer<int64_t>("updated", false),
+                                 in.integer<uint64_t>("turns"),
+                                 in.integers<size_t>("turn_ends"),
+                                 in.integers<size_t>("seals"),
+                                 in.integers<uint64_t>("segments"),
+                                 in.integers<int32_t>("tail"),
+                                 in.rest_messages("messages"),
+                                 in.str("tools", false)};
   }
   return record::Header{};
 }

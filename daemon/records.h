@@ -25,6 +25,12 @@
 //                      turn_ends?, tools?}   (compaction, and a session repaired at start; turns: numbered so
 //                      far, turn_ends: transcript offset where each kept turn ends; a segment id 0:
 //                      no file, the segment is recomputed from the tokens)
+//   session_rest      {id, bot, created, updated, turns, turn_ends, seals, segments, tail, messages,
+//                      tools?}   a session at rest (compaction): no text, no token up to seals.back();
+//                      those are only in its segments' coded records in the cold packs. tail: the
+//                      tokens after the last seal (the reply's last token, never evaluated);
+//                      messages[i]: {role, at: [offset, length]} where its text sits in the
+//                      detokenized transcript, or {role, content} when it is not found there verbatim
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -48,8 +54,9 @@ enum class RecordType : uint8_t {
   SessionDelete = 6,
   SessionSnapshot = 7,
   SegmentTier = 8,
+  SessionRest = 9,
 };
-inline constexpr uint8_t kLastRecordType = static_cast<uint8_t>(RecordType::SegmentTier);
+inline constexpr uint8_t kLastRecordType = static_cast<uint8_t>(RecordType::SessionRest);
 const char* record_type_name(RecordType t);
 
 namespace record {
@@ -104,11 +111,30 @@ struct SessionSnapshot {
   std::vector<size_t> turn_ends;  // transcript offset after each kept turn (empty: an older log)
   std::string tools;              // the session's tools (tools_json; "": none)
 };
+// Where one message of a session at rest is: `length` bytes at `offset` of its detokenized
+// transcript, or (text not found there verbatim) its own `content`.
+struct RestMessage {
+  std::string role;
+  bool in_transcript = true;
+  uint64_t offset = 0, length = 0;
+  std::string content;  // !in_transcript
+};
+struct SessionRest {
+  std::string id, bot;
+  int64_t created = 0, updated = 0;
+  uint64_t turns = 0;
+  std::vector<size_t> turn_ends, seals;
+  std::vector<uint64_t> segments;  // one per seal, each with its coded record in the cold packs
+  std::vector<int32_t> tail;       // transcript tokens after seals.back()
+  std::vector<RestMessage> messages;
+  std::string tools;
+};
 }  // namespace record
 
 // One alternative per RecordType, in the same order.
 using Record = std::variant<record::Header, record::SegmentPut, record::SegmentDelete, record::SessionCreate,
-                            record::SessionTurn, record::SessionDelete, record::SessionSnapshot, record::SegmentTier>;
+                            record::SessionTurn, record::SessionDelete, record::SessionSnapshot, record::SegmentTier,
+                            record::SessionRest>;
 
 RecordType type_of(const Record& r);
 std::string record_payload(const Record& r);  // the payload

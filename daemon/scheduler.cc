@@ -438,6 +438,18 @@ void Scheduler::resolve_build(Build& b) {
   if (start_prefill(b, *info, prefill) && b.tokens.empty()) complete_build(b);  // repair = 0: the old rows alone
 }
 
+Status Scheduler::wake(SegmentId id) {
+  if (!waker_fn_) return run([this, id] { return pool_.wake(id).status(); });
+  auto woke = std::make_shared<std::promise<Status>>();
+  std::future<Status> done = woke->get_future();
+  waker_.post([this, id, woke] { woke->set_value(waker_fn_(id).status()); });
+  try {
+    return done.get();
+  } catch (const std::future_error&) {  // the waker stopped first (shutdown)
+    return Status::Unavailable("the daemon is stopping");
+  }
+}
+
 bool Scheduler::start_prefill(Build& b, const SegmentInfo& info, int32_t count) {
   // A segment at rest is decoded from its coded record first (its tokens come from nowhere else): on
   // the waker's thread when there is one, and the build goes on once it is back in the trie.

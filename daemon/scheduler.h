@@ -202,6 +202,10 @@ class Scheduler {
   // for it like a page-in, the streams going on meanwhile. Without one (tests) it runs in the step.
   using Waker = std::function<Result<std::vector<int32_t>>(SegmentId id)>;
   void set_waker(Waker waker) { waker_fn_ = std::move(waker); }
+  // Decodes a segment at rest (and its parents at rest) back into the trie and waits: a session's
+  // wake (Catalog::wake_session), from a thread that may block. On the waker's thread, after any
+  // decode asked before it; without a waker, on the scheduler thread between steps.
+  Status wake(SegmentId id);
   // Runs fn on the scheduler thread between steps and waits for it.
   Status run(std::function<Status()> fn);
   // Posts fn to the scheduler thread without waiting.

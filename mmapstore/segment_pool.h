@@ -344,6 +344,9 @@ class SegmentPool {
                        std::span<const int32_t> own_tokens = {});
   // Whether the cold packs hold a record of this segment id (read at construction from the index).
   bool packed(SegmentId id) const;
+  // `id` is at rest, its record durable in the cold packs, coding exactly `own_tokens` under
+  // `parent` (what a session needs before its text and tokens may go: daemon/catalog.h). In memory.
+  bool rests_as(SegmentId id, SegmentId parent, std::span<const int32_t> own_tokens) const;
   // What opening the cold packs found (torn tails cut, damaged entries), one line each.
   std::vector<std::string> cold_pack_problems() const;
 

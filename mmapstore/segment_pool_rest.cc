@@ -292,6 +292,13 @@ Status SegmentPool::adopt_at_rest(SegmentId id, SegmentId parent, const SegmentO
   return Status::Ok();
 }
 
+bool SegmentPool::rests_as(SegmentId id, SegmentId parent, std::span<const int32_t> own_tokens) const {
+  std::lock_guard lock(mu_);
+  const RestRecord* r = rest_.find(id);
+  return r && r->packed && r->parent == parent && r->length == static_cast<int32_t>(own_tokens.size()) &&
+         r->tokens_xxh3 == xxh3_tokens(own_tokens);
+}
+
 bool SegmentPool::packed(SegmentId id) const {
   return cold_pack_ && cold_pack_->find(id, nullptr);
 }

@@ -5,7 +5,8 @@
 # whose tokens come back only by decoding its records under their parents, then a prefill — gets the
 # same reply, text and every logprob, as the same session on a daemon where nothing went cold; and
 # so does the same session killed (SIGKILL) at rest and restarted (it comes back at rest from the
-# cold packs' index).
+# cold packs' index). Once all its segments are coded the session itself goes to rest: its text
+# leaves the state log (a session_rest record) and RAM, and its messages come back decoded.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 towerd_setup "$1" "$2" "$3"
@@ -40,8 +41,16 @@ setup cold
 got_first="$first"
 [ "$got_first" = "$want_first" ] || fail "the first two replies differ between two fresh daemons"
 transcript="$(api http://localhost/v1/sessions/s | json 'd["transcript_tokens"]')"
+messages="$(api http://localhost/v1/sessions/s/transcript | json 'd["messages"]')"
 before="$(pool 'd["token_bytes"]')"
-compressed="$(api http://localhost/v1/compress -d '{"idle_seconds":0}' | json 'd["compressed"]')"
+compress="$(api http://localhost/v1/compress -d '{"idle_seconds":0}')"
+compressed="$(echo "$compress" | json 'd["compressed"]')"
+# The session went to rest: the state log holds none of its text (a compaction rewrote it), and the
+# session says so without waking.
+[ "$(echo "$compress" | json 'd["sessions_to_rest"]')" = 1 ] || fail "the session did not go to rest: $compress"
+[ "$(api http://localhost/v1/sessions/s | json 'd["at_rest"]')" = True ] || fail "the session does not say it is at rest"
+[ "$(api http://localhost/v1/sessions/s | json 'd["transcript_tokens"]')" = "$transcript" ] || fail "at rest, the transcript's length changed"
+! grep -qaF "What happened next" "$state/towerd.log" || fail "the state log still holds the text of a session at rest"
 after="$(pool 'd["token_bytes"]')"
 resting="$(pool 'd["at_rest"]["segments"]')"
 serving_coded="$(pool 'd["at_rest"]["bytes"]')"
@@ -53,6 +62,9 @@ echo "transcript $transcript tokens; compressed $compressed segments; trie token
 got="$(msg "And then?" 24)"
 wakes="$(pool 'd["at_rest"]["wakes"]')"
 errors="$(pool 'd["at_rest"]["wake_errors"]')"
+[ "$(api http://localhost/v1/sessions/s | json 'd["at_rest"]')" = False ] || fail "after its turn, the session is still at rest"
+woken_messages="$(api http://localhost/v1/sessions/s/transcript | json 'd["messages"][:4]')"
+[ "$woken_messages" = "$messages" ] || fail "woken, the session's messages are $woken_messages, not $messages"
 stop
 [ "$wakes" -ge 2 ] || fail "the reply did not decode the session's records ($wakes woken)"
 [ "$errors" = 0 ] || fail "$errors records failed to decode"
@@ -71,9 +83,13 @@ resting="$(pool 'd["at_rest"]["segments"]')"
 after="$(pool 'd["token_bytes"]')"
 [ "$resting" -ge 2 ] || fail "restarted, the session is not at rest ($resting segments)"
 [ "$(pool 'd["at_rest"]["bytes"]')" = 0 ] || fail "restarted, records at rest are held in RAM"
+[ "$(api http://localhost/v1/sessions/s | json 'd["at_rest"]')" = True ] || fail "restarted, the session is not at rest"
 hierarchy=$(( $(api http://localhost/v1/segments/plat | json 'd["tokens"]') + $(api http://localhost/v1/segments/bot | json 'd["tokens"]') ))
 [ "$after" -le $((hierarchy * 4)) ] ||
   fail "restarted, the trie holds the session's tokens: $after bytes, the platform and bot are $((hierarchy * 4))"
+# Its messages come back decoded (GET wakes it), the same as before it went to rest.
+woken_messages="$(api http://localhost/v1/sessions/s/transcript | json 'd["messages"]')"
+[ "$woken_messages" = "$messages" ] || fail "restarted at rest, the session's messages are $woken_messages, not $messages"
 got="$(msg "And then?" 24)"
 wakes="$(pool 'd["at_rest"]["wakes"]')"
 stop
@@ -135,16 +151,29 @@ if [ -n "${TOWERCTL:-}" ]; then
   [ "$got" = "$want" ] || fail "with a coder, the session replied '$got' instead of '$want'"
   echo "coder: $coder_coded coded bytes (the serving model's: $serving_coded), the same third reply"
 
+  # A session at rest exists only in the coder's records: another coder is refused (nothing set aside,
+  # nothing lost), and the coder that wrote them serves it again.
   setup coder-switch --config "$tmp/coder.toml"
   api http://localhost/v1/compress -d '{"idle_seconds":0}' >/dev/null
+  [ "$(api http://localhost/v1/sessions/s | json 'd["at_rest"]')" = True ] || fail "with a coder, the session is not at rest"
+  stop
+  rc=0
+  "$towerd" --model "$model" --socket "$tmp/switch.sock" --state-dir "$state" --threads 2 2>"$tmp/switch.log" || rc=$?
+  [ "$rc" = 2 ] || fail "sessions at rest and another coder: towerd exited with $rc, not 2 (invalid config)"
+  grep -q "invalid config: cold.coder: 1 session(s) are at rest in .* only that model can decode them" "$tmp/switch.log" ||
+    fail "sessions at rest and another coder: no reason given: $(cat "$tmp/switch.log")"
+  start --config "$tmp/coder.toml"
+  got="$(msg "And then?" 24)"
+  [ "$got" = "$want" ] || fail "back with its coder, the session replied '$got' instead of '$want'"
+  # Woken (and recorded whole again), the session no longer binds the coder: the switch sets the old
+  # packs aside and the session is recomputed from the log's tokens.
   stop
   start
   grep -q "the cold packs were coded by model .* set aside" "$tmp/log" || fail "another coder's packs were not set aside"
   [ "$(pool 'd["at_rest"]["segments"]')" = 0 ] || fail "records of another coder came back at rest"
-  got="$(msg "And then?" 24)"
+  got="$(msg "What then?" 16)"
   stop
-  [ "$got" = "$want" ] || fail "after a change of coder, the session replied '$got' instead of '$want'"
-  echo "coder changed: the old packs set aside, the session recomputed from the log, the same third reply"
+  echo "coder changed: refused while a session was at rest in its records; after a wake, the old packs set aside and the session recomputed from the log"
 
   # A coder of another vocabulary cannot code this model's tokens: towerd refuses to start, and says why.
   printf '[cold]\ncoder = "%s"\n' "$shared/models/babyllama105.gguf" >"$tmp/bad_coder.toml"
