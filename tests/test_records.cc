@@ -32,6 +32,9 @@ std::vector<Record> one_of_each() {
                           "tool", R"([{"name":"get_weather"}])"},
       record::SessionDelete{"s-1"},
       snap,
+      // A session at rest: one message found in its transcript's text, one kept verbatim.
+      record::SessionRest{"s-2", "helper", 1700000008, 1700000009, 4, {30}, {12, 29}, {11, 13}, {2},
+                          {{"user", true, 5, 7, ""}, {"assistant", false, 0, 0, "caf\xc3\xa9 \"x\""}}, ""},
       record::SegmentDelete{"helper"},
   };
 }
@@ -72,6 +75,21 @@ void check_same(const Record& a, const Record& b) {
     CHECK(x->turns == y.turns);
     CHECK(x->turn_ends == y.turn_ends);
     CHECK(x->tools == y.tools);
+  }
+  if (auto* x = std::get_if<record::SessionRest>(&a)) {
+    auto& y = std::get<record::SessionRest>(b);
+    CHECK(x->seals == y.seals);
+    CHECK(x->segments == y.segments);
+    CHECK(x->tail == y.tail);
+    CHECK(x->turns == y.turns);
+    REQUIRE(x->messages.size() == y.messages.size());
+    for (size_t i = 0; i < x->messages.size(); ++i) {
+      CHECK(x->messages[i].role == y.messages[i].role);
+      CHECK(x->messages[i].in_transcript == y.messages[i].in_transcript);
+      CHECK(x->messages[i].offset == y.messages[i].offset);
+      CHECK(x->messages[i].length == y.messages[i].length);
+      CHECK(x->messages[i].content == y.messages[i].content);
+    }
   }
 }
 
@@ -119,6 +137,11 @@ TEST_CASE("damaged payloads are refused, naming the kind and the field") {
       {RecordType::SegmentTier, R"({"name":"a","coded":"!!not base64!!"})", "\"coded\""},
       {RecordType::SessionSnapshot, R"({"id":"s","bot":"b","messages":[{"role":"user"}],"transcript":[],"seals":[]})",
        "\"messages\""},
+      {RecordType::SessionRest,
+       R"({"id":"s","bot":"b","turns":1,"turn_ends":[3],"seals":[2],"segments":[5],"tail":[1],"messages":[{"role":"user","at":[1]}]})",
+       "\"at\" that is not [offset, length]"},
+      {RecordType::SessionRest, R"({"id":"s","bot":"b","turns":1,"turn_ends":[3],"seals":[2],"segments":[5],"messages":[]})",
+       "\"tail\" is missing"},
       {RecordType::Header, R"([1,2])", "not a JSON object"},
       {RecordType::Header, R"({"model":"m","fingerprint":-5})", "\"fingerprint\""},
       {static_cast<RecordType>(99), R"({})", "unknown record type"},

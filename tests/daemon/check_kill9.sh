@@ -11,3 +11,13 @@ args=(--rounds "${TOWERS_KILL9_ROUNDS:-20}")
 [ -n "${TOWERS_KILL9_SEED:-}" ] && args+=(--seed "$TOWERS_KILL9_SEED")
 python3 "$(dirname "$0")/kill9.py" "$towerd" "$model" "$tmp" "${args[@]}" || {
   rc=$?; echo "--- the killed daemon's log (end):"; tail -30 "$tmp/killed/towerd.log" 2>/dev/null || true; exit "$rc"; }
+# The same with a client compressing all the time (--cold): kills land while segments freeze, sessions
+# go to rest (their text leaves the log) and wake again (TOWERS_KILL9_COLD_ROUNDS, default 8).
+cold_args=(--rounds "${TOWERS_KILL9_COLD_ROUNDS:-8}" --cold)
+[ -n "${TOWERS_KILL9_SEED:-}" ] && cold_args+=(--seed "$TOWERS_KILL9_SEED")
+mkdir -p "$tmp/cold"
+python3 "$(dirname "$0")/kill9.py" "$towerd" "$model" "$tmp/cold" "${cold_args[@]}" || {
+  rc=$?; echo "--- the killed daemon's log (end):"; tail -30 "$tmp/cold/killed/towerd.log" 2>/dev/null || true; exit "$rc"; }
+woken=$(grep -c 'woken from rest' "$tmp/cold/killed/towerd.log" || true)
+echo "kill9 --cold: $woken session wake(s) from rest in the killed daemon's log"
+[ "$woken" -ge 1 ] || fail "no session went to rest and woke during the --cold run"

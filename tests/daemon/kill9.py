@@ -8,11 +8,14 @@ acknowledged (a 2xx answer received whole). After every restart:
     oldest turns a reply said it dropped (a session past the model's context), or the in-flight
     turn, when it is there, dropped;
   - a segment whose PUT was in flight is either absent or whole.
+With --cold, a fourth client codes every idle segment (POST /v1/compress, idle_seconds 0) again and
+again, so kills also land while segments freeze, sessions go to rest (their text leaves the log) and
+wake again (a turn, or the transcript read after each restart).
 At the end a reference towerd that never died is given the same segments and sessions and the same
 user messages in order (temperature 0); every reply must equal the reply in the killed daemon's
 transcripts.
 
-  kill9.py TOWERD MODEL TMPDIR [--rounds N] [--seed S]
+  kill9.py TOWERD MODEL TMPDIR [--rounds N] [--seed S] [--cold]
 The seed is printed first; rerun with --seed to replay the same kill moments and operations.
 """
 import argparse
@@ -27,6 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from towerd_client import call, start_towerd, stop_towerd  # noqa: E402
 
 CONFIG = "[cold]\nenabled = false\n"
+COLD_CONFIG = "[cold]\nenabled = true\nscan_seconds = 3600\n"
 WORDS = ["cat", "dog", "sun", "tree", "ship", "moon", "girl", "boy", "ball", "park", "rain", "cake"]
 
 
@@ -89,6 +93,15 @@ def worker(sock, rng, ledger, stop, w, r):
             return  # the daemon died under this request: it stays in flight
 
 
+def compressor(sock, stop):
+    """Sends every idle segment to the cold tier, and so every whole session to rest, until stopped."""
+    while not stop.is_set():
+        try:
+            call(sock, "POST", "/v1/compress", {"idle_seconds": 0})
+        except Exception:
+            return  # the daemon died under it
+
+
 def transcript(sock, sid):
     return [(m["role"], m["content"]) for m in call(sock, "GET", "/v1/sessions/%s/transcript" % sid)["messages"]]
 
@@ -143,14 +156,16 @@ def main():
     ap.add_argument("tmp")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--cold", action="store_true", help="a client compresses all the time (sessions go to rest)")
     a = ap.parse_args()
+    config = COLD_CONFIG if a.cold else CONFIG
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
-    print("kill9: seed %d, %d rounds (replay: --seed %d)" % (seed, a.rounds, seed), flush=True)
+    print("kill9: seed %d, %d rounds%s (replay: --seed %d)" % (seed, a.rounds, " with sessions going to rest" if a.cold else "", seed), flush=True)
     rng = random.Random(seed)
     work = os.path.join(a.tmp, "killed")
     os.makedirs(work, exist_ok=True)
     ledger = Ledger()
-    p, sock = start_towerd(a.towerd, a.model, work, 2, CONFIG)
+    p, sock = start_towerd(a.towerd, a.model, work, 2, config)
     call(sock, "PUT", "/v1/segments/plat", {"level": "platform", "text": "You are a storyteller."})
     ledger.segments["plat"] = ("", "You are a storyteller.")
     try:
@@ -158,6 +173,8 @@ def main():
             stop = threading.Event()
             threads = [threading.Thread(target=worker, args=(sock, random.Random(rng.random()), ledger, stop, w, r))
                        for w in range(3)]
+            if a.cold:
+                threads.append(threading.Thread(target=compressor, args=(sock, stop)))
             for t in threads:
                 t.start()
             time.sleep(rng.uniform(0.05, 1.5))  # the random kill moment is the test, not synchronisation
@@ -166,7 +183,7 @@ def main():
             stop.set()
             for t in threads:
                 t.join()
-            p, sock = start_towerd(a.towerd, a.model, work, 2, CONFIG)
+            p, sock = start_towerd(a.towerd, a.model, work, 2, config)
             check_recovered(sock, ledger, r)
             print("round %d: %d segments, %d sessions, %d turns acknowledged so far (%d dropped past the context)" %
                   (r, len(ledger.segments), len(ledger.sessions), sum(len(t) for t in ledger.turns.values()),
