@@ -284,6 +284,20 @@ std::vector<std::string> sessions_to_wake(Service& svc, const Route& route, cons
     if (auto it = b.find("previous_response_id"); it != b.end() && it->is_string()) {
       if (auto ref = parse_response_id(it->get<std::string>())) add(ref->session);
     }
+    // Input items that name an earlier reply (item_reference, function_call(_output)): their sessions.
+    if (auto it = b.find("input"); it != b.end() && it->is_array()) {
+      for (const json& item : *it) {
+        if (!item.is_object()) continue;
+        if (auto id = item.find("id"); id != item.end() && id->is_string()) {
+          if (auto ref = parse_item_id(id->get<std::string>())) add(ref->session);
+        }
+        if (auto id = item.find("call_id"); id != item.end() && id->is_string()) {
+          if (auto ref = parse_call_id(id->get<std::string>())) add(ref->session);
+        }
+      }
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
   }
   return out;
 }
