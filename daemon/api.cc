@@ -317,6 +317,10 @@ ApiStatus dispatch(Service& svc, const HttpRequest& req, HttpResponder& out) {
   auto woken_then_handled = [&svc, route, req, param, wake = std::move(wake)](HttpResponder& o) -> ApiStatus {
     for (const std::string& id : wake) {
       const auto started = std::chrono::steady_clock::now();
+      if (auto s = svc.catalog.session(id, false); s.ok()) {
+        log_info("waking session \"" + id + "\" from rest: decoding its " + std::to_string(s->transcript_tokens) +
+                 " transcript tokens");
+      }
       if (Status st = svc.catalog.wake_session(id); !st.ok()) {
         log_warn(st.message());
         return st.code() == Status::Code::kNotFound ? ApiStatus(st, "", "session_not_found") : ApiStatus(st);

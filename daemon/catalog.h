@@ -73,6 +73,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -129,8 +130,9 @@ struct Session {
   // They replace the recorded chain once the turn is recorded, and go if it is not.
   std::vector<SegmentId> shifted;
   // The turn whose record is queued and not durable yet: a compaction's snapshot includes it (the
-  // snapshot replaces the record, which is queued before it).
-  std::optional<record::SessionTurn> recording;
+  // snapshot replaces the record, which is queued before it). A pointer: every session at rest pays
+  // for this member, and only a turn in flight uses it.
+  std::shared_ptr<const record::SessionTurn> recording;
   // At rest ("Sessions at rest"): `messages` and `transcript` are empty; this says where they come
   // back from.
   struct Rest {

@@ -462,7 +462,7 @@ void Catalog::finish_turn(const Turn& t, const GenOutcome& out, Lease* lease, co
   auto record = [this, rec, settle](const Status& files) {
     if (!files.ok()) return (*settle)(files.prefixed("a moved transcript segment has no file: "));
     std::lock_guard lock(mu_);
-    if (auto it = sessions_.find(rec.id); it != sessions_.end()) it->second.recording = rec;
+    if (auto it = sessions_.find(rec.id); it != sessions_.end()) it->second.recording = std::make_shared<const record::SessionTurn>(rec);
     store_.append_async(rec, [settle](const Status& st) { (*settle)(st); });
   };
   if (derived.empty()) record(Status::Ok());
