@@ -71,11 +71,11 @@ Segment::Parts synthetic_parts(const ModelConfig& c, int32_t pos, int32_t length
   DenseKvCache cache(c, length, pos);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> k(c.kv_dim()), v(c.kv_dim());
   for (int l = 0; l < c.n_layer; ++l) {
     for (int32_t r = 0; r < length; ++r) {
-      float* k = cache.pending_k(l, r);
-      float* v = cache.pending_v(l, r);
       for (int d = 0; d < c.kv_dim(); ++d) k[d] = normal(rng), v[d] = normal(rng);
+      cache.put_pending(l, r, k.data(), v.data());
     }
   }
   cache.commit(length);

@@ -41,7 +41,9 @@ void print_memory_plan(const Model& model, const daemon::BudgetSetting& setting,
     const uint64_t per_token = kv_bytes_per_token(c, q);
     const std::string fit = budget.bytes == 0 || per_token == 0 ? "no limit" : std::to_string(budget.bytes / per_token);
     std::printf("               %-6s %14s %22s%s\n", simd::kv_quant_name(q), human_bytes(static_cast<double>(per_token)).c_str(),
-                fit.c_str(), q == KvQuant::F32 ? "  (request tails)" : "");
+                fit.c_str(), q == KvQuant::F32   ? "  (request tails)"
+                                : q == KvQuant::F16 ? "  (request tails with [model] tail_format = \"f16\")"
+                                                    : "");
   }
 }
 

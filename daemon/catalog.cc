@@ -93,7 +93,7 @@ std::pair<size_t, size_t> Catalog::prompt_limits() const {
   const int n_ctx = model_.config().n_ctx_train;
   const size_t configured =
       static_cast<size_t>(config_.max_prompt_tokens > 0 ? std::min(config_.max_prompt_tokens, n_ctx) : n_ctx);
-  const size_t budget = pool_.ram_budget_bytes(), per_token = kv_bytes_per_token(model_.config(), KvQuant::F32);
+  const size_t budget = pool_.ram_budget_bytes(), per_token = kv_bytes_per_token(model_.config(), config_.tail_format);
   const size_t fits = budget > 0 && per_token > 0 ? std::max<size_t>(1, budget / per_token) : 0;
   return {configured, fits > 0 && fits < configured ? fits : 0};
 }
@@ -107,7 +107,7 @@ std::string Catalog::prompt_limit_why() const {
   const auto [configured, fits] = prompt_limits();
   if (fits > 0) {
     return "the RAM budget of " + format_size(pool_.ram_budget_bytes()) + " holds the KV of " + std::to_string(fits) +
-           " prompt tokens, " + std::to_string(kv_bytes_per_token(model_.config(), KvQuant::F32)) + " B each";
+           " prompt tokens, " + std::to_string(kv_bytes_per_token(model_.config(), config_.tail_format)) + " B each";
   }
   const int n_ctx = model_.config().n_ctx_train;
   if (configured < static_cast<size_t>(n_ctx)) return "[limits] max_prompt_tokens " + std::to_string(configured);

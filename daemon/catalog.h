@@ -227,7 +227,7 @@ class Catalog {
   std::vector<SegmentView> segments() const;  // platform, community, bot order
 
   // The longest prompt served: [limits] max_prompt_tokens within the model's context, and no longer
-  // than the RAM budget can hold as a request's tail (F32 KV: the worst case, nothing cached).
+  // than the RAM budget can hold as a request's tail ([model] tail_format: the worst case, nothing cached).
   size_t prompt_limit() const;
   // What sets prompt_limit(), for the client's error: "model context 131072", "[limits]
   // max_prompt_tokens 4096", "the RAM budget of 1.0 GiB holds the KV of 16384 prompt tokens, ...".
@@ -332,7 +332,7 @@ class Catalog {
   bool model_changed() const { return model_changed_; }
 
  private:
-  // (the configured prompt limit, the tokens whose F32 tail the RAM budget holds when fewer, else 0)
+  // (the configured prompt limit, the tokens whose tail the RAM budget holds when fewer, else 0)
   std::pair<size_t, size_t> prompt_limits() const;
   SegmentDef* find_def(const std::string& name);
   const SegmentDef* find_def(const std::string& name) const;

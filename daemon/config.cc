@@ -174,6 +174,15 @@ Status read_transcript_format(const toml::node& n, Config& c) {
   return Status::Ok();
 }
 
+Status read_tail_format(const toml::node& n, Config& c) {
+  std::string name;
+  if (Status st = read_string(n, name); !st.ok()) return st;
+  auto q = parse_kv_format(name);
+  if (!q || (*q != KvQuant::F32 && *q != KvQuant::F16)) return expected("must be f32 or f16");
+  c.tail_format = *q;
+  return Status::Ok();
+}
+
 Status read_pin_levels(const toml::node& n, Config& c) {
   if (!n.is_array()) return expected("expected an array of level names");
   c.pin_levels.clear();
@@ -256,6 +265,7 @@ const std::vector<Key>& keys() {
       {"model", "chat_template", string_key(TOWERS_FIELD(chat_template))},
       {"model", "aliases", read_aliases},
       {"model", "onednn_prefill", bool_key(TOWERS_FIELD(onednn_prefill))},
+      {"model", "tail_format", read_tail_format},
       {"server", "socket", [](const toml::node& n, Config& c) { return read_non_empty(n, c.socket_path); }},
       {"server", "socket_group", string_key(TOWERS_FIELD(socket_group))},
       {"server", "socket_mode", read_socket_mode},

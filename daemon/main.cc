@@ -170,7 +170,9 @@ int main(int argc, char** argv) {
            std::to_string(state.records) + " records from " + store.path().string() + "; model loaded in " +
            std::to_string(state.load_seconds) + " s, fingerprinted in " + std::to_string(state.fingerprint_seconds) + " s");
   log_info("prefill kernels: " + state.prefill_kernels);
-  log_info("RAM budget " + state.ram_budget.text() + "; disk budget " + state.disk_budget.text());
+  log_info("RAM budget " + state.ram_budget.text() + "; disk budget " + state.disk_budget.text() + "; lease tails " +
+           simd::kv_quant_name(cfg.tail_format) + " (" + std::to_string(kv_bytes_per_token(m.config(), cfg.tail_format)) +
+           " B a token)");
   log_info("segment files written by " + state.pool->segment_writes());
 
   // Restore: every segment from its file (header checks only) or cold; no model runs before the

@@ -160,6 +160,7 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
 
   PoolOptions po;
   po.depth = cfg.depth;
+  po.tail_format = cfg.tail_format;
   po.model_fingerprint = st->fingerprint;
   if (options.serving) {
     // Measured after the model is loaded and fingerprinted: its pages are no longer available.

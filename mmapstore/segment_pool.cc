@@ -370,7 +370,7 @@ Status SegmentPool::prefill_under_chain(SegmentId id, bool thawing, std::unique_
   for (SegmentId p : ids) (void)trie_.acquire(p);
   (void)trie_.acquire(id);  // pinned: nobody removes it while the lock is down
   lock.unlock();
-  Tower tower(model_.config(), parents, static_cast<int32_t>(tokens.size()));
+  Tower tower(model_.config(), parents, static_cast<int32_t>(tokens.size()), options_.tail_format);
   std::vector<float> logits;
   Status st = forward_.eval(tower, tokens, Logits::Last, logits);
   std::shared_ptr<const Segment> seg;
@@ -553,7 +553,7 @@ Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t ext
     counters_.prefill_tokens += tokens.size() - lease.cached_tokens;
   }
   const int64_t tail = static_cast<int64_t>(tokens.size() - lease.cached_tokens) + extra_capacity;
-  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), static_cast<int32_t>(tail));
+  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), static_cast<int32_t>(tail), options_.tail_format);
   lease.tail_bytes = lease.tower->tail_bytes();
   std::lock_guard lock(mu_);
   tail_bytes_ += lease.tail_bytes;
@@ -582,7 +582,7 @@ Result<Lease> SegmentPool::lease_chain(SegmentId id, int32_t extra_capacity) {
       lease.cached_tokens += static_cast<size_t>(e.length);
     }
   }
-  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), extra_capacity);
+  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), extra_capacity, options_.tail_format);
   lease.tail_bytes = lease.tower->tail_bytes();
   std::lock_guard lock(mu_);
   tail_bytes_ += lease.tail_bytes;
@@ -636,7 +636,8 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
       segs.push_back(entries_.at(s)->segment);
     }
     for (SegmentId s : lease.path) (void)trie_.release(s);
-    lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
+    lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size(),
+                                          options_.tail_format);
     lease.path = std::move(ids);
     retower_locked(lease);
     return e.id;
@@ -645,7 +646,8 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
     // Someone sealed the same tokens already: the tower switches to theirs, our copy of the rows goes.
     std::vector<std::shared_ptr<const Segment>> segs = lease.tower->segments();
     segs.push_back(e.segment);
-    lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size());
+    lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size(),
+                                          options_.tail_format);
   } else {
     auto seg = lease.tower->seal_tail(std::move(tail_tokens), e.format, e.id);
     if (!seg) return Status::Error("internal: sealing the tail failed");

@@ -76,6 +76,10 @@ struct PoolOptions {
   std::filesystem::path store_dir;
   FileSystem* fs = nullptr;                // the file seam (nullptr: posix_fs())
   bool uring_writes = false;               // segment files written through io_uring (mmapstore/segment_writer.h)
+  // Lease tails (a request's own KV until it is sealed): F32, or F16 at half the bytes
+  // (engine/model/kv_cache.h). Every tower of the pool uses it, so a segment's bytes do not depend on
+  // which lease computed it.
+  KvQuant tail_format = KvQuant::F32;
   uint64_t model_fingerprint = 0;          // stamped into segment files; a file of another model is refused
 };
 

@@ -1,6 +1,7 @@
 // Towers of segments against monolithic prefill: exact composition, RoPE shift both ways, and the
 // quality cost of quantized segments (KL divergence of next-token distributions).
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -245,4 +246,56 @@ TEST_CASE("quantized towers: KL divergence and top-1 agreement against F32 KV") 
   // More bits never hurt on average.
   CHECK(result["Q8"].first <= result["Q6"].first);
   CHECK(result["Q6"].first <= result["Q4"].first);
+}
+
+TEST_CASE("F16 lease tails: half the bytes, every row rounded as it is stored, so a prompt fed at once "
+          "or token by token gives the same logits, close to F32 tails; sealed into an F16 segment unchanged") {
+  for (const char* rel : {"models/stories260K.gguf", "models/babyllama105.gguf"}) {
+    CAPTURE(rel);
+    auto model = load_shared(rel);
+    if (!model) return;
+    auto ps = passages(*model, 1, 150);
+    if (ps.empty()) return;
+    const auto& ids = ps[0];
+    const int V = model->config().n_vocab;
+    ThreadPool pool(2);
+    for (Kernels kernels : {Kernels::Reference, Kernels::Fast}) {
+      Forward fwd(*model, pool, kernels);
+      DenseKvCache f32(model->config(), 200), at_once(model->config(), 200, 0, KvQuant::F16),
+          one_by_one(model->config(), 200, 0, KvQuant::F16);
+      CHECK(at_once.bytes() * 2 == f32.bytes());
+      const auto want = eval_all(fwd, f32, ids);
+      const auto got = eval_all(fwd, at_once, ids);
+      std::vector<float> stepped, logits;
+      for (int32_t id : ids) {
+        REQUIRE(fwd.eval(one_by_one, std::span<const int32_t>(&id, 1), Logits::Last, logits).ok());
+        stepped.insert(stepped.end(), logits.end() - V, logits.end());
+      }
+      CHECK(max_abs_diff(got, stepped) == 0.0);
+      // As an F16 segment of the same rows would (the drift table's F16 row, docs/numerics.md).
+      const double err = max_abs_diff(got, want);
+      double peak = 0;
+      for (float x : want) peak = std::max(peak, std::abs(double(x)));
+      MESSAGE(std::string(rel) << ": max |f16 tail - f32 tail| logit = " << err << " of max |logit| " << peak);
+      CHECK(err < 2e-3 * peak);
+    }
+    // A tower's F16 tail sealed into an F16 segment keeps its rows bit for bit (the next tower reads
+    // the same numbers the tail held).
+    Forward fwd(*model, pool, Kernels::Reference);
+    Tower t(model->config(), {}, 150, KvQuant::F16);
+    CHECK(t.tail_format() == KvQuant::F16);
+    std::vector<float> logits;
+    REQUIRE(fwd.eval(t, std::span<const int32_t>(ids.data(), 100), Logits::Last, logits).ok());
+    DenseKvCache copy(model->config(), 100, 0, KvQuant::F16);
+    REQUIRE(fwd.eval(copy, std::span<const int32_t>(ids.data(), 100), Logits::Last, logits).ok());
+    auto seg = t.seal_tail({ids.begin(), ids.begin() + 100}, KvQuant::F16, 7);
+    REQUIRE(seg != nullptr);
+    std::vector<KvSpan> spans;
+    copy.spans(0, 0, spans);
+    REQUIRE(spans.size() == 1);
+    const KvSpan s = seg->span(0, 0);
+    REQUIRE(s.row_bytes == spans[0].row_bytes);
+    CHECK(std::memcmp(s.k, spans[0].k, 100 * s.row_bytes) == 0);
+    CHECK(std::memcmp(s.v, spans[0].v, 100 * s.row_bytes) == 0);
+  }
 }

@@ -82,8 +82,7 @@ Status Forward::eval_batch(std::span<const Sequence> batch, std::vector<float>& 
     for (int t = 0; t < T; ++t) {
       KvCache& cache = *batch[seq_of_[t]].cache;
       const int32_t i = pos_[t] - cache.next_pos();
-      std::memcpy(cache.pending_k(l, i), &k_[size_t(t) * kvd], kvd * sizeof(float));
-      std::memcpy(cache.pending_v(l, i), &v_[size_t(t) * kvd], kvd * sizeof(float));
+      cache.put_pending(l, i, &k_[size_t(t) * kvd], &v_[size_t(t) * kvd]);
     }
     if (time_attention_) {
       const auto t0 = std::chrono::steady_clock::now();

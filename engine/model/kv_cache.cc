@@ -1,12 +1,37 @@
 #include "engine/model/kv_cache.h"
 
+#include <cstring>
+
 namespace towers {
 
-DenseKvCache::DenseKvCache(const ModelConfig& config, int32_t capacity, int32_t first_pos)
-    : capacity_(capacity), kv_dim_(config.kv_dim()), head_dim_(config.head_dim), first_pos_(first_pos) {
-  size_t n = static_cast<size_t>(config.n_layer) * capacity_ * kv_dim_;
-  k_.assign(n, 0.0f);
-  v_.assign(n, 0.0f);
+DenseKvCache::DenseKvCache(const ModelConfig& config, int32_t capacity, int32_t first_pos, KvQuant format)
+    : capacity_(capacity),
+      kv_dim_(config.kv_dim()),
+      head_dim_(config.head_dim),
+      first_pos_(first_pos),
+      format_(format),
+      row_bytes_(simd::kv_vec_bytes(format, config.head_dim) * config.n_head_kv),
+      head_bytes_(simd::kv_vec_bytes(format, config.head_dim)) {
+  const size_t n = static_cast<size_t>(config.n_layer) * capacity_ * row_bytes_;
+  k_.assign(n, 0);
+  v_.assign(n, 0);
+}
+
+void DenseKvCache::put_pending(int layer, int32_t i, const float* k, const float* v) {
+  const size_t at = offset(layer, size_ + i);
+  if (format_ == KvQuant::F32) {
+    std::memcpy(&k_[at], k, row_bytes_);
+    std::memcpy(&v_[at], v, row_bytes_);
+    return;
+  }
+  simd::kv_quantize(format_, k, &k_[at], kv_dim_);
+  simd::kv_quantize(format_, v, &v_[at], kv_dim_);
+}
+
+void DenseKvCache::row_f32(int layer, int32_t r, float* k, float* v) const {
+  const size_t at = offset(layer, r);
+  simd::kv_dequantize(format_, &k_[at], k, kv_dim_);
+  simd::kv_dequantize(format_, &v_[at], v, kv_dim_);
 }
 
 void DenseKvCache::append_spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const {
@@ -14,11 +39,11 @@ void DenseKvCache::append_spans(int layer, int32_t n_pending, std::vector<KvSpan
   KvSpan s;
   s.pos0 = first_pos_;
   s.n = size_ + n_pending;
-  s.format = KvQuant::F32;
-  s.k = reinterpret_cast<const uint8_t*>(row(k_, layer, 0));
-  s.v = reinterpret_cast<const uint8_t*>(row(v_, layer, 0));
-  s.row_bytes = static_cast<size_t>(kv_dim_) * sizeof(float);
-  s.head_bytes = static_cast<size_t>(head_dim_) * sizeof(float);
+  s.format = format_;
+  s.k = &k_[offset(layer, 0)];
+  s.v = &v_[offset(layer, 0)];
+  s.row_bytes = row_bytes_;
+  s.head_bytes = head_bytes_;
   out.push_back(s);
 }
 

@@ -39,9 +39,11 @@ class KvCache {
   virtual int32_t next_pos() const = 0;
   // Most rows this cache can hold.
   virtual int32_t capacity() const = 0;
-  // F32 storage for pending row i (< n_pending) of `layer`, filled by eval before commit().
-  virtual float* pending_k(int layer, int32_t i) = 0;
-  virtual float* pending_v(int layer, int32_t i) = 0;
+  // Stores pending row i (< n_pending) of `layer` (kv_dim floats of K and of V), before attention
+  // reads it and before commit(). A cache may keep it in a narrower format: then attention reads the
+  // stored rows, pending ones included, so a row's result never depends on how tokens were split
+  // into steps.
+  virtual void put_pending(int layer, int32_t i, const float* k, const float* v) = 0;
   // Spans of `layer` covering committed rows plus the first n_pending pending rows, in position order.
   virtual void spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const = 0;
   virtual void commit(int32_t n) = 0;
@@ -49,41 +51,39 @@ class KvCache {
   virtual void truncate(int32_t n) = 0;
 };
 
-// F32 rows for positions [first_pos, first_pos + capacity): one session's private cache, or the
-// growing tail of a tower.
+// Rows for positions [first_pos, first_pos + capacity): one session's private cache, or the growing
+// tail of a tower. Stored in F32, or F16 (half the bytes: a lease tail of an 8B model holding a long
+// prompt; `[model] tail_format`), every row rounded as it is stored (put_pending).
 class DenseKvCache final : public KvCache {
  public:
-  DenseKvCache(const ModelConfig& config, int32_t capacity, int32_t first_pos = 0);
+  DenseKvCache(const ModelConfig& config, int32_t capacity, int32_t first_pos = 0, KvQuant format = KvQuant::F32);
   int32_t size() const override { return size_; }
   int32_t next_pos() const override { return first_pos_ + size_; }
   int32_t capacity() const override { return capacity_; }
-  float* pending_k(int layer, int32_t i) override { return row(k_, layer, size_ + i); }
-  float* pending_v(int layer, int32_t i) override { return row(v_, layer, size_ + i); }
+  void put_pending(int layer, int32_t i, const float* k, const float* v) override;
   void spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const override;
   void commit(int32_t n) override { size_ += n; }
   void truncate(int32_t n) override { size_ = n < size_ ? n : size_; }
 
-  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  size_t bytes() const { return k_.size() + v_.size(); }
   int32_t first_pos() const { return first_pos_; }
-  // Row r (< size()) of layer `layer`: kv_dim floats.
-  const float* k_row(int layer, int32_t r) const { return row(k_, layer, r); }
-  const float* v_row(int layer, int32_t r) const { return row(v_, layer, r); }
+  KvQuant format() const { return format_; }
+  // Row r (< size()) of layer `layer` as kv_dim floats each (exact: F16 widens without loss).
+  void row_f32(int layer, int32_t r, float* k, float* v) const;
   // Appends this cache's spans (without pending rows) to out.
   void append_spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const;
 
  private:
-  float* row(std::vector<float>& buf, int layer, int32_t r) {
-    return buf.data() + (static_cast<size_t>(layer) * capacity_ + r) * kv_dim_;
-  }
-  const float* row(const std::vector<float>& buf, int layer, int32_t r) const {
-    return buf.data() + (static_cast<size_t>(layer) * capacity_ + r) * kv_dim_;
-  }
+  size_t offset(int layer, int32_t r) const { return (static_cast<size_t>(layer) * capacity_ + r) * row_bytes_; }
   int32_t capacity_;
   int32_t kv_dim_;
   int32_t head_dim_;
   int32_t first_pos_;
+  KvQuant format_;
+  size_t row_bytes_;   // one row (all KV heads)
+  size_t head_bytes_;  // one head's vector within it
   int32_t size_ = 0;
-  std::vector<float> k_, v_;  // [layer][capacity][kv_dim]
+  std::vector<uint8_t> k_, v_;  // [layer][capacity][row_bytes]
 };
 
 }  // namespace towers

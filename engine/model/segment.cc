@@ -28,10 +28,7 @@ std::shared_ptr<const Segment> Segment::from_cache(const ModelConfig& c, const D
   const int32_t n = s->length(), kvd = c.kv_dim();
   std::vector<float> k(size_t(c.n_layer) * n * kvd), v(k.size());
   for (int l = 0; l < c.n_layer; ++l) {
-    for (int32_t r = 0; r < n; ++r) {
-      std::memcpy(&k[(size_t(l) * n + r) * kvd], cache.k_row(l, row0 + r), kvd * sizeof(float));
-      std::memcpy(&v[(size_t(l) * n + r) * kvd], cache.v_row(l, row0 + r), kvd * sizeof(float));
-    }
+    for (int32_t r = 0; r < n; ++r) cache.row_f32(l, row0 + r, &k[(size_t(l) * n + r) * kvd], &v[(size_t(l) * n + r) * kvd]);
   }
   s->quantize_rows(c, k, v);
   return s;
@@ -214,7 +211,7 @@ std::shared_ptr<const Segment> Segment::join(std::span<const Rows> pieces, int32
 }
 
 Tower::Tower(const ModelConfig& config, std::vector<std::shared_ptr<const Segment>> segments,
-             int32_t tail_capacity)
+             int32_t tail_capacity, KvQuant tail_format)
     : config_(config),
       segments_(std::move(segments)),
       base_len_(0),
@@ -223,7 +220,7 @@ Tower::Tower(const ModelConfig& config, std::vector<std::shared_ptr<const Segmen
     placed_at_.push_back(base_len_);
     base_len_ += s->length();
   }
-  tail_ = DenseKvCache(config, tail_capacity, base_len_);
+  tail_ = DenseKvCache(config, tail_capacity, base_len_, tail_format);
 }
 
 void Tower::spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const {
@@ -239,7 +236,7 @@ std::shared_ptr<const Segment> Tower::seal_tail(std::vector<int32_t> tokens, KvQ
   placed_at_.push_back(base_len_);
   base_len_ += seg->length();
   segments_.push_back(seg);
-  tail_ = DenseKvCache(config_, tail_.capacity() - seg->length(), base_len_);
+  tail_ = DenseKvCache(config_, tail_.capacity() - seg->length(), base_len_, tail_.format());
   return seg;
 }
 

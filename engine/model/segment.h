@@ -116,18 +116,18 @@ class Segment {
                                                    std::span<const float> k_scale, std::shared_ptr<const void> owner);
 };
 
-// One session's context: shared segments (root first) followed by its own F32 tail.
+// One session's context: shared segments (root first) followed by its own tail (F32, or F16: kv_cache.h).
 class Tower final : public KvCache {
  public:
   // Segments are placed one after another from position 0. A segment placed where it was not computed
   // (its parent chain differs: "modular" reuse) gets a RoPE shift; exact reuse has none.
-  Tower(const ModelConfig& config, std::vector<std::shared_ptr<const Segment>> segments, int32_t tail_capacity);
+  Tower(const ModelConfig& config, std::vector<std::shared_ptr<const Segment>> segments, int32_t tail_capacity,
+        KvQuant tail_format = KvQuant::F32);
 
   int32_t size() const override { return base_len_ + tail_.size(); }
   int32_t next_pos() const override { return tail_.next_pos(); }
   int32_t capacity() const override { return base_len_ + tail_.capacity(); }
-  float* pending_k(int layer, int32_t i) override { return tail_.pending_k(layer, i); }
-  float* pending_v(int layer, int32_t i) override { return tail_.pending_v(layer, i); }
+  void put_pending(int layer, int32_t i, const float* k, const float* v) override { tail_.put_pending(layer, i, k, v); }
   void spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const override;
   void commit(int32_t n) override { tail_.commit(n); }
   // Only the tail can be cut: n is clamped to at least the segments' length.
@@ -137,6 +137,7 @@ class Tower final : public KvCache {
   int32_t base_length() const { return base_len_; }
   int32_t tail_length() const { return tail_.size(); }
   size_t tail_bytes() const { return tail_.bytes(); }
+  KvQuant tail_format() const { return tail_.format(); }
   // Seals the tail's rows into a new segment (tokens must be the tail's tokens) and starts an empty
   // tail after it; the tower keeps attending to the sealed rows through the new segment.
   // nullptr when the tail is empty or tokens.size() differs from its length.
