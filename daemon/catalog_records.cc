@@ -205,7 +205,10 @@ Result<Catalog::Restored> Catalog::restore() {
   std::vector<const Session*> repaired;  // a transcript file unusable: recorded again below
   for (auto& [id, s] : sessions_) {
     SegmentId parent = kNoSegment;
-    if (!find_def(s.bot) || !session_base_locked(s.bot, s.tools, &parent, nullptr).ok()) continue;
+    if (!find_def(s.bot) || !session_base_locked(s.bot, s.tools, &parent, nullptr).ok()) {
+      if (s.rest) s.rest->damaged = "its bot \"" + s.bot + "\" cannot be restored";
+      continue;
+    }
     if (s.rest) {
       // At rest: its segments come back from the packs' index alone (no token to check them against:
       // the wake checks each record's count and hash); one that cannot is reported, never dropped.

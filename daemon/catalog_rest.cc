@@ -17,7 +17,8 @@ size_t Catalog::rest_sessions() {
   size_t n = 0;
   for (auto& [id, s] : sessions_) {
     if (s.rest || s.busy || s.recording || !s.shifted.empty() || !s.modular_sources.empty() || s.seals.empty() ||
-        s.seal_ids.size() != s.seals.size() || s.seals.back() > s.transcript.size() || s.cut) {
+        s.seal_ids.size() != s.seals.size() || s.seals.back() > s.transcript.size() || s.cut ||
+        s.turn_ends.size() * 2 != s.messages.size()) {  // (an older log's session: its turn ends unknown)
       continue;
     }
     SegmentId parent = kNoSegment;
