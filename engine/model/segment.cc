@@ -26,18 +26,16 @@ std::shared_ptr<const Segment> Segment::from_cache(const ModelConfig& c, const D
   s->computed_pos_ = cache.first_pos() + row0;
   s->format_ = format;
   const int32_t n = s->length(), kvd = c.kv_dim();
-  std::vector<float> k(size_t(c.n_layer) * n * kvd), v(k.size());
-  for (int l = 0; l < c.n_layer; ++l) {
-    for (int32_t r = 0; r < n; ++r) cache.row_f32(l, row0 + r, &k[(size_t(l) * n + r) * kvd], &v[(size_t(l) * n + r) * kvd]);
-  }
-  s->quantize_rows(c, k, v);
+  s->quantize_rows(c, [&](int l, float* k, float* v) {
+    for (int32_t r = 0; r < n; ++r) cache.row_f32(l, row0 + r, k + size_t(r) * kvd, v + size_t(r) * kvd);
+  });
   return s;
 }
 
-// k and v are [layer][row][kv_dim] floats. For quantized formats every key channel is first divided by
-// its largest magnitude over the segment (per layer and head), so a few outlier channels do not eat
-// the code range of all the others; attention multiplies the query by the same scales.
-void Segment::quantize_rows(const ModelConfig& c, const std::vector<float>& k, const std::vector<float>& v) {
+// For quantized formats every key channel is first divided by its largest magnitude over the segment
+// (per layer and head), so a few outlier channels do not eat the code range of all the others;
+// attention multiplies the query by the same scales.
+void Segment::quantize_rows(const ModelConfig& c, const LayerRows& fill) {
   n_layer_ = c.n_layer;
   n_head_kv_ = c.n_head_kv;
   head_dim_ = c.head_dim;
@@ -50,20 +48,22 @@ void Segment::quantize_rows(const ModelConfig& c, const std::vector<float>& k, c
   own->v.assign(own->k.size(), 0);
   if (uses_channel_scales(format_)) own->k_scale.assign(size_t(n_layer_) * kvd, 1.0f);
   std::vector<float> tmp(hd);
+  std::vector<float> k(size_t(n) * kvd), v(k.size());  // one layer's rows
   for (int l = 0; l < n_layer_; ++l) {
+    fill(l, k.data(), v.data());
     float* scale = own->k_scale.empty() ? nullptr : &own->k_scale[size_t(l) * kvd];
     if (scale) {
       for (int e = 0; e < kvd; ++e) {
         float mx = 0;
-        for (int32_t r = 0; r < n; ++r) mx = std::max(mx, std::abs(k[(size_t(l) * n + r) * kvd + e]));
+        for (int32_t r = 0; r < n; ++r) mx = std::max(mx, std::abs(k[size_t(r) * kvd + e]));
         scale[e] = mx > 0 ? mx : 1.0f;
       }
     }
     for (int32_t r = 0; r < n; ++r) {
-      const float* kr = &k[(size_t(l) * n + r) * kvd];
-      const float* vr = &v[(size_t(l) * n + r) * kvd];
+      const float* kr = &k[size_t(r) * kvd];
+      const float* vr = &v[size_t(r) * kvd];
       for (int h = 0; h < n_head_kv_; ++h) {
-        const size_t at = (size_t(l) * n + r) * row_bytes_ + size_t(h) * head_bytes_;
+        const size_t at = (size_t(l) * n + r) * row_bytes_ + size_t(h) * head_bytes_;  // (the output: all layers)
         for (int e = 0; e < hd; ++e) tmp[e] = scale ? kr[h * hd + e] / scale[h * hd + e] : kr[h * hd + e];
         simd::kv_quantize(format_, tmp.data(), &own->k[at], hd);
         simd::kv_quantize(format_, vr + h * hd, &own->v[at], hd);
@@ -183,8 +183,11 @@ std::shared_ptr<const Segment> Segment::join(std::span<const Rows> pieces, int32
   const int32_t n = s->length();
   const int n_layer = first.n_layer_, n_head_kv = first.n_head_kv_, head_dim = first.head_dim_;
   const int kvd = n_head_kv * head_dim;
-  std::vector<float> k(size_t(n_layer) * n * kvd), v(k.size());
-  for (int l = 0; l < n_layer; ++l) {
+  ModelConfig c;
+  c.n_layer = n_layer;
+  c.n_head_kv = n_head_kv;
+  c.head_dim = head_dim;
+  s->quantize_rows(c, [&](int l, float* k, float* v) {
     int32_t out = 0;  // row of the joined segment
     for (const Rows& p : pieces) {
       const Segment& src = *p.segment;
@@ -193,20 +196,14 @@ std::shared_ptr<const Segment> Segment::join(std::span<const Rows> pieces, int32
       for (int32_t r = p.from; r < p.to; ++r, ++out) {
         std::vector<float> kr = src.key_row(l, r);
         if (delta != 0) rope.rotate(kr.data(), n_head_kv, delta, l);
-        std::copy(kr.begin(), kr.end(), &k[(size_t(l) * n + out) * kvd]);
+        std::copy(kr.begin(), kr.end(), &k[size_t(out) * kvd]);
         const uint8_t* vb = src.v_.data() + (size_t(l) * src.length() + r) * src.row_bytes_;
         for (int h = 0; h < n_head_kv; ++h) {
-          simd::kv_dequantize(src.format_, vb + size_t(h) * src.head_bytes_, &v[(size_t(l) * n + out) * kvd + h * head_dim],
-                              head_dim);
+          simd::kv_dequantize(src.format_, vb + size_t(h) * src.head_bytes_, &v[size_t(out) * kvd + h * head_dim], head_dim);
         }
       }
     }
-  }
-  ModelConfig c;
-  c.n_layer = n_layer;
-  c.n_head_kv = n_head_kv;
-  c.head_dim = head_dim;
-  s->quantize_rows(c, k, v);
+  });
   return s;
 }
 

@@ -5,6 +5,7 @@
 // A tower is one session's context: an ordered list of segments plus the session's own growing tail.
 // Attention walks it in place (see KvSpan): shared keys and values are never copied per session.
 #pragma once
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -108,7 +109,10 @@ class Segment {
   std::span<const uint8_t> k_, v_;     // [layer][row][kv head] vectors of head_bytes_
   std::span<const float> k_scale_;     // [layer][kv head][head_dim], quantized formats only
 
-  void quantize_rows(const ModelConfig& c, const std::vector<float>& k, const std::vector<float>& v);
+  // fill(l, k, v) writes layer l's rows as [row][kv_dim] floats: one layer at a time, so sealing a long
+  // tail needs two layers of f32, not the whole segment twice.
+  using LayerRows = std::function<void(int layer, float* k, float* v)>;
+  void quantize_rows(const ModelConfig& c, const LayerRows& fill);
   // Checks sizes against the format and shape, then points the segment at the bytes.
   static Result<std::shared_ptr<Segment>> assemble(const ModelConfig& c, SegmentId id, SegmentId parent,
                                                    std::vector<int32_t> tokens, int32_t computed_pos, KvQuant format,
