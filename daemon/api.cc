@@ -278,7 +278,12 @@ std::vector<std::string> sessions_to_wake(Service& svc, const Route& route, cons
   } else if (pattern == "/v1/segments/{name}" && req.method == "PUT") {
     out = svc.catalog.sessions_at_rest_below(param);
   } else if (pattern == "/v1/chat/completions" || pattern == "/v1/completions" || pattern == "/v1/responses") {
-    const json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    json b;
+    try {
+      b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    } catch (const json::exception&) {  // out_of_range for a number like 1e6666: the handler answers it
+      return out;
+    }
     if (!b.is_object()) return out;
     if (auto it = b.find("session"); it != b.end() && it->is_string()) add(it->get<std::string>());
     if (auto it = b.find("previous_response_id"); it != b.end() && it->is_string()) {
