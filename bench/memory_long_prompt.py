@@ -64,7 +64,7 @@ def main():
         with open("/proc/%d/clear_refs" % p.pid, "w") as f:
             f.write("5")  # VmHWM := VmRSS
         t0 = time.monotonic()
-        r = call(sock, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0})
+        r = call(sock, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0}, timeout=86400)
         seconds = time.monotonic() - t0
         after_kb, peak_kb = status_kb(p.pid, "VmRSS"), status_kb(p.pid, "VmHWM")
         n = r["usage"]["prompt_tokens"]

@@ -40,8 +40,8 @@ def send(c, method, path, body):
     return c.getresponse()
 
 
-def call(sock, method, path, body=None):
-    c = UnixHTTPConnection(sock)
+def call(sock, method, path, body=None, timeout=900):
+    c = UnixHTTPConnection(sock, timeout)
     r = send(c, method, path, None if body is None else json.dumps(body))
     data = r.read()
     c.close()

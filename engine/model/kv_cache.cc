@@ -1,5 +1,9 @@
 #include "engine/model/kv_cache.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstring>
 
 namespace towers {
@@ -32,6 +36,17 @@ void DenseKvCache::row_f32(int layer, int32_t r, float* k, float* v) const {
   const size_t at = offset(layer, r);
   simd::kv_dequantize(format_, &k_[at], k, kv_dim_);
   simd::kv_dequantize(format_, &v_[at], v, kv_dim_);
+}
+
+void DenseKvCache::release_layer(int layer) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t layer_bytes = static_cast<size_t>(capacity_) * row_bytes_;
+  for (std::vector<uint8_t>* buf : {&k_, &v_}) {
+    // The whole pages inside the layer's bytes (its edge pages are shared with the next layer).
+    const auto begin = reinterpret_cast<uintptr_t>(buf->data() + offset(layer, 0));
+    const uintptr_t first = (begin + page - 1) / page * page, last = (begin + layer_bytes) / page * page;
+    if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  }
 }
 
 void DenseKvCache::append_spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const {

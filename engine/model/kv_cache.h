@@ -70,6 +70,9 @@ class DenseKvCache final : public KvCache {
   KvQuant format() const { return format_; }
   // Row r (< size()) of layer `layer` as kv_dim floats each (exact: F16 widens without loss).
   void row_f32(int layer, int32_t r, float* k, float* v) const;
+  // Gives layer `layer`'s pages back to the system; its rows read as zero afterwards (a tail being
+  // sealed, layer by layer: Segment::from_tail).
+  void release_layer(int layer);
   // Appends this cache's spans (without pending rows) to out.
   void append_spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const;
 

@@ -9,9 +9,14 @@ namespace towers {
 namespace {
 bool uses_channel_scales(KvQuant f) { return f == KvQuant::Q8 || f == KvQuant::Q6 || f == KvQuant::Q4; }
 
-// The bytes of a segment that owns them (computed here, or rebuilt from Parts).
+// The bytes of a segment that owns them, rebuilt from Parts.
 struct OwnedKv {
   std::vector<uint8_t> k, v;
+  std::vector<float> k_scale;
+};
+// ... or quantized here: not zeroed (every byte is written), so a page costs RAM only once written.
+struct QuantizedKv {
+  std::unique_ptr<uint8_t[]> k, v;
   std::vector<float> k_scale;
 };
 }  // namespace
@@ -32,6 +37,22 @@ std::shared_ptr<const Segment> Segment::from_cache(const ModelConfig& c, const D
   return s;
 }
 
+std::shared_ptr<const Segment> Segment::from_tail(const ModelConfig& c, DenseKvCache&& tail, std::vector<int32_t> tokens,
+                                                  KvQuant format, SegmentId id, SegmentId parent) {
+  std::shared_ptr<Segment> s(new Segment());
+  s->id_ = id;
+  s->parent_ = parent;
+  s->tokens_ = std::move(tokens);
+  s->computed_pos_ = tail.first_pos();
+  s->format_ = format;
+  const int32_t n = s->length(), kvd = c.kv_dim();
+  s->quantize_rows(c, [&](int l, float* k, float* v) {
+    for (int32_t r = 0; r < n; ++r) tail.row_f32(l, r, k + size_t(r) * kvd, v + size_t(r) * kvd);
+    tail.release_layer(l);
+  });
+  return s;
+}
+
 // For quantized formats every key channel is first divided by its largest magnitude over the segment
 // (per layer and head), so a few outlier channels do not eat the code range of all the others;
 // attention multiplies the query by the same scales.
@@ -43,9 +64,10 @@ void Segment::quantize_rows(const ModelConfig& c, const LayerRows& fill) {
   row_bytes_ = head_bytes_ * n_head_kv_;
   const int32_t n = length();
   const int kvd = c.kv_dim(), hd = head_dim_;
-  auto own = std::make_shared<OwnedKv>();
-  own->k.assign(size_t(n_layer_) * n * row_bytes_, 0);
-  own->v.assign(own->k.size(), 0);
+  auto own = std::make_shared<QuantizedKv>();
+  const size_t bytes = size_t(n_layer_) * n * row_bytes_;
+  own->k.reset(new uint8_t[bytes]);
+  own->v.reset(new uint8_t[bytes]);
   if (uses_channel_scales(format_)) own->k_scale.assign(size_t(n_layer_) * kvd, 1.0f);
   std::vector<float> tmp(hd);
   std::vector<float> k(size_t(n) * kvd), v(k.size());  // one layer's rows
@@ -70,8 +92,8 @@ void Segment::quantize_rows(const ModelConfig& c, const LayerRows& fill) {
       }
     }
   }
-  k_ = own->k;
-  v_ = own->v;
+  k_ = std::span<const uint8_t>(own->k.get(), bytes);
+  v_ = std::span<const uint8_t>(own->v.get(), bytes);
   k_scale_ = own->k_scale;
   owner_ = std::move(own);
 }
@@ -229,11 +251,13 @@ void Tower::spans(int layer, int32_t n_pending, std::vector<KvSpan>& out) const 
 std::shared_ptr<const Segment> Tower::seal_tail(std::vector<int32_t> tokens, KvQuant format, SegmentId id) {
   if (tokens.size() != static_cast<size_t>(tail_.size()) || tokens.empty()) return nullptr;
   const SegmentId parent = segments_.empty() ? 0 : segments_.back()->id();
-  auto seg = Segment::from_cache(config_, tail_, 0, std::move(tokens), format, id, parent);
+  const int32_t capacity_left = tail_.capacity() - tail_.size();
+  const KvQuant tail_format = tail_.format();
+  auto seg = Segment::from_tail(config_, std::move(tail_), std::move(tokens), format, id, parent);
   placed_at_.push_back(base_len_);
   base_len_ += seg->length();
   segments_.push_back(seg);
-  tail_ = DenseKvCache(config_, tail_.capacity() - seg->length(), base_len_, tail_.format());
+  tail_ = DenseKvCache(config_, capacity_left, base_len_, tail_format);
   return seg;
 }
 

@@ -38,6 +38,12 @@ class Segment {
   static std::shared_ptr<const Segment> from_cache(const ModelConfig& config, const DenseKvCache& cache,
                                                    int32_t row0, std::vector<int32_t> tokens, KvQuant format,
                                                    SegmentId id, SegmentId parent);
+  // The same from a whole tail that is not used again (Tower::seal_tail): each layer's rows go back
+  // to the system as soon as they are quantized, and the new segment's pages are touched only as
+  // they are written, so a long tail and its segment are never both whole in RAM.
+  static std::shared_ptr<const Segment> from_tail(const ModelConfig& config, DenseKvCache&& tail,
+                                                  std::vector<int32_t> tokens, KvQuant format, SegmentId id,
+                                                  SegmentId parent);
 
   SegmentId id() const { return id_; }
   SegmentId parent() const { return parent_; }
