@@ -16,7 +16,7 @@ grep -q "Q6_K×1" <<<"$info"
 # The memory plan: K and V of 16 layers x 8 KV heads x 64 dims, 2 bytes each at f16 = 32 KiB a token,
 # so a 1 GiB budget holds 32768 tokens at f16 and 16384 at f32 (request tails).
 plan="$("$towerctl" model info "$file" --ram-budget 1G)"
-grep -Eq "f16 +32.00 KiB +32768$" <<<"$plan"
+grep -Eq "f16 +32.00 KiB +32768  \(request tails with \[model\] tail_format = \"f16\"\)$" <<<"$plan"
 grep -Eq "f32 +64.00 KiB +16384  \(request tails\)$" <<<"$plan"
 grep -q 'ram_budget = "1G"' <<<"$plan"
 if "$towerctl" model info "$file" --ram-budget 5x 2>/dev/null; then echo "a bad --ram-budget was accepted"; exit 1; fi
