@@ -2,7 +2,6 @@
 // operator endpoints (docs/api.md, "Routes"): /healthz, /v1/pool, /v1/policy (runtime eviction and
 // RAM budget; SIGHUP rereads the file's [policy]) and /metrics.
 #include <algorithm>
-#include <chrono>
 
 #include "daemon/api_responses.h"
 #include "daemon/log.h"
@@ -50,6 +49,10 @@ ApiStatus answer_offloaded(Service& svc, HttpResponder& out, Answer work) {
 
 ApiStatus wrong_method(std::string_view allowed) {
   return ApiStatus(Status::InvalidArgument("use " + std::string(allowed)), "", "method_not_allowed");
+}
+
+bool asks_transcript(const HttpRequest& req) {
+  return req.query.find("transcript=1") != std::string::npos || req.query.find("transcript=true") != std::string::npos;
 }
 
 ApiStatus parse_body(const HttpRequest& req, json* body) {
@@ -272,7 +275,7 @@ std::vector<std::string> sessions_to_wake(Service& svc, const Route& route, cons
   if (pattern == "/v1/sessions/{id}/messages" || pattern == "/v1/sessions/{id}/transcript") {
     add(param);
   } else if (pattern == "/v1/sessions/{id}" && req.method == "GET") {
-    if (req.query.find("transcript=1") != std::string::npos || req.query.find("transcript=true") != std::string::npos) add(param);
+    if (asks_transcript(req)) add(param);
   } else if (pattern == "/v1/responses/{id}" && req.method == "GET") {
     if (auto ref = parse_response_id(param)) add(ref->session);
   } else if (pattern == "/v1/segments/{name}" && req.method == "PUT") {
@@ -321,17 +324,10 @@ ApiStatus dispatch(Service& svc, const HttpRequest& req, HttpResponder& out) {
   // Decoding takes seconds on a real model: never on an I/O thread.
   auto woken_then_handled = [&svc, route, req, param, wake = std::move(wake)](HttpResponder& o) -> ApiStatus {
     for (const std::string& id : wake) {
-      const auto started = std::chrono::steady_clock::now();
-      if (auto s = svc.catalog.session(id, false); s.ok()) {
-        log_info("waking session \"" + id + "\" from rest: decoding its " + std::to_string(s->transcript_tokens) +
-                 " transcript tokens");
-      }
       if (Status st = svc.catalog.wake_session(id); !st.ok()) {
         log_warn(st.message());
         return st.code() == Status::Code::kNotFound ? ApiStatus(st, "", "session_not_found") : ApiStatus(st);
       }
-      log_info("session \"" + id + "\" woken from rest in " +
-               std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()) + " s");
     }
     return route->handler(svc, req, o, param);
   };

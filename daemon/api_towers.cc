@@ -225,9 +225,7 @@ ApiStatus handle_session(Service& svc, const HttpRequest& req, HttpResponder& ou
       return st.ok() ? reply(o, {{"deleted", id}}) : session_error(st);
     });
   }
-  const bool transcript = req.query.find("transcript=1") != std::string::npos ||
-                          req.query.find("transcript=true") != std::string::npos;
-  auto s = svc.catalog.session(id, transcript);
+  auto s = svc.catalog.session(id, asks_transcript(req));
   return s.ok() ? reply(out, session_json(s.value())) : session_error(s.status());
 }
 

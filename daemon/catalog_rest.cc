@@ -1,5 +1,6 @@
 // Sessions at rest (daemon/catalog.h): a session whose transcript lives only in its segments' coded
 // records goes to rest (rest_sessions) and comes back by decoding them (wake_session).
+#include <chrono>
 #include <future>
 #include <set>
 
@@ -12,13 +13,23 @@ namespace towers::daemon {
 
 using namespace catalog_detail;
 
+namespace {
+// Its text and tokens go (their memory too); `rest` says where they come back from.
+void put_at_rest(Session& s, Session::Rest rest) {
+  s.rest = std::move(rest);
+  std::vector<ChatMessage>().swap(s.messages);
+  std::vector<int32_t>().swap(s.transcript);
+}
+}  // namespace
+
 size_t Catalog::rest_sessions() {
   std::lock_guard lock(mu_);
   size_t n = 0;
   for (auto& [id, s] : sessions_) {
     if (s.rest || s.busy || s.recording || !s.shifted.empty() || !s.modular_sources.empty() || s.seals.empty() ||
         s.seal_ids.size() != s.seals.size() || s.seals.back() > s.transcript.size() || s.cut ||
-        s.turn_ends.size() * 2 != s.messages.size()) {  // (an older log's session: its turn ends unknown)
+        s.turn_ends.size() * 2 != s.messages.size() ||  // (an older log's session: its turn ends unknown)
+        !pool_.at_rest(s.seal_ids.back())) {  // (segments go to rest leaves first: none of its are)
       continue;
     }
     SegmentId parent = kNoSegment;
@@ -39,9 +50,7 @@ size_t Catalog::rest_sessions() {
     rest.tokens = s.transcript.size();
     rest.tail.assign(s.transcript.begin() + static_cast<std::ptrdiff_t>(s.seals.back()), s.transcript.end());
     rest.where = locate_messages(text, s.messages);
-    s.rest = std::move(rest);
-    std::vector<ChatMessage>().swap(s.messages);
-    std::vector<int32_t>().swap(s.transcript);
+    put_at_rest(s, std::move(rest));
     ++n;
   }
   return n;
@@ -94,6 +103,7 @@ Status Catalog::unrest_locked(Session& s) {
 }
 
 Status Catalog::wake_session(const std::string& id) {
+  const auto started = std::chrono::steady_clock::now();
   // A woken segment may go back to rest before its tokens are read here (the compressor runs
   // beside): then it is decoded again, a few times at most.
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -106,6 +116,10 @@ Status Catalog::wake_session(const std::string& id) {
       if (!s.rest) return Status::Ok();
       if (!s.rest->damaged.empty()) return Status::Corruption("session \"" + id + "\" is at rest and " + s.rest->damaged);
       tail = s.seal_ids.back();
+      if (attempt == 0) {
+        log_info("waking session \"" + id + "\" from rest: decoding its " + std::to_string(s.rest->tokens) +
+                 " transcript tokens");
+      }
     }
     const Status woke = waker_ ? waker_(tail) : pool_.wake(tail).status();
     if (!woke.ok()) return woke.prefixed("session \"" + id + "\": its transcript cannot be decoded: ");
@@ -130,12 +144,12 @@ Status Catalog::wake_session(const std::string& id) {
     if (Status st = durable.get(); !st.ok()) {
       std::lock_guard lock(mu_);
       if (auto it = sessions_.find(id); it != sessions_.end() && !it->second.busy && !it->second.rest) {
-        std::vector<ChatMessage>().swap(it->second.messages);
-        std::vector<int32_t>().swap(it->second.transcript);
-        it->second.rest = std::move(was);
+        put_at_rest(it->second, std::move(*was));
       }
       return not_recorded("the woken session", st);
     }
+    log_info("session \"" + id + "\" woken from rest in " +
+             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()) + " s");
     return Status::Ok();
   }
   return Status::Unavailable("session \"" + id + "\" went back to rest while it was being woken; try again");

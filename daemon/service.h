@@ -55,6 +55,8 @@ void handle_request(Service& svc, const HttpRequest& req, HttpResponder& out);
 namespace api {
 // The body as a JSON object (InvalidArgument on malformed JSON or another value).
 ApiStatus parse_body(const HttpRequest& req, nlohmann::json* body);
+// GET /v1/sessions/{id}?transcript=1 (or =true): the summary with the messages.
+bool asks_transcript(const HttpRequest& req);
 void send_json(HttpResponder& out, int status, const nlohmann::json& j);
 ApiStatus reply(HttpResponder& out, const nlohmann::json& j);  // 200 with j
 void send_error(HttpResponder& out, const ApiStatus& e);

@@ -349,6 +349,11 @@ Result<SegmentId> SegmentPool::add_cold_locked(SegmentId parent, std::span<const
   return id;
 }
 
+std::unique_ptr<Tower> SegmentPool::new_tower(std::vector<std::shared_ptr<const Segment>> segments,
+                                              int32_t tail_capacity) const {
+  return std::make_unique<Tower>(model_.config(), std::move(segments), tail_capacity, options_.tail_format);
+}
+
 Status SegmentPool::prefill_under_chain(SegmentId id, bool thawing, std::unique_lock<Mutex>& lock) {
   mu_.assert_held();
   auto ids = chain_ids_locked(id);
@@ -370,11 +375,11 @@ Status SegmentPool::prefill_under_chain(SegmentId id, bool thawing, std::unique_
   for (SegmentId p : ids) (void)trie_.acquire(p);
   (void)trie_.acquire(id);  // pinned: nobody removes it while the lock is down
   lock.unlock();
-  Tower tower(model_.config(), parents, static_cast<int32_t>(tokens.size()), options_.tail_format);
+  auto tower = new_tower(std::move(parents), static_cast<int32_t>(tokens.size()));
   std::vector<float> logits;
-  Status st = forward_.eval(tower, tokens, Logits::Last, logits);
+  Status st = forward_.eval(*tower, tokens, Logits::Last, logits);
   std::shared_ptr<const Segment> seg;
-  if (st.ok()) seg = tower.seal_tail(std::move(tokens), format, id);
+  if (st.ok()) seg = tower->seal_tail(std::move(tokens), format, id);
   lock.lock();
   for (SegmentId p : ids) (void)trie_.release(p);
   (void)trie_.release(id);
@@ -553,7 +558,7 @@ Result<Lease> SegmentPool::assemble(std::span<const int32_t> tokens, int32_t ext
     counters_.prefill_tokens += tokens.size() - lease.cached_tokens;
   }
   const int64_t tail = static_cast<int64_t>(tokens.size() - lease.cached_tokens) + extra_capacity;
-  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), static_cast<int32_t>(tail), options_.tail_format);
+  lease.tower = new_tower(std::move(segs), static_cast<int32_t>(tail));
   lease.tail_bytes = lease.tower->tail_bytes();
   std::lock_guard lock(mu_);
   tail_bytes_ += lease.tail_bytes;
@@ -582,7 +587,7 @@ Result<Lease> SegmentPool::lease_chain(SegmentId id, int32_t extra_capacity) {
       lease.cached_tokens += static_cast<size_t>(e.length);
     }
   }
-  lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), extra_capacity, options_.tail_format);
+  lease.tower = new_tower(std::move(segs), extra_capacity);
   lease.tail_bytes = lease.tower->tail_bytes();
   std::lock_guard lock(mu_);
   tail_bytes_ += lease.tail_bytes;
@@ -636,8 +641,7 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
       segs.push_back(entries_.at(s)->segment);
     }
     for (SegmentId s : lease.path) (void)trie_.release(s);
-    lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size(),
-                                          options_.tail_format);
+    lease.tower = new_tower(std::move(segs), lease.tower->capacity() - lease.tower->size());
     lease.path = std::move(ids);
     retower_locked(lease);
     return e.id;
@@ -646,8 +650,7 @@ Result<SegmentId> SegmentPool::seal(Lease& lease, std::vector<int32_t> tail_toke
     // Someone sealed the same tokens already: the tower switches to theirs, our copy of the rows goes.
     std::vector<std::shared_ptr<const Segment>> segs = lease.tower->segments();
     segs.push_back(e.segment);
-    lease.tower = std::make_unique<Tower>(model_.config(), std::move(segs), lease.tower->capacity() - lease.tower->size(),
-                                          options_.tail_format);
+    lease.tower = new_tower(std::move(segs), lease.tower->capacity() - lease.tower->size());
   } else {
     auto seg = lease.tower->seal_tail(std::move(tail_tokens), e.format, e.id);
     if (!seg) return Status::Error("internal: sealing the tail failed");

@@ -77,8 +77,7 @@ struct PoolOptions {
   FileSystem* fs = nullptr;                // the file seam (nullptr: posix_fs())
   bool uring_writes = false;               // segment files written through io_uring (mmapstore/segment_writer.h)
   // Lease tails (a request's own KV until it is sealed): F32, or F16 at half the bytes
-  // (engine/model/kv_cache.h). Every tower of the pool uses it, so a segment's bytes do not depend on
-  // which lease computed it.
+  // (engine/model/kv_cache.h); every tower of the pool (SegmentPool::new_tower).
   KvQuant tail_format = KvQuant::F32;
   uint64_t model_fingerprint = 0;          // stamped into segment files; a file of another model is refused
 };
@@ -400,6 +399,9 @@ class SegmentPool {
   void install_locked(Entry& e, std::shared_ptr<const Segment> seg, bool derived = false, bool modular = false);
   // After seal() gave the lease a new tower: its cached length and its tail's share of the budget.
   void retower_locked(Lease& lease);
+  // Every tower of the pool, with its tail in options_.tail_format (so a segment's bytes never depend
+  // on which lease computed it).
+  std::unique_ptr<Tower> new_tower(std::vector<std::shared_ptr<const Segment>> segments, int32_t tail_capacity) const;
   void submit_write_locked(Entry& e);
   void on_written(SegmentId id, const std::filesystem::path& path, const Status& status);
   // when_durable callers waiting for files: the ids not durable yet.

@@ -4,13 +4,12 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstring>
 
 namespace towers {
 
 DenseKvCache::DenseKvCache(const ModelConfig& config, int32_t capacity, int32_t first_pos, KvQuant format)
     : capacity_(capacity),
-      kv_dim_(config.kv_dim()),
+      n_head_kv_(config.n_head_kv),
       head_dim_(config.head_dim),
       first_pos_(first_pos),
       format_(format),
@@ -21,21 +20,21 @@ DenseKvCache::DenseKvCache(const ModelConfig& config, int32_t capacity, int32_t 
   v_.assign(n, 0);
 }
 
+// Head by head, as attention reads a span (KvSpan::head_bytes apart).
 void DenseKvCache::put_pending(int layer, int32_t i, const float* k, const float* v) {
   const size_t at = offset(layer, size_ + i);
-  if (format_ == KvQuant::F32) {
-    std::memcpy(&k_[at], k, row_bytes_);
-    std::memcpy(&v_[at], v, row_bytes_);
-    return;
+  for (int h = 0; h < n_head_kv_; ++h) {
+    simd::kv_quantize(format_, k + h * head_dim_, &k_[at + h * head_bytes_], head_dim_);
+    simd::kv_quantize(format_, v + h * head_dim_, &v_[at + h * head_bytes_], head_dim_);
   }
-  simd::kv_quantize(format_, k, &k_[at], kv_dim_);
-  simd::kv_quantize(format_, v, &v_[at], kv_dim_);
 }
 
 void DenseKvCache::row_f32(int layer, int32_t r, float* k, float* v) const {
   const size_t at = offset(layer, r);
-  simd::kv_dequantize(format_, &k_[at], k, kv_dim_);
-  simd::kv_dequantize(format_, &v_[at], v, kv_dim_);
+  for (int h = 0; h < n_head_kv_; ++h) {
+    simd::kv_dequantize(format_, &k_[at + h * head_bytes_], k + h * head_dim_, head_dim_);
+    simd::kv_dequantize(format_, &v_[at + h * head_bytes_], v + h * head_dim_, head_dim_);
+  }
 }
 
 void DenseKvCache::release_layer(int layer) {

@@ -79,7 +79,7 @@ class DenseKvCache final : public KvCache {
  private:
   size_t offset(int layer, int32_t r) const { return (static_cast<size_t>(layer) * capacity_ + r) * row_bytes_; }
   int32_t capacity_;
-  int32_t kv_dim_;
+  int32_t n_head_kv_;
   int32_t head_dim_;
   int32_t first_pos_;
   KvQuant format_;

@@ -24,6 +24,17 @@ struct QuantizedKv {
 std::shared_ptr<const Segment> Segment::from_cache(const ModelConfig& c, const DenseKvCache& cache,
                                                    int32_t row0, std::vector<int32_t> tokens,
                                                    KvQuant format, SegmentId id, SegmentId parent) {
+  return from_rows(c, cache, row0, std::move(tokens), format, id, parent, nullptr);
+}
+
+std::shared_ptr<const Segment> Segment::from_tail(const ModelConfig& c, DenseKvCache&& tail, std::vector<int32_t> tokens,
+                                                  KvQuant format, SegmentId id, SegmentId parent) {
+  return from_rows(c, tail, 0, std::move(tokens), format, id, parent, &tail);
+}
+
+std::shared_ptr<const Segment> Segment::from_rows(const ModelConfig& c, const DenseKvCache& cache, int32_t row0,
+                                                  std::vector<int32_t> tokens, KvQuant format, SegmentId id,
+                                                  SegmentId parent, DenseKvCache* release) {
   std::shared_ptr<Segment> s(new Segment());
   s->id_ = id;
   s->parent_ = parent;
@@ -33,22 +44,7 @@ std::shared_ptr<const Segment> Segment::from_cache(const ModelConfig& c, const D
   const int32_t n = s->length(), kvd = c.kv_dim();
   s->quantize_rows(c, [&](int l, float* k, float* v) {
     for (int32_t r = 0; r < n; ++r) cache.row_f32(l, row0 + r, k + size_t(r) * kvd, v + size_t(r) * kvd);
-  });
-  return s;
-}
-
-std::shared_ptr<const Segment> Segment::from_tail(const ModelConfig& c, DenseKvCache&& tail, std::vector<int32_t> tokens,
-                                                  KvQuant format, SegmentId id, SegmentId parent) {
-  std::shared_ptr<Segment> s(new Segment());
-  s->id_ = id;
-  s->parent_ = parent;
-  s->tokens_ = std::move(tokens);
-  s->computed_pos_ = tail.first_pos();
-  s->format_ = format;
-  const int32_t n = s->length(), kvd = c.kv_dim();
-  s->quantize_rows(c, [&](int l, float* k, float* v) {
-    for (int32_t r = 0; r < n; ++r) tail.row_f32(l, r, k + size_t(r) * kvd, v + size_t(r) * kvd);
-    tail.release_layer(l);
+    if (release) release->release_layer(l);
   });
   return s;
 }

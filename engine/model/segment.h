@@ -115,6 +115,10 @@ class Segment {
   std::span<const uint8_t> k_, v_;     // [layer][row][kv head] vectors of head_bytes_
   std::span<const float> k_scale_;     // [layer][kv head][head_dim], quantized formats only
 
+  // from_cache and from_tail: `release`, the cache whose layers go back once read (from_tail).
+  static std::shared_ptr<const Segment> from_rows(const ModelConfig& c, const DenseKvCache& cache, int32_t row0,
+                                                  std::vector<int32_t> tokens, KvQuant format, SegmentId id,
+                                                  SegmentId parent, DenseKvCache* release);
   // fill(l, k, v) writes layer l's rows as [row][kv_dim] floats: one layer at a time, so sealing a long
   // tail needs two layers of f32, not the whole segment twice.
   using LayerRows = std::function<void(int layer, float* k, float* v)>;
