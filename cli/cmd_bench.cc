@@ -11,6 +11,7 @@
 #include "engine/base/membw.h"
 #include "engine/model/segment.h"
 #include "engine/text/tokenizer.h"
+#include "simd/onednn_matmul.h"
 
 namespace towers::cli {
 namespace {
@@ -37,7 +38,7 @@ void add_bench(CLI::App& app) {
     std::string model;
     int threads = 0, prompt = 512, gen = 128, runs = 5, batch = 1, context = 0, context_batch = 512;
     std::string context_format = "q8";
-    bool reference = false;
+    bool reference = false, onednn = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
@@ -70,13 +71,28 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--context-batch", o->context_batch, "Tokens per eval call when prefilling the --context")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--reference", o->reference, "Use the reference kernels (dequantize + f32 dot)");
+  cmd->add_flag("--onednn", o->onednn,
+                "Prefill steps of >= 64 tokens through oneDNN's int8 GEMM, as towerd with [model] onednn_prefill = "
+                "true: the 7-bit copies of the layer matrices are built first (time and size on stderr); decode "
+                "and shorter steps keep the fast kernels (docs/numerics.md, \"oneDNN prefill kernels\")")
+      ->excludes("--reference");
   cmd->callback([o] {
     auto loaded = Model::load(o->model);
     if (!loaded) std::exit(fail(loaded.error()));
-    const Model& model = **loaded;
+    Model& model = **loaded;
     const ModelConfig& cfg = model.config();
     ThreadPool pool(o->threads);
     Forward fwd(model, pool, o->reference ? Kernels::Reference : Kernels::Fast);
+    if (o->onednn) {
+      if (!simd::onednn_available()) std::exit(fail(std::string("--onednn: ") + simd::onednn_describe()));
+      const auto t0 = std::chrono::steady_clock::now();
+      if (Status s = model.build_int8_copies(pool); !s) std::exit(fail("--onednn: " + s.message()));
+      std::fprintf(stderr, "%s: int8 copies %.1f MB built in %.1f s; steps of >= %d tokens use them\n",
+                   simd::onednn_describe(), model.int8_copy_bytes() / 1e6,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   Forward::kOnednnMinTokens);
+      fwd.set_onednn_min_tokens(Forward::kOnednnMinTokens);
+    }
     const int ctx = std::min(cfg.n_ctx_train, o->prompt + o->gen + 1);
     // Token ids spread over the vocabulary, fixed for reproducibility.
     std::vector<int32_t> prompt(o->prompt);

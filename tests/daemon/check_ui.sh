@@ -49,11 +49,11 @@ if [ -z "$browser" ]; then
 fi
 mkdir -p "$artifacts"
 page="$url&bot=teller&say=Tell%20me%20a%20story"
-# The page fetches, renders the tree, sends the message and streams the reply; virtual time runs on
-# while requests are pending, so the DOM is dumped once they are done (bounded by the budget).
-flags=(--headless=new --no-sandbox --disable-gpu --no-first-run --user-data-dir="$tmp/chromium" --virtual-time-budget=20000)
-timeout 120 "$browser" "${flags[@]}" --dump-dom "$page" >"$tmp/dom.html" 2>"$tmp/chromium.log" ||
-  { tail -5 "$tmp/chromium.log"; fail "chromium failed"; }
+# The page fetches, renders the tree, sends the message and streams the reply; ui_browser.py waits in
+# the page for the reply's end (a condition, bounded), then keeps the DOM and a screenshot.
+timeout 300 python3 "$(dirname "$0")/ui_browser.py" "$browser" "$page" "$tmp/dom.html" "$artifacts/ui.png" \
+    --wait 120 --profile "$tmp/chromium" ||
+  { tail -5 "$tmp/chromium/chromium.log" 2>/dev/null; fail "the page's chat did not finish its reply"; }
 grep -q 'data-segment="acme"' "$tmp/dom.html" || fail "the page shows no platform segment"
 grep -q 'data-segment="teller"' "$tmp/dom.html" || fail "the page shows no bot under it"
 python3 - "$tmp/dom.html" <<'PY' || fail "the chat reply is not in the page"
@@ -63,7 +63,5 @@ m = re.search(r'<div class="msg assistant" id="reply-1" data-done="true">([^<]*)
 assert m and m.group(1).strip(), "no finished reply-1 in the DOM"
 print("the page's reply:", m.group(1).strip()[:80])
 PY
-timeout 120 "$browser" "${flags[@]}" --window-size=1200,900 --screenshot="$artifacts/ui.png" "$page" >/dev/null 2>>"$tmp/chromium.log" ||
-  fail "chromium could not take the screenshot"
 [ -s "$artifacts/ui.png" ] || fail "no screenshot"
 echo "screenshot: $artifacts/ui.png"
