@@ -1,6 +1,7 @@
 // oneDNN's int8 GEMM for prefill (see onednn_matmul.h). Built with oneDNN when TOWERS_HAVE_ONEDNN is
 // defined (CMake option TOWERS_ONEDNN); otherwise every entry point says "not available".
 #include "simd/onednn_matmul.h"
+#include "simd/ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,18 +26,7 @@ namespace {
 
 // Symmetric quantization of one group: scale = max|v| / qmax, q = round-to-nearest-even(v / scale).
 void quantize_groups(const float* v, int8_t* q, float* scales, size_t k, size_t group, int qmax) {
-  for (size_t g = 0; g < k / group; ++g) {
-    const float* src = v + g * group;
-    float amax = 0;
-    for (size_t i = 0; i < group; ++i) amax = std::max(amax, std::fabs(src[i]));
-    const float scale = amax / static_cast<float>(qmax);
-    const float inv = amax > 0 ? static_cast<float>(qmax) / amax : 0.f;
-    scales[g] = scale;
-    for (size_t i = 0; i < group; ++i) {
-      const long r = std::lrintf(src[i] * inv);
-      q[g * group + i] = static_cast<int8_t>(std::clamp<long>(r, -qmax, qmax));
-    }
-  }
+  for (size_t g = 0; g < k / group; ++g) scales[g] = quantize_symmetric_f32(v + g * group, q + g * group, group, qmax);
 }
 
 }  // namespace
@@ -59,9 +49,11 @@ using dim = dnnl::memory::dim;
 // int32 sums of one group: src [M x group] s8 (row stride k) times weights [group x rows] s8 (rows k
 // apart) into dst [M x rows] s32. M is a run-time dimension, so one primitive serves every token count.
 struct GroupGemm {
-  dnnl::memory::desc src, wei, dst;
+  dnnl::memory::desc src, wei, dst, scratchpad;
   dnnl::matmul mm;
 };
+
+struct PackedGemm;
 
 struct Runtime {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
@@ -69,6 +61,9 @@ struct Runtime {
   bool ok = false;
   std::mutex mu;
   std::map<std::tuple<size_t, size_t, size_t>, std::shared_ptr<const GroupGemm>> cache;  // (rows, k, group)
+  std::map<std::pair<size_t, size_t>, std::shared_ptr<const PackedGemm>> packed;         // (rows, k)
+
+  std::shared_ptr<const PackedGemm> get_packed(size_t rows, size_t k);
 
   std::shared_ptr<const GroupGemm> get(size_t rows, size_t k, size_t group) {
     std::lock_guard lock(mu);
@@ -79,13 +74,50 @@ struct Runtime {
       g->src = dnnl::memory::desc({M, K}, dt::s8, dnnl::memory::dims{dim(k), 1});
       g->wei = dnnl::memory::desc({K, N}, dt::s8, dnnl::memory::dims{1, dim(k)});
       g->dst = dnnl::memory::desc({M, N}, dt::s32, dnnl::memory::dims{N, 1});
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(g->src, g->wei, g->dst), eng);
+      dnnl::primitive_attr attr;  // a scratchpad per thread, as PackedGemm's
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(g->src, g->wei, g->dst), attr, eng);
+      g->scratchpad = pd.scratchpad_desc();
       g->mm = dnnl::matmul(pd);
       slot = std::move(g);
     }
     return slot;
   }
 };
+
+// A slice of rows packed into oneDNN's layout, multiplied on fixed tiles of kOnednnTileRows tokens:
+// with a fixed M and weights in the layout it chose, oneDNN picks its VNNI/AMX kernels (brgemm).
+struct PackedGemm {
+  dnnl::memory::desc src, wei, dst, scratchpad;
+  dnnl::matmul mm;
+  bool packs = false;  // oneDNN chose a layout of its own (else: keep plain rows)
+  size_t bytes = 0;    // the slice's blob, rounded up to 64
+};
+
+std::shared_ptr<const PackedGemm> make_packed(const dnnl::engine& eng, size_t rows, size_t k) {
+  auto g = std::make_shared<PackedGemm>();
+  const dim M = dim(kOnednnTileRows), K = dim(k), N = dim(rows);
+  g->src = dnnl::memory::desc({M, K}, dt::s8, dnnl::memory::dims{K, 1});
+  g->dst = dnnl::memory::desc({M, N}, dt::s32, dnnl::memory::dims{N, 1});
+  const dnnl::memory::desc plain({K, N}, dt::s8, dnnl::memory::dims{1, K});
+  try {
+    // Our pool's threads run this primitive at once: each passes its own scratchpad (by default oneDNN
+    // shares one global scratchpad between primitives, and brgemm uses it: two threads garbled it).
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(g->src, dnnl::memory::desc({K, N}, dt::s8, dnnl::memory::format_tag::any), g->dst), attr,
+        eng);
+    g->wei = pd.weights_desc();
+    g->scratchpad = pd.scratchpad_desc();
+    g->packs = g->wei != plain;
+    g->bytes = (g->wei.get_size() + 63) / 64 * 64;
+    g->mm = dnnl::matmul(pd);
+  } catch (const dnnl::error&) {
+    g->packs = false;
+  }
+  return g;
+}
 
 Runtime& runtime() {
   static Runtime* rt = [] {
@@ -109,6 +141,21 @@ Runtime& runtime() {
   return *rt;
 }
 
+std::shared_ptr<const PackedGemm> Runtime::get_packed(size_t rows, size_t k) {
+  std::lock_guard lock(mu);
+  auto& slot = packed[{rows, k}];
+  if (!slot) slot = make_packed(eng, rows, k);
+  return slot;
+}
+
+// The slices of a packed matrix: all but the last are kOnednnSliceRows rows, so they are alike.
+size_t slice_rows(size_t rows, size_t slice) {
+  return std::min(kOnednnSliceRows, rows - slice * kOnednnSliceRows);
+}
+size_t slice_offset(size_t rows, size_t k, size_t slice) {
+  return slice == 0 ? 0 : slice * runtime().get_packed(std::min(rows, kOnednnSliceRows), k)->bytes;
+}
+
 // dst (+)= float(isum) * (a_scale * w_scale) for one group; the first group writes.
 void apply_group(const int32_t* isum, size_t M, size_t rows, const float* act_scales, size_t groups, size_t g,
                  const float* w_scales, float* y, size_t ldy) {
@@ -116,7 +163,9 @@ void apply_group(const int32_t* isum, size_t M, size_t rows, const float* act_sc
     const float as = act_scales[m * groups + g];
     const int32_t* s = isum + m * rows;
     float* out = y + m * ldy;
-    if (g == 0) {
+    if (groups == 1) {
+      scale_i32_f32(s, as, w_scales, out, rows);
+    } else if (g == 0) {
       for (size_t n = 0; n < rows; ++n) out[n] = static_cast<float>(s[n]) * (as * w_scales[n * groups]);
     } else {
       for (size_t n = 0; n < rows; ++n) out[n] += static_cast<float>(s[n]) * (as * w_scales[n * groups + g]);
@@ -131,7 +180,10 @@ void run_groups(const int8_t* w, const float* w_scales, size_t rows, const int8_
   const std::shared_ptr<const GroupGemm> gg = rt.get(rows, k, group);
   thread_local dnnl::stream strm(rt.eng);
   thread_local std::vector<int32_t> isum;
+  thread_local std::vector<uint8_t> scratch;
   isum.resize(M * rows);
+  scratch.resize(gg->scratchpad.get_size() + 64);
+  dnnl::memory pad(gg->scratchpad, rt.eng, scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);
   const dim Md = dim(M), Kd = dim(group), Nd = dim(rows);
   const dnnl::memory::desc src({Md, Kd}, dt::s8, dnnl::memory::dims{dim(k), 1});
   const dnnl::memory::desc dst({Md, Nd}, dt::s32, dnnl::memory::dims{Nd, 1});
@@ -140,7 +192,7 @@ void run_groups(const int8_t* w, const float* w_scales, size_t rows, const int8_
     dnnl::memory a(src, rt.eng, const_cast<int8_t*>(act + g * group));
     dnnl::memory b(gg->wei, rt.eng, const_cast<int8_t*>(w + g * group));
     dnnl::memory c(dst, rt.eng, isum.data());
-    gg->mm.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    gg->mm.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
     strm.wait();
     apply_group(isum.data(), M, rows, act_scales, groups, g, w_scales, y, ldy);
   }
@@ -159,6 +211,78 @@ bool onednn_gemm(const int8_t* w, const float* w_scales, size_t n0, size_t n1, c
   omp_set_num_threads(1);
   const size_t groups = k / group;
   run_groups(w + n0 * k, w_scales + n0 * groups, n1 - n0, act, act_scales, M, k, group, y + n0, ldy);
+  return true;
+}
+
+size_t onednn_packed_bytes(size_t rows, size_t k) {
+  if (!onednn_available() || rows == 0 || k == 0) return 0;
+  const size_t slices = (rows + kOnednnSliceRows - 1) / kOnednnSliceRows;
+  size_t total = 0;
+  for (size_t i = 0; i < slices; ++i) {
+    const std::shared_ptr<const PackedGemm> g = runtime().get_packed(slice_rows(rows, i), k);
+    if (!g->packs) return 0;
+    total += g->bytes;
+  }
+  return total;
+}
+
+bool onednn_pack_weights(const int8_t* w, size_t rows, size_t k, uint8_t* out) {
+  if (onednn_packed_bytes(rows, k) == 0) return false;
+  Runtime& rt = runtime();
+  dnnl::stream strm(rt.eng);
+  const size_t slices = (rows + kOnednnSliceRows - 1) / kOnednnSliceRows;
+  for (size_t i = 0; i < slices; ++i) {
+    const size_t n = slice_rows(rows, i);
+    const std::shared_ptr<const PackedGemm> g = rt.get_packed(n, k);
+    const dnnl::memory::desc plain({dim(k), dim(n)}, dt::s8, dnnl::memory::dims{1, dim(k)});
+    dnnl::memory from(plain, rt.eng, const_cast<int8_t*>(w + i * kOnednnSliceRows * k));
+    dnnl::memory to(g->wei, rt.eng, out + slice_offset(rows, k, i));
+    dnnl::reorder(from, to).execute(strm, from, to);
+    strm.wait();
+  }
+  return true;
+}
+
+bool onednn_gemm_packed(const uint8_t* packed, size_t rows, size_t slice, const float* w_scales, const int8_t* act,
+                        const float* act_scales, size_t M, size_t k, float* y, size_t ldy) {
+  if (!onednn_available() || M == 0 || slice * kOnednnSliceRows >= rows) return false;
+  omp_set_num_threads(1);  // as onednn_gemm: our pool is the parallelism
+  Runtime& rt = runtime();
+  const size_t r0 = slice * kOnednnSliceRows, n = slice_rows(rows, slice);
+  const std::shared_ptr<const PackedGemm> g = rt.get_packed(n, k);
+  if (!g->packs) return false;
+  constexpr size_t kTile = kOnednnTileRows;
+  thread_local dnnl::stream strm(rt.eng);
+  thread_local std::vector<int32_t> isum;
+  thread_local std::vector<int8_t> padded;  // fewer than kTile tokens: their rows, then zeros
+  thread_local std::vector<uint8_t> scratch;
+  isum.resize(kTile * n);
+  scratch.resize(g->scratchpad.get_size() + 64);
+  dnnl::memory pad(g->scratchpad, rt.eng, scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);
+  dnnl::memory b(g->wei, rt.eng, const_cast<uint8_t*>(packed + slice_offset(rows, k, slice)));
+  dnnl::memory c(g->dst, rt.eng, isum.data());
+  // Tiles of kTile tokens; the last one ends at M and overlaps the one before it (its sums for the
+  // overlapping tokens are the same exact integers): no padding, one primitive for every M >= kTile.
+  for (size_t done = 0; done < M;) {
+    const int8_t* a = nullptr;
+    size_t start = 0;
+    if (M < kTile) {
+      padded.assign(kTile * k, 0);
+      std::copy(act, act + M * k, padded.begin());
+      a = padded.data();
+    } else {
+      start = std::min(done, M - kTile);
+      a = act + start * k;
+    }
+    dnnl::memory src(g->src, rt.eng, const_cast<int8_t*>(a));
+    g->mm.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
+    strm.wait();
+    const size_t end = std::min(start + kTile, M);
+    for (size_t m = done; m < end; ++m) {  // as apply_group with one group
+      scale_i32_f32(isum.data() + (m - start) * n, act_scales[m], w_scales + r0, y + m * ldy + r0, n);
+    }
+    done = end;
+  }
   return true;
 }
 
@@ -182,6 +306,12 @@ bool onednn_gemm(const int8_t*, const float*, size_t, size_t, const int8_t*, con
 }
 bool onednn_gemm_omp(const int8_t*, const float*, size_t, const int8_t*, const float*, size_t, size_t, size_t, float*,
                      size_t, int) {
+  return false;
+}
+size_t onednn_packed_bytes(size_t, size_t) { return 0; }
+bool onednn_pack_weights(const int8_t*, size_t, size_t, uint8_t*) { return false; }
+bool onednn_gemm_packed(const uint8_t*, size_t, size_t, const float*, const int8_t*, const float*, size_t, size_t, float*,
+                        size_t) {
   return false;
 }
 

@@ -42,4 +42,24 @@ bool onednn_gemm(const int8_t* w, const float* w_scales, size_t n0, size_t n1, c
 bool onednn_gemm_omp(const int8_t* w, const float* w_scales, size_t n, const int8_t* act, const float* act_scales,
                      size_t M, size_t k, size_t group, float* y, size_t ldy, int threads);
 
+// Weights packed once into oneDNN's own layout (whole-row scales only: group == k). With plain rows
+// oneDNN re-packs the weights on every call and, for a run-time M, takes its generic GEMM: packed
+// once, its VNNI/AMX kernels (brgemm) run on fixed tiles of kOnednnTileRows tokens, 2.2x faster at
+// M = 512 on a 1024 x 2048 slice, one thread, AVX-512 VNNI (bench/README.md, "oneDNN in the prefill
+// path"). A matrix is packed in slices of kOnednnSliceRows rows (the last may be shorter), each slice
+// a blob of its own, so that callers split the rows over their pool exactly as with plain rows. The
+// int32 sums are the same exact integers, so the results equal onednn_gemm's bit for bit.
+constexpr size_t kOnednnSliceRows = 1024;
+constexpr size_t kOnednnTileRows = 64;
+// Bytes of the packed copy of `rows` rows of k s8 weights (all its slices); 0 when this CPU's oneDNN
+// has no packed layout for it (then keep plain rows and call onednn_gemm).
+size_t onednn_packed_bytes(size_t rows, size_t k);
+// Packs plain rows (rows x k s8, row after row) into `out` (onednn_packed_bytes(rows, k) bytes).
+bool onednn_pack_weights(const int8_t* w, size_t rows, size_t k, uint8_t* out);
+// As onednn_gemm for the rows of slice `slice` (rows [slice * kOnednnSliceRows, ...)) of a packed
+// matrix of `rows` rows: y[m * ldy + n] for those rows n, tokens m < M (any M >= 1), w_scales and
+// act_scales one per row. On the calling thread only; thread-safe.
+bool onednn_gemm_packed(const uint8_t* packed, size_t rows, size_t slice, const float* w_scales, const int8_t* act,
+                        const float* act_scales, size_t M, size_t k, float* y, size_t ldy);
+
 }  // namespace towers::simd

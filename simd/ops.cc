@@ -1,6 +1,8 @@
 #include "simd/ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/ops.cc"
@@ -144,6 +146,43 @@ void RopeF32(float* v, const float* HWY_RESTRICT cs, const float* HWY_RESTRICT s
   }
 }
 
+// amax is order-free (max), inv and each product are single roundings, NearestInt rounds half to even
+// as lrintf does in the default mode: the scalar formula's bits on every target.
+float QuantizeSymmetricF32(const float* HWY_RESTRICT v, int8_t* HWY_RESTRICT q, size_t n, int qmax) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<int8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  auto vmax = hn::Zero(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(d, v + i)));
+  float amax = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  for (; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float scale = amax / static_cast<float>(qmax);
+  const float inv = amax > 0 ? static_cast<float>(qmax) / amax : 0.f;
+  const auto vinv = hn::Set(d, inv);
+  const auto hi = hn::Set(di, qmax), lo = hn::Set(di, -qmax);
+  for (i = 0; i + N <= n; i += N) {
+    const auto r = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(d, v + i), vinv)), lo), hi);
+    hn::StoreU(hn::DemoteTo(d8, r), d8, q + i);
+  }
+  for (; i < n; ++i) q[i] = static_cast<int8_t>(std::clamp<long>(std::lrintf(v[i] * inv), -qmax, qmax));
+  return scale;
+}
+
+void ScaleI32F32(const int32_t* HWY_RESTRICT s, float a, const float* HWY_RESTRICT w, float* HWY_RESTRICT out,
+                 size_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const size_t N = hn::Lanes(d);
+  const auto va = hn::Set(d, a);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    hn::StoreU(hn::Mul(hn::ConvertTo(d, hn::LoadU(di, s + i)), hn::Mul(va, hn::LoadU(d, w + i))), d, out + i);
+  }
+  for (; i < n; ++i) out[i] = static_cast<float>(s[i]) * (a * w[i]);
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -160,6 +199,8 @@ HWY_EXPORT(GegluF32);
 HWY_EXPORT(SoftcapF32);
 HWY_EXPORT(RmsnormF32);
 HWY_EXPORT(RopeF32);
+HWY_EXPORT(QuantizeSymmetricF32);
+HWY_EXPORT(ScaleI32F32);
 
 float dot_f32(const float* a, const float* b, size_t n) { return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n); }
 void axpy_f32(float alpha, const float* x, float* y, size_t n) {
@@ -177,6 +218,12 @@ void rmsnorm_f32(const float* x, const float* g, float* out, size_t n, float eps
 }
 void rope_f32(float* v, const float* cos, const float* sin, size_t half, bool neox) {
   HWY_DYNAMIC_DISPATCH(RopeF32)(v, cos, sin, half, neox);
+}
+float quantize_symmetric_f32(const float* v, int8_t* q, size_t n, int qmax) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeSymmetricF32)(v, q, n, qmax);
+}
+void scale_i32_f32(const int32_t* s, float a, const float* w, float* out, size_t n) {
+  HWY_DYNAMIC_DISPATCH(ScaleI32F32)(s, a, w, out, n);
 }
 const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 }  // namespace towers::simd

@@ -3,6 +3,7 @@
 // caller's thread count (docs/numerics.md).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 namespace towers::simd {
 
@@ -25,6 +26,12 @@ void rmsnorm_f32(const float* x, const float* g, float* out, size_t n, float eps
 // Pairs are (v[i], v[half + i]) when neox, else (v[2i], v[2i + 1]). Same bits on every target as
 // the plain formula a' = a cos - b sin, b' = a sin + b cos (no fused multiply-add).
 void rope_f32(float* v, const float* cos, const float* sin, size_t half, bool neox);
+// Symmetric quantization of v[0, n) to q (oneDNN's int8 prefill): scale = max|v| / qmax (returned),
+// q[i] = v[i] * (qmax / max|v|) rounded half to even (lrintf's default mode), clamped to +-qmax
+// (qmax <= 127). The scalar formula's bits on every target.
+float quantize_symmetric_f32(const float* v, int8_t* q, size_t n, int qmax);
+// out[i] = float(s[i]) * (a * w[i]): exact int32 sums scaled by a token's and a row's scale.
+void scale_i32_f32(const int32_t* s, float a, const float* w, float* out, size_t n);
 // Name of the target dot_f32 runs on (e.g. "AVX3", "AVX2", "NEON").
 const char* target_name();
 

@@ -93,6 +93,53 @@ TEST_CASE("oneDNN's int8 GEMM gives the exact int32 sums, scaled per group in or
   }
 }
 
+TEST_CASE("packed oneDNN weights give the exact int32 sums for any token count and slice") {
+  if (!have_onednn()) return;
+  if (simd::onednn_packed_bytes(1024, 512) == 0) {
+    MESSAGE("SKIP: this CPU's oneDNN keeps plain rows (" << simd::onednn_describe() << ")");
+    return;
+  }
+  // A full slice and a short one; the tiny model's shapes (test_forward's): rows < one tile, K = 768.
+  for (const auto& shape : std::vector<std::pair<size_t, size_t>>{{1024 + 300, 512}, {128, 256}, {256, 768}}) {
+  const size_t rows = shape.first, k = shape.second;
+  CAPTURE(rows);
+  CAPTURE(k);
+  std::mt19937 rng(5);
+  std::vector<int8_t> w(rows * k);
+  std::vector<float> ws(rows);
+  for (auto& v : w) v = static_cast<int8_t>(static_cast<int>(rng() % 127) - 63);
+  for (auto& v : ws) v = 1e-3f * static_cast<float>(1 + rng() % 100);
+  for (size_t i = 0; i < k; ++i) w[i] = 63, w[k + i] = -63;
+  std::vector<uint8_t> packed(simd::onednn_packed_bytes(rows, k));
+  REQUIRE(simd::onednn_pack_weights(w.data(), rows, k, packed.data()));
+  // Below one tile, exactly one, between tiles (the last tile overlaps), several.
+  for (size_t M : {1, 7, 64, 65, 130, 200}) {
+    CAPTURE(M);
+    std::vector<int8_t> a(M * k);
+    std::vector<float> as(M);
+    for (auto& v : a) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    for (auto& v : as) v = 1e-2f * static_cast<float>(1 + rng() % 100);
+    for (size_t i = 0; i < k; ++i) a[i] = 127;
+    std::vector<float> want(M * rows), got(M * rows, -1.f), plain(M * rows, -2.f);
+    for (size_t m = 0; m < M; ++m) {
+      for (size_t n = 0; n < rows; ++n) {
+        int32_t sum = 0;
+        for (size_t i = 0; i < k; ++i) sum += int32_t{a[m * k + i]} * int32_t{w[n * k + i]};
+        want[m * rows + n] = static_cast<float>(sum) * (as[m] * ws[n]);
+      }
+    }
+    const size_t slices = (rows + simd::kOnednnSliceRows - 1) / simd::kOnednnSliceRows;
+    for (size_t i = slices; i-- > 0;) {
+      REQUIRE(simd::onednn_gemm_packed(packed.data(), rows, i, ws.data(), a.data(), as.data(), M, k, got.data(), rows));
+    }
+    CHECK_FALSE(simd::onednn_gemm_packed(packed.data(), rows, slices, ws.data(), a.data(), as.data(), M, k, got.data(), rows));
+    CHECK(got == want);
+    REQUIRE(simd::onednn_gemm(w.data(), ws.data(), 0, rows, a.data(), as.data(), M, k, k, plain.data(), rows));
+    CHECK(plain == got);  // the same bits as plain rows
+  }
+  }
+}
+
 TEST_CASE("oneDNN quantization rounds to nearest even within the 7- and 8-bit ranges") {
   std::vector<float> x(256, 0.f);
   x[0] = 2.f, x[1] = -2.f, x[2] = 1.f / 63 * 0.5f * 2.f, x[3] = 0.5f * 2.f / 127;
@@ -170,6 +217,13 @@ TEST_CASE("a token's oneDNN logits do not depend on the batch split or the threa
   CHECK(logits_all(*model, pool2, 8, ids, {8, 40, 16}) == one);
   // A step below the threshold takes the fast kernels: different numbers (why the codec turns it off).
   CHECK(logits_all(*model, pool2, 8, ids, {4, 60}) != one);
+  // Whole-row copies are packed into oneDNN's layout where it has one; kept as plain rows, the same bits.
+  auto plain = Model::load((test::temp_dir() / "onednn-tiny-q4_k_m.gguf").string());
+  REQUIRE(plain.ok());
+  REQUIRE((*plain)->build_int8_copies(pool2, Model::kInt8Group, /*pack=*/false).ok());
+  CHECK(logits_all(**plain, pool2, 8, ids) == one);
+  MESSAGE("int8 copies: " << model->int8_copy_bytes() << " B packed (" << std::string(model->int8_copies_packed() ? "oneDNN's layout" : "plain rows")
+                          << "), " << (*plain)->int8_copy_bytes() << " B plain");
 }
 
 TEST_CASE("the codec never takes the oneDNN kernels: encoding with them on gives the same bytes") {

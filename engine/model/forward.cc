@@ -300,7 +300,7 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
   std::vector<MatOut> rest;
   if (onednn_min_tokens_ > 0 && T >= onednn_min_tokens_) {
     std::vector<MatOut> on;
-    for (const MatOut& m : mats) (m.w->s8 ? on : rest).push_back(m);
+    for (const MatOut& m : mats) (m.w->s8 || m.w->s8_packed ? on : rest).push_back(m);
     if (!on.empty()) {
       matmuls_onednn(on, x, T);
       if (rest.empty()) return;
@@ -354,7 +354,7 @@ void Forward::matmuls_onednn(std::span<const MatOut> mats, const float* x, int T
       simd::onednn_quantize_act(x + t * cols, act8_.data() + t * cols, act8_scales_.data() + t * groups, cols, G);
     }
   });
-  if (onednn_omp_) {
+  if (onednn_omp_ && mats[0].w->s8) {  // (packed copies have their slices: the pool's path below)
     for (const MatOut& m : mats) {
       simd::onednn_gemm_omp(m.w->s8, m.w->s8_scales, static_cast<size_t>(m.w->rows), act8_.data(),
                             act8_scales_.data(), T, cols, G, m.y, static_cast<size_t>(m.w->rows), pool_.size());
@@ -362,8 +362,9 @@ void Forward::matmuls_onednn(std::span<const MatOut> mats, const float* x, int T
     return;
   }
   // Work units of kRows rows, numbered across the matrices (as matmuls does with 16-row groups): large
-  // enough that oneDNN's per-call packing of the activations stays small beside the multiply.
-  constexpr size_t kRows = 1024;  // measured against 256 and 4096 (docs/numerics.md)
+  // enough that oneDNN's per-call packing of the activations stays small beside the multiply; a packed
+  // copy's slices are such units.
+  constexpr size_t kRows = simd::kOnednnSliceRows;  // measured against 256 and 4096 (docs/numerics.md)
   size_t units = 0;
   for (const MatOut& m : mats) units += (static_cast<size_t>(m.w->rows) + kRows - 1) / kRows;
   pool_.parallel_dynamic(units, [&](size_t u0, size_t u1, int) {
@@ -374,7 +375,12 @@ void Forward::matmuls_onednn(std::span<const MatOut> mats, const float* x, int T
       base += n;
       for (size_t u = a; u < b; ++u) {  // one call per unit: the same row slices whoever runs them
         const size_t r0 = (u - (base - n)) * kRows, r1 = std::min(rows, r0 + kRows);
-        simd::onednn_gemm(m.w->s8, m.w->s8_scales, r0, r1, act8_.data(), act8_scales_.data(), T, cols, G, m.y, rows);
+        if (m.w->s8_packed) {
+          simd::onednn_gemm_packed(m.w->s8_packed, rows, u - (base - n), m.w->s8_scales, act8_.data(),
+                                   act8_scales_.data(), T, cols, m.y, rows);
+        } else {
+          simd::onednn_gemm(m.w->s8, m.w->s8_scales, r0, r1, act8_.data(), act8_scales_.data(), T, cols, G, m.y, rows);
+        }
       }
     }
   });

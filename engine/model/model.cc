@@ -468,10 +468,19 @@ size_t Model::release_packed_sources() const {
 namespace towers {
 
 namespace {
-// A row's copy: its s8 and, per group, one f32 scale (256 elements per group at least).
-size_t int8_bytes_of(const Weight& w, size_t group) {
+// A matrix's copy: per group of a row one f32 scale, then its s8 rows, or with whole-row scales
+// (`pack`) oneDNN's packed slices when it has a layout for them (64-aligned after the scales).
+size_t int8_scale_bytes(const Weight& w, size_t group) {
   const size_t rows = static_cast<size_t>(w.rows), cols = static_cast<size_t>(w.cols);
-  return rows * cols + rows * (cols / (group ? group : cols)) * sizeof(float);
+  return (rows * (cols / (group ? group : cols)) * sizeof(float) + 63) / 64 * 64;
+}
+size_t int8_packed_bytes(const Weight& w, size_t group, bool pack) {
+  const size_t cols = static_cast<size_t>(w.cols);
+  return pack && (group == 0 || group == cols) ? simd::onednn_packed_bytes(static_cast<size_t>(w.rows), cols) : 0;
+}
+size_t int8_bytes_of(const Weight& w, size_t group, bool pack) {
+  const size_t packed = int8_packed_bytes(w, group, pack);
+  return int8_scale_bytes(w, group) + (packed ? packed : static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols));
 }
 }  // namespace
 
@@ -497,12 +506,12 @@ std::vector<Weight*> Model::int8_matrices() {
 size_t Model::int8_copy_bytes_needed() const {
   size_t total = 0;
   for (const Weight* w : const_cast<Model*>(this)->int8_matrices()) {
-    total += int8_bytes_of(*w, kInt8Group);
+    total += int8_bytes_of(*w, kInt8Group, true);
   }
   return total;
 }
 
-Status Model::build_int8_copies(ThreadPool& pool, size_t group) {
+Status Model::build_int8_copies(ThreadPool& pool, size_t group, bool pack) {
   if (int8_bytes_ > 0) return Status::Ok();
   if (!simd::onednn_available()) return Status::Error(std::string("int8 prefill copies: ") + simd::onednn_describe());
   if (group != 0 && group % 256 != 0) return Status::Error("int8 prefill copies: group must be 0 or a multiple of 256");
@@ -513,17 +522,25 @@ Status Model::build_int8_copies(ThreadPool& pool, size_t group) {
       return Status::Error("int8 prefill copies: a row of " + std::to_string(w->cols) + " does not split into groups of " +
                            std::to_string(group));
     }
-    total += int8_bytes_of(*w, group);
+    total += int8_bytes_of(*w, group, pack);
   }
   if (total == 0) return Status::Ok();
   int8_store_ = HugeBuffer(total);
   uint8_t* p = int8_store_.data();
   std::vector<std::vector<float>> rowbuf(static_cast<size_t>(pool.size()));
+  std::vector<int8_t> plain;  // a matrix's s8 rows before packing
+  bool packed_all = true;
   for (Weight* w : ws) {
     const size_t rows = static_cast<size_t>(w->rows), cols = static_cast<size_t>(w->cols);
     const size_t g = group ? group : cols;
-    auto* q = reinterpret_cast<int8_t*>(p);
-    auto* scales = reinterpret_cast<float*>(p + rows * cols);  // rows * cols: a multiple of 256
+    const size_t packed_bytes = int8_packed_bytes(*w, group, pack);
+    auto* scales = reinterpret_cast<float*>(p);
+    uint8_t* body = p + int8_scale_bytes(*w, group);
+    int8_t* q = reinterpret_cast<int8_t*>(body);
+    if (packed_bytes) {
+      plain.resize(rows * cols);
+      q = plain.data();
+    }
     // Rows are quantized independently: the bytes do not depend on the threads.
     pool.parallel_for(rows, [&](size_t r0, size_t r1, int thread) {
       std::vector<float>& f = rowbuf[static_cast<size_t>(thread)];
@@ -533,12 +550,24 @@ Status Model::build_int8_copies(ThreadPool& pool, size_t group) {
         simd::onednn_quantize_weights(f.data(), q + r * cols, scales + r * (cols / g), cols, g);
       }
     });
-    w->s8 = q;
+    if (packed_bytes) {
+      if (!simd::onednn_pack_weights(plain.data(), rows, cols, body)) {
+        for (Weight* done : ws) done->s8 = nullptr, done->s8_packed = nullptr, done->s8_scales = nullptr;
+        int8_store_ = HugeBuffer();
+        return Status::Error("int8 prefill copies: oneDNN could not pack a " + std::to_string(rows) + " x " +
+                             std::to_string(cols) + " matrix");
+      }
+      w->s8_packed = body;
+    } else {
+      w->s8 = q;
+      packed_all = false;
+    }
     w->s8_scales = scales;
     w->s8_group = static_cast<int64_t>(g);
-    p += int8_bytes_of(*w, group);
+    p += int8_bytes_of(*w, group, pack);
   }
   int8_bytes_ = total;
+  int8_packed_ = packed_all;
   return Status::Ok();
 }
 

@@ -94,9 +94,11 @@ struct Weight {
   GgmlType type = GgmlType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
-  // Optional copy for oneDNN's prefill GEMM (Model::build_int8_copies): rows x cols s8 and rows x
-  // (cols / s8_group) f32 scales, row after row.
+  // Optional copy for oneDNN's prefill GEMM (Model::build_int8_copies): rows x (cols / s8_group) f32
+  // scales, row after row, and the weights either as rows x cols s8 (s8) or packed into oneDNN's own
+  // layout in slices (s8_packed; whole-row scales only; simd/onednn_matmul.h).
   const int8_t* s8 = nullptr;
+  const uint8_t* s8_packed = nullptr;
   const float* s8_scales = nullptr;
   int64_t s8_group = 0;
   size_t row_stride() const { return row_bytes(type, static_cast<uint64_t>(cols)); }
@@ -162,10 +164,13 @@ class Model {
   // available. kInt8Group: oneDNN is called once per group, so larger groups are faster (1B shapes,
   // M = 128: 2.2x our kernels with whole rows, 1.8x with 512, 1.0-1.3x with 256) for the same accuracy
   // on the models measured (docs/numerics.md, "oneDNN prefill kernels").
+  // With whole-row scales the weights are packed into oneDNN's layout where this CPU's oneDNN has one
+  // (`pack`; the same results bit for bit, 2.2x faster on AVX-512 VNNI: bench/README.md).
   static constexpr size_t kInt8Group = 0;
   size_t int8_copy_bytes_needed() const;
-  Status build_int8_copies(ThreadPool& pool, size_t group = kInt8Group);
+  Status build_int8_copies(ThreadPool& pool, size_t group = kInt8Group, bool pack = true);
   size_t int8_copy_bytes() const { return int8_bytes_; }
+  bool int8_copies_packed() const { return int8_packed_; }
 
  private:
   Model() = default;
@@ -173,7 +178,8 @@ class Model {
   HugeBuffer packed_store_;  // all packed copies, on huge pages: decode streams them once per token
   size_t packed_bytes_ = 0;
   std::vector<Weight*> int8_matrices();
-  HugeBuffer int8_store_;  // the s8 rows and scales of build_int8_copies
+  HugeBuffer int8_store_;  // the s8 rows (or packed slices) and scales of build_int8_copies
+  bool int8_packed_ = false;
   size_t int8_bytes_ = 0;
   std::shared_ptr<GgufFile> file_;
   ModelConfig config_;
