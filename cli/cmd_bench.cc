@@ -72,7 +72,7 @@ void add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--reference", o->reference, "Use the reference kernels (dequantize + f32 dot)");
   cmd->add_flag("--onednn", o->onednn,
-                "Prefill steps of >= 64 tokens through oneDNN's int8 GEMM, as towerd with [model] onednn_prefill = "
+                "Prefill steps of >= 16 tokens (64 where oneDNN keeps plain rows) through oneDNN's int8 GEMM, as towerd with [model] onednn_prefill = "
                 "true: the 7-bit copies of the layer matrices are built first (time and size on stderr); decode "
                 "and shorter steps keep the fast kernels (docs/numerics.md, \"oneDNN prefill kernels\")")
       ->excludes("--reference");
@@ -87,11 +87,12 @@ void add_bench(CLI::App& app) {
       if (!simd::onednn_available()) std::exit(fail(std::string("--onednn: ") + simd::onednn_describe()));
       const auto t0 = std::chrono::steady_clock::now();
       if (Status s = model.build_int8_copies(pool); !s) std::exit(fail("--onednn: " + s.message()));
-      std::fprintf(stderr, "%s: int8 copies %.1f MB built in %.1f s; steps of >= %d tokens use them\n",
+      const int min_tokens = Forward::onednn_min_tokens_for(model);
+      std::fprintf(stderr, "%s: int8 copies %.1f MB (%s) built in %.1f s; steps of >= %d tokens use them\n",
                    simd::onednn_describe(), model.int8_copy_bytes() / 1e6,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                   Forward::kOnednnMinTokens);
-      fwd.set_onednn_min_tokens(Forward::kOnednnMinTokens);
+                   model.int8_copies_packed() ? "packed in oneDNN's layout" : "plain rows",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), min_tokens);
+      fwd.set_onednn_min_tokens(min_tokens);
     }
     const int ctx = std::min(cfg.n_ctx_train, o->prompt + o->gen + 1);
     // Token ids spread over the vocabulary, fixed for reproducibility.

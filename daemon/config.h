@@ -32,7 +32,7 @@ struct Config {
   int threads = 0;                   // 0 = all cores
   std::string chat_template;         // "" = detected from the model
   std::vector<std::string> aliases;  // other names a request's "model" may give (besides the file's)
-  bool onednn_prefill = false;       // steps of >= Forward::kOnednnMinTokens tokens through oneDNN
+  bool onednn_prefill = false;       // steps of >= Forward::onednn_min_tokens_for tokens through oneDNN
   KvQuant tail_format = KvQuant::F32;  // lease tails (a request's KV before it is sealed): f32 or f16
   // [server]
   std::string socket_path = "/run/towerd/towerd.sock";

@@ -125,10 +125,12 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
     } else if (Status s = st->model->build_int8_copies(*st->threads); !s.ok()) {
       warnings->push_back("model.onednn_prefill: " + s.message() + "; prefill stays on the fast kernels");
     } else {
-      st->forward->set_onednn_min_tokens(Forward::kOnednnMinTokens);
-      st->prefill_kernels = std::string(simd::onednn_describe()) + " for steps of >= " +
-                            std::to_string(Forward::kOnednnMinTokens) + " tokens (int8 copies " +
-                            std::to_string(st->model->int8_copy_bytes() >> 20) + " MiB), else " + st->prefill_kernels;
+      const int min_tokens = Forward::onednn_min_tokens_for(*st->model);
+      st->forward->set_onednn_min_tokens(min_tokens);
+      st->prefill_kernels = std::string(simd::onednn_describe()) + " for steps of >= " + std::to_string(min_tokens) +
+                            " tokens (int8 copies " + std::to_string(st->model->int8_copy_bytes() >> 20) + " MiB, " +
+                            (st->model->int8_copies_packed() ? "packed in oneDNN's layout" : "plain rows") + "), else " +
+                            st->prefill_kernels;
     }
   }
 

@@ -85,36 +85,57 @@ struct Runtime {
   }
 };
 
-// A slice of rows packed into oneDNN's layout, multiplied on fixed tiles of kOnednnTileRows tokens:
-// with a fixed M and weights in the layout it chose, oneDNN picks its VNNI/AMX kernels (brgemm).
-struct PackedGemm {
-  dnnl::memory::desc src, wei, dst, scratchpad;
+// A slice of rows packed into oneDNN's layout, multiplied on fixed tiles of tokens: with a fixed M and
+// weights in the layout it chose, oneDNN picks its VNNI/AMX kernels (brgemm). Steps of at least
+// kOnednnTileRows tokens take tiles of that many; shorter ones tiles of kSmallTile (the same weight
+// layout, checked), so that a 20-token step is not padded to 64.
+constexpr size_t kSmallTile = 16;
+
+struct Tile {
+  dnnl::memory::desc src, dst, scratchpad;
   dnnl::matmul mm;
+  size_t tokens = 0;  // 0: this tile size is not available
+};
+
+struct PackedGemm {
+  dnnl::memory::desc wei;
+  Tile big, small;
   bool packs = false;  // oneDNN chose a layout of its own (else: keep plain rows)
   size_t bytes = 0;    // the slice's blob, rounded up to 64
+  const Tile& tile_for(size_t M) const { return M >= big.tokens || small.tokens == 0 ? big : small; }
 };
+
+// Our pool's threads run these primitives at once: each passes its own scratchpad (by default oneDNN
+// shares one global scratchpad between primitives, and brgemm uses it: two threads garbled it).
+dnnl::memory::desc make_tile(const dnnl::engine& eng, size_t tokens, size_t rows, size_t k, Tile& t) {
+  const dim M = dim(tokens), K = dim(k), N = dim(rows);
+  t.src = dnnl::memory::desc({M, K}, dt::s8, dnnl::memory::dims{K, 1});
+  t.dst = dnnl::memory::desc({M, N}, dt::s32, dnnl::memory::dims{N, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc pd(
+      dnnl::matmul::desc(t.src, dnnl::memory::desc({K, N}, dt::s8, dnnl::memory::format_tag::any), t.dst), attr, eng);
+  t.scratchpad = pd.scratchpad_desc();
+  t.mm = dnnl::matmul(pd);
+  t.tokens = tokens;
+  return pd.weights_desc();
+}
 
 std::shared_ptr<const PackedGemm> make_packed(const dnnl::engine& eng, size_t rows, size_t k) {
   auto g = std::make_shared<PackedGemm>();
-  const dim M = dim(kOnednnTileRows), K = dim(k), N = dim(rows);
-  g->src = dnnl::memory::desc({M, K}, dt::s8, dnnl::memory::dims{K, 1});
-  g->dst = dnnl::memory::desc({M, N}, dt::s32, dnnl::memory::dims{N, 1});
-  const dnnl::memory::desc plain({K, N}, dt::s8, dnnl::memory::dims{1, K});
+  const dnnl::memory::desc plain({dim(k), dim(rows)}, dt::s8, dnnl::memory::dims{1, dim(k)});
   try {
-    // Our pool's threads run this primitive at once: each passes its own scratchpad (by default oneDNN
-    // shares one global scratchpad between primitives, and brgemm uses it: two threads garbled it).
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(g->src, dnnl::memory::desc({K, N}, dt::s8, dnnl::memory::format_tag::any), g->dst), attr,
-        eng);
-    g->wei = pd.weights_desc();
-    g->scratchpad = pd.scratchpad_desc();
+    g->wei = make_tile(eng, kOnednnTileRows, rows, k, g->big);
     g->packs = g->wei != plain;
     g->bytes = (g->wei.get_size() + 63) / 64 * 64;
-    g->mm = dnnl::matmul(pd);
   } catch (const dnnl::error&) {
     g->packs = false;
+    return g;
+  }
+  try {
+    if (make_tile(eng, kSmallTile, rows, k, g->small) != g->wei) g->small = Tile{};
+  } catch (const dnnl::error&) {
+    g->small = Tile{};
   }
   return g;
 }
@@ -251,16 +272,17 @@ bool onednn_gemm_packed(const uint8_t* packed, size_t rows, size_t slice, const 
   const size_t r0 = slice * kOnednnSliceRows, n = slice_rows(rows, slice);
   const std::shared_ptr<const PackedGemm> g = rt.get_packed(n, k);
   if (!g->packs) return false;
-  constexpr size_t kTile = kOnednnTileRows;
+  const Tile& tile = g->tile_for(M);
+  const size_t kTile = tile.tokens;
   thread_local dnnl::stream strm(rt.eng);
   thread_local std::vector<int32_t> isum;
   thread_local std::vector<int8_t> padded;  // fewer than kTile tokens: their rows, then zeros
   thread_local std::vector<uint8_t> scratch;
   isum.resize(kTile * n);
-  scratch.resize(g->scratchpad.get_size() + 64);
-  dnnl::memory pad(g->scratchpad, rt.eng, scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);
+  scratch.resize(tile.scratchpad.get_size() + 64);
+  dnnl::memory pad(tile.scratchpad, rt.eng, scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);
   dnnl::memory b(g->wei, rt.eng, const_cast<uint8_t*>(packed + slice_offset(rows, k, slice)));
-  dnnl::memory c(g->dst, rt.eng, isum.data());
+  dnnl::memory c(tile.dst, rt.eng, isum.data());
   // Tiles of kTile tokens; the last one ends at M and overlaps the one before it (its sums for the
   // overlapping tokens are the same exact integers): no padding, one primitive for every M >= kTile.
   for (size_t done = 0; done < M;) {
@@ -274,8 +296,8 @@ bool onednn_gemm_packed(const uint8_t* packed, size_t rows, size_t slice, const 
       start = std::min(done, M - kTile);
       a = act + start * k;
     }
-    dnnl::memory src(g->src, rt.eng, const_cast<int8_t*>(a));
-    g->mm.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
+    dnnl::memory src(tile.src, rt.eng, const_cast<int8_t*>(a));
+    tile.mm.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
     strm.wait();
     const size_t end = std::min(start + kTile, M);
     for (size_t m = done; m < end; ++m) {  // as apply_group with one group

@@ -112,8 +112,8 @@ TEST_CASE("packed oneDNN weights give the exact int32 sums for any token count a
   for (size_t i = 0; i < k; ++i) w[i] = 63, w[k + i] = -63;
   std::vector<uint8_t> packed(simd::onednn_packed_bytes(rows, k));
   REQUIRE(simd::onednn_pack_weights(w.data(), rows, k, packed.data()));
-  // Below one tile, exactly one, between tiles (the last tile overlaps), several.
-  for (size_t M : {1, 7, 64, 65, 130, 200}) {
+  // Below a small tile (16 tokens), small tiles (the last overlapping), one large tile (64), several.
+  for (size_t M : {1, 7, 16, 20, 63, 64, 65, 130, 200}) {
     CAPTURE(M);
     std::vector<int8_t> a(M * k);
     std::vector<float> as(M);

@@ -2,6 +2,7 @@
 // for an element does not depend on the element's position (tails) or on aliasing. softcap_f32 against
 // its formula. rmsnorm_f32 and
 // rope_f32 give exactly the bits of their plain scalar formulas.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -135,4 +136,44 @@ TEST_CASE("ops: swiglu_f32 against a double reference, tails and in-place give t
 TEST_CASE("ops: swiglu_f32 on every compiled target") {
   std::mt19937 rng(12);
   towers::test::for_each_target([&](int64_t) { check_swiglu(rng); });
+}
+
+TEST_CASE("ops: quantize_symmetric_f32 and scale_i32_f32 are their scalar formulas, bit for bit, on every target") {
+  std::mt19937 rng(11);
+  towers::test::for_each_target([&](int64_t) {
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    for (size_t n : {1, 5, 16, 33, 256, 2048}) {
+      for (int qmax : {63, 127}) {
+        CAPTURE(n);
+        CAPTURE(qmax);
+        std::vector<float> v(n);
+        for (auto& x : v) x = dist(rng);
+        if (n >= 4) v[1] = 0.5f * v[0], v[2] = -v[0], v[3] = 0.0f;  // ties once scaled, the extremes
+        std::vector<int8_t> q(n);
+        const float scale = simd::quantize_symmetric_f32(v.data(), q.data(), n, qmax);
+        float amax = 0;
+        for (float x : v) amax = std::max(amax, std::fabs(x));
+        CHECK(scale == amax / static_cast<float>(qmax));
+        const float inv = amax > 0 ? static_cast<float>(qmax) / amax : 0.f;
+        for (size_t i = 0; i < n; ++i) {
+          CHECK(q[i] == static_cast<int8_t>(std::clamp<long>(std::lrintf(v[i] * inv), -qmax, qmax)));
+        }
+        // Exact halves round to even: 2.5 -> 2, 3.5 -> 4 (qmax / amax = 1 here).
+        std::vector<float> halves = {2.5f, 3.5f, -2.5f, -0.5f, 1.5f, float(qmax)};
+        halves.resize(std::max<size_t>(n, halves.size()), 0.0f);
+        std::vector<int8_t> h(halves.size());
+        simd::quantize_symmetric_f32(halves.data(), h.data(), halves.size(), qmax);
+        CHECK(h[0] == 2);
+        CHECK(h[1] == 4);
+        CHECK(h[2] == -2);
+        CHECK(h[3] == 0);
+        CHECK(h[4] == 2);
+        std::vector<int32_t> s(n);
+        std::vector<float> w(n), out(n);
+        for (size_t i = 0; i < n; ++i) s[i] = static_cast<int32_t>(rng() % 2000001) - 1000000, w[i] = dist(rng);
+        simd::scale_i32_f32(s.data(), 0.37f, w.data(), out.data(), n);
+        for (size_t i = 0; i < n; ++i) CHECK(out[i] == static_cast<float>(s[i]) * (0.37f * w[i]));
+      }
+    }
+  });
 }

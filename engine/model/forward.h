@@ -56,7 +56,14 @@ class Forward {
   // Only with Kernels::Fast. kOnednnMinTokens: where oneDNN starts to win on this machine (AVX2, 2
   // threads, 1B Q4_0, per-run ratios to the fast kernels in alternation: pp32 0.85x, pp64 1.11x, pp128
   // 1.16x, pp512 1.40x; bench/README.md, "oneDNN in the prefill path").
+  // kOnednnMinTokensPacked: with the copies packed into oneDNN's layout (Model::int8_copies_packed: its
+  // VNNI kernels on 16-token tiles), measured the same way on AVX-512 VNNI: pp8 0.98x, pp16 1.47x,
+  // pp32 1.44x, pp64 1.61x, pp512 1.60x. onednn_min_tokens_for picks the one for a model's copies.
   static constexpr int kOnednnMinTokens = 64;
+  static constexpr int kOnednnMinTokensPacked = 16;
+  static int onednn_min_tokens_for(const Model& m) {
+    return m.int8_copies_packed() ? kOnednnMinTokensPacked : kOnednnMinTokens;
+  }
   void set_onednn_min_tokens(int min_tokens) { onednn_min_tokens_ = min_tokens; }
   int onednn_min_tokens() const { return onednn_min_tokens_; }
   // How oneDNN's calls are threaded: slices of rows on our pool, OpenMP limited to one thread per call
