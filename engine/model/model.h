@@ -165,7 +165,7 @@ class Model {
   // M = 128: 2.2x our kernels with whole rows, 1.8x with 512, 1.0-1.3x with 256) for the same accuracy
   // on the models measured (docs/numerics.md, "oneDNN prefill kernels").
   // With whole-row scales the weights are packed into oneDNN's layout where this CPU's oneDNN has one
-  // (`pack`; the same results bit for bit, 2.2x faster on AVX-512 VNNI: bench/README.md).
+  // (`pack`; the same results bit for bit, 1.2-2.5x faster on AVX-512 VNNI: bench_onednn_pack).
   static constexpr size_t kInt8Group = 0;
   size_t int8_copy_bytes_needed() const;
   Status build_int8_copies(ThreadPool& pool, size_t group = kInt8Group, bool pack = true);
