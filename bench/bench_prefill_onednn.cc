@@ -6,7 +6,9 @@
 //   bench_prefill_onednn MODEL.gguf [threads=2] [runs=3] [prompts=64,128,512] [omp=0]
 //
 // omp=1: oneDNN's own OpenMP team of `threads` threads, one call per matrix, instead of row slices on
-// our pool with one OpenMP thread per call (Forward::set_onednn_openmp). Last line per prompt length:
+// our pool with one OpenMP thread per call (Forward::set_onednn_openmp); plain copies only: where the
+// copies are packed in oneDNN's layout (this CPU has one) they always run on the pool, so omp=1 then
+// measures the pool. Last line per prompt length:
 //   bench_prefill_onednn prompt=N threads=T omp=0|1 pp_fast=<tok/s> pp_onednn=<tok/s> ratio=<median> min=.. max=..
 #include <algorithm>
 #include <chrono>

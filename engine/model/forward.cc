@@ -354,7 +354,8 @@ void Forward::matmuls_onednn(std::span<const MatOut> mats, const float* x, int T
       simd::onednn_quantize_act(x + t * cols, act8_.data() + t * cols, act8_scales_.data() + t * groups, cols, G);
     }
   });
-  if (onednn_omp_ && mats[0].w->s8) {  // (packed copies have their slices: the pool's path below)
+  // (Packed copies have their slices: the pool's path below.)
+  if (onednn_omp_ && std::all_of(mats.begin(), mats.end(), [](const MatOut& m) { return m.w->s8 != nullptr; })) {
     for (const MatOut& m : mats) {
       simd::onednn_gemm_omp(m.w->s8, m.w->s8_scales, static_cast<size_t>(m.w->rows), act8_.data(),
                             act8_scales_.data(), T, cols, G, m.y, static_cast<size_t>(m.w->rows), pool_.size());

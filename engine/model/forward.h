@@ -68,7 +68,8 @@ class Forward {
   int onednn_min_tokens() const { return onednn_min_tokens_; }
   // How oneDNN's calls are threaded: slices of rows on our pool, OpenMP limited to one thread per call
   // (the default, and faster), or one call per matrix on oneDNN's own OpenMP team of pool.size()
-  // threads while the pool's workers idle (kept to measure it: `bench_prefill_onednn MODEL 2 3 128 1`).
+  // threads while the pool's workers idle (kept to measure it: `bench_prefill_onednn MODEL 2 3 128 1`;
+  // plain copies only: packed ones always run in the pool's slices).
   void set_onednn_openmp(bool on) { onednn_omp_ = on; }
 
   // Benchmarks: when on, eval adds the wall time of every attention() call (one clock read before and
