@@ -55,6 +55,21 @@ struct GroupGemm {
 
 struct PackedGemm;
 
+// Our pool's threads run these primitives at once: each passes its own scratchpad (by default oneDNN
+// shares one global scratchpad between primitives, and brgemm uses it: two threads garbled it).
+dnnl::primitive_attr own_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// This thread's scratchpad for a primitive whose scratchpad is `desc` (64-aligned, grown as needed).
+dnnl::memory thread_scratchpad(const dnnl::memory::desc& desc, const dnnl::engine& eng) {
+  thread_local std::vector<uint8_t> bytes;
+  bytes.resize(desc.get_size() + 64);
+  return dnnl::memory(desc, eng, bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64);
+}
+
 struct Runtime {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   std::string describe;
@@ -74,9 +89,7 @@ struct Runtime {
       g->src = dnnl::memory::desc({M, K}, dt::s8, dnnl::memory::dims{dim(k), 1});
       g->wei = dnnl::memory::desc({K, N}, dt::s8, dnnl::memory::dims{1, dim(k)});
       g->dst = dnnl::memory::desc({M, N}, dt::s32, dnnl::memory::dims{N, 1});
-      dnnl::primitive_attr attr;  // a scratchpad per thread, as PackedGemm's
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(g->src, g->wei, g->dst), attr, eng);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(g->src, g->wei, g->dst), own_scratchpad(), eng);
       g->scratchpad = pd.scratchpad_desc();
       g->mm = dnnl::matmul(pd);
       slot = std::move(g);
@@ -105,16 +118,14 @@ struct PackedGemm {
   const Tile& tile_for(size_t M) const { return M >= big.tokens || small.tokens == 0 ? big : small; }
 };
 
-// Our pool's threads run these primitives at once: each passes its own scratchpad (by default oneDNN
-// shares one global scratchpad between primitives, and brgemm uses it: two threads garbled it).
+// The tile's primitive; returns the weight layout oneDNN chose for it.
 dnnl::memory::desc make_tile(const dnnl::engine& eng, size_t tokens, size_t rows, size_t k, Tile& t) {
   const dim M = dim(tokens), K = dim(k), N = dim(rows);
   t.src = dnnl::memory::desc({M, K}, dt::s8, dnnl::memory::dims{K, 1});
   t.dst = dnnl::memory::desc({M, N}, dt::s32, dnnl::memory::dims{N, 1});
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::matmul::primitive_desc pd(
-      dnnl::matmul::desc(t.src, dnnl::memory::desc({K, N}, dt::s8, dnnl::memory::format_tag::any), t.dst), attr, eng);
+      dnnl::matmul::desc(t.src, dnnl::memory::desc({K, N}, dt::s8, dnnl::memory::format_tag::any), t.dst),
+      own_scratchpad(), eng);
   t.scratchpad = pd.scratchpad_desc();
   t.mm = dnnl::matmul(pd);
   t.tokens = tokens;
@@ -173,8 +184,8 @@ std::shared_ptr<const PackedGemm> Runtime::get_packed(size_t rows, size_t k) {
 size_t slice_rows(size_t rows, size_t slice) {
   return std::min(kOnednnSliceRows, rows - slice * kOnednnSliceRows);
 }
-size_t slice_offset(size_t rows, size_t k, size_t slice) {
-  return slice == 0 ? 0 : slice * runtime().get_packed(std::min(rows, kOnednnSliceRows), k)->bytes;
+size_t slice_offset(size_t k, size_t slice) {
+  return slice == 0 ? 0 : slice * runtime().get_packed(kOnednnSliceRows, k)->bytes;
 }
 
 // dst (+)= float(isum) * (a_scale * w_scale) for one group; the first group writes.
@@ -201,10 +212,8 @@ void run_groups(const int8_t* w, const float* w_scales, size_t rows, const int8_
   const std::shared_ptr<const GroupGemm> gg = rt.get(rows, k, group);
   thread_local dnnl::stream strm(rt.eng);
   thread_local std::vector<int32_t> isum;
-  thread_local std::vector<uint8_t> scratch;
   isum.resize(M * rows);
-  scratch.resize(gg->scratchpad.get_size() + 64);
-  dnnl::memory pad(gg->scratchpad, rt.eng, scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);
+  dnnl::memory pad = thread_scratchpad(gg->scratchpad, rt.eng);
   const dim Md = dim(M), Kd = dim(group), Nd = dim(rows);
   const dnnl::memory::desc src({Md, Kd}, dt::s8, dnnl::memory::dims{dim(k), 1});
   const dnnl::memory::desc dst({Md, Nd}, dt::s32, dnnl::memory::dims{Nd, 1});
@@ -257,7 +266,7 @@ bool onednn_pack_weights(const int8_t* w, size_t rows, size_t k, uint8_t* out) {
     const std::shared_ptr<const PackedGemm> g = rt.get_packed(n, k);
     const dnnl::memory::desc plain({dim(k), dim(n)}, dt::s8, dnnl::memory::dims{1, dim(k)});
     dnnl::memory from(plain, rt.eng, const_cast<int8_t*>(w + i * kOnednnSliceRows * k));
-    dnnl::memory to(g->wei, rt.eng, out + slice_offset(rows, k, i));
+    dnnl::memory to(g->wei, rt.eng, out + slice_offset(k, i));
     dnnl::reorder(from, to).execute(strm, from, to);
     strm.wait();
   }
@@ -277,11 +286,9 @@ bool onednn_gemm_packed(const uint8_t* packed, size_t rows, size_t slice, const 
   thread_local dnnl::stream strm(rt.eng);
   thread_local std::vector<int32_t> isum;
   thread_local std::vector<int8_t> padded;  // fewer than kTile tokens: their rows, then zeros
-  thread_local std::vector<uint8_t> scratch;
   isum.resize(kTile * n);
-  scratch.resize(tile.scratchpad.get_size() + 64);
-  dnnl::memory pad(tile.scratchpad, rt.eng, scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);
-  dnnl::memory b(g->wei, rt.eng, const_cast<uint8_t*>(packed + slice_offset(rows, k, slice)));
+  dnnl::memory pad = thread_scratchpad(tile.scratchpad, rt.eng);
+  dnnl::memory b(g->wei, rt.eng, const_cast<uint8_t*>(packed + slice_offset(k, slice)));
   dnnl::memory c(tile.dst, rt.eng, isum.data());
   // Tiles of kTile tokens; the last one ends at M and overlaps the one before it (its sums for the
   // overlapping tokens are the same exact integers): no padding, one primitive for every M >= kTile.
@@ -300,9 +307,8 @@ bool onednn_gemm_packed(const uint8_t* packed, size_t rows, size_t slice, const 
     tile.mm.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
     strm.wait();
     const size_t end = std::min(start + kTile, M);
-    for (size_t m = done; m < end; ++m) {  // as apply_group with one group
-      scale_i32_f32(isum.data() + (m - start) * n, act_scales[m], w_scales + r0, y + m * ldy + r0, n);
-    }
+    apply_group(isum.data() + (done - start) * n, end - done, n, act_scales + done, 1, 0, w_scales + r0,
+                y + done * ldy + r0, ldy);
     done = end;
   }
   return true;

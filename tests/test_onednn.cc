@@ -20,6 +20,50 @@ bool have_onednn() {
   return false;
 }
 
+// Random s8 rows of k values within +-qmax and `per_row` scales a row; the first row is all `first`
+// (the extremes: no int16 saturation allowed), for weights also the second all `-first`.
+struct S8Rows {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+};
+S8Rows random_rows(std::mt19937& rng, size_t rows, size_t k, size_t per_row, int qmax, float scale_unit,
+                   bool negative_second) {
+  S8Rows r{std::vector<int8_t>(rows * k), std::vector<float>(rows * per_row)};
+  for (auto& v : r.q) v = static_cast<int8_t>(static_cast<int>(rng() % (2 * qmax + 1)) - qmax);
+  for (auto& v : r.scales) v = scale_unit * static_cast<float>(1 + rng() % 100);
+  for (size_t i = 0; i < k; ++i) {
+    r.q[i] = static_cast<int8_t>(qmax);
+    if (negative_second) r.q[k + i] = static_cast<int8_t>(-qmax);
+  }
+  return r;
+}
+S8Rows random_weights(std::mt19937& rng, size_t rows, size_t k, size_t per_row) {
+  return random_rows(rng, rows, k, per_row, simd::kOnednnWeightMax, 1e-3f, true);
+}
+S8Rows random_acts(std::mt19937& rng, size_t M, size_t k, size_t per_row) {
+  return random_rows(rng, M, k, per_row, simd::kOnednnActMax, 1e-2f, false);
+}
+
+// The integer formula the GEMM must give bit for bit: per group the exact int32 sum times
+// (a_scale * w_scale), the groups added in order. y[m * rows + n].
+std::vector<float> integer_formula(const S8Rows& w, const S8Rows& a, size_t M, size_t rows, size_t k, size_t group) {
+  const size_t groups = k / group;
+  std::vector<float> want(M * rows);
+  for (size_t m = 0; m < M; ++m) {
+    for (size_t n = 0; n < rows; ++n) {
+      float y = 0;
+      for (size_t g = 0; g < groups; ++g) {
+        int32_t s = 0;
+        for (size_t i = g * group; i < (g + 1) * group; ++i) s += int32_t{a.q[m * k + i]} * int32_t{w.q[n * k + i]};
+        const float term = static_cast<float>(s) * (a.scales[m * groups + g] * w.scales[n * groups + g]);
+        y = g == 0 ? term : y + term;
+      }
+      want[m * rows + n] = y;
+    }
+  }
+  return want;
+}
+
 std::unique_ptr<Model> synth(const std::string& type) {
   SynthOptions o;
   o.shape = "tiny";
@@ -60,31 +104,16 @@ TEST_CASE("oneDNN's int8 GEMM gives the exact int32 sums, scaled per group in or
   if (!have_onednn()) return;
   const size_t k = 512, group = 256, groups = k / group, rows = 300;  // a 256-row slice and a 44-row one
   std::mt19937 rng(3);
-  std::vector<int8_t> w(rows * k);
-  std::vector<float> ws(rows * groups);
-  for (auto& v : w) v = static_cast<int8_t>(static_cast<int>(rng() % 127) - 63);
-  for (auto& v : ws) v = 1e-3f * static_cast<float>(1 + rng() % 100);
-  for (size_t i = 0; i < k; ++i) w[i] = 63, w[k + i] = -63;  // rows at the extremes: no int16 saturation
+  const S8Rows weights = random_weights(rng, rows, k, groups);
+  const std::vector<int8_t>& w = weights.q;
+  const std::vector<float>& ws = weights.scales;
   for (size_t M : {1, 5, 64}) {
     CAPTURE(M);
-    std::vector<int8_t> a(M * k);
-    std::vector<float> as(M * groups);
-    for (auto& v : a) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
-    for (auto& v : as) v = 1e-2f * static_cast<float>(1 + rng() % 100);
-    for (size_t i = 0; i < k; ++i) a[i] = 127;
-    std::vector<float> want(M * rows), got(M * rows, -1.f), got_omp(M * rows, -2.f);
-    for (size_t m = 0; m < M; ++m) {
-      for (size_t n = 0; n < rows; ++n) {
-        float y = 0;
-        for (size_t g = 0; g < groups; ++g) {
-          int32_t s = 0;
-          for (size_t i = g * group; i < (g + 1) * group; ++i) s += int32_t{a[m * k + i]} * int32_t{w[n * k + i]};
-          const float term = static_cast<float>(s) * (as[m * groups + g] * ws[n * groups + g]);
-          y = g == 0 ? term : y + term;
-        }
-        want[m * rows + n] = y;
-      }
-    }
+    const S8Rows acts = random_acts(rng, M, k, groups);
+    const std::vector<int8_t>& a = acts.q;
+    const std::vector<float>& as = acts.scales;
+    const std::vector<float> want = integer_formula(weights, acts, M, rows, k, group);
+    std::vector<float> got(M * rows, -1.f), got_omp(M * rows, -2.f);
     REQUIRE(simd::onednn_gemm(w.data(), ws.data(), 0, 256, a.data(), as.data(), M, k, group, got.data(), rows));
     REQUIRE(simd::onednn_gemm(w.data(), ws.data(), 256, rows, a.data(), as.data(), M, k, group, got.data(), rows));
     CHECK(got == want);
@@ -101,42 +130,33 @@ TEST_CASE("packed oneDNN weights give the exact int32 sums for any token count a
   }
   // A full slice and a short one; the tiny model's shapes (test_forward's): rows < one tile, K = 768.
   for (const auto& shape : std::vector<std::pair<size_t, size_t>>{{1024 + 300, 512}, {128, 256}, {256, 768}}) {
-  const size_t rows = shape.first, k = shape.second;
-  CAPTURE(rows);
-  CAPTURE(k);
-  std::mt19937 rng(5);
-  std::vector<int8_t> w(rows * k);
-  std::vector<float> ws(rows);
-  for (auto& v : w) v = static_cast<int8_t>(static_cast<int>(rng() % 127) - 63);
-  for (auto& v : ws) v = 1e-3f * static_cast<float>(1 + rng() % 100);
-  for (size_t i = 0; i < k; ++i) w[i] = 63, w[k + i] = -63;
-  std::vector<uint8_t> packed(simd::onednn_packed_bytes(rows, k));
-  REQUIRE(simd::onednn_pack_weights(w.data(), rows, k, packed.data()));
-  // Below a small tile (16 tokens), small tiles (the last overlapping), one large tile (64), several.
-  for (size_t M : {1, 7, 16, 20, 63, 64, 65, 130, 200}) {
-    CAPTURE(M);
-    std::vector<int8_t> a(M * k);
-    std::vector<float> as(M);
-    for (auto& v : a) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
-    for (auto& v : as) v = 1e-2f * static_cast<float>(1 + rng() % 100);
-    for (size_t i = 0; i < k; ++i) a[i] = 127;
-    std::vector<float> want(M * rows), got(M * rows, -1.f), plain(M * rows, -2.f);
-    for (size_t m = 0; m < M; ++m) {
-      for (size_t n = 0; n < rows; ++n) {
-        int32_t sum = 0;
-        for (size_t i = 0; i < k; ++i) sum += int32_t{a[m * k + i]} * int32_t{w[n * k + i]};
-        want[m * rows + n] = static_cast<float>(sum) * (as[m] * ws[n]);
+    const size_t rows = shape.first, k = shape.second;
+    CAPTURE(rows);
+    CAPTURE(k);
+    std::mt19937 rng(5);
+    const S8Rows weights = random_weights(rng, rows, k, 1);
+    const std::vector<int8_t>& w = weights.q;
+    const std::vector<float>& ws = weights.scales;
+    std::vector<uint8_t> packed(simd::onednn_packed_bytes(rows, k));
+    REQUIRE(simd::onednn_pack_weights(w.data(), rows, k, packed.data()));
+    // Below a small tile (16 tokens), small tiles (the last overlapping), one large tile (64), several.
+    for (size_t M : {1, 7, 16, 20, 63, 64, 65, 130, 200}) {
+      CAPTURE(M);
+      const S8Rows acts = random_acts(rng, M, k, 1);
+      const std::vector<int8_t>& a = acts.q;
+      const std::vector<float>& as = acts.scales;
+      const std::vector<float> want = integer_formula(weights, acts, M, rows, k, k);
+      std::vector<float> got(M * rows, -1.f), plain(M * rows, -2.f);
+      const size_t slices = (rows + simd::kOnednnSliceRows - 1) / simd::kOnednnSliceRows;
+      for (size_t i = slices; i-- > 0;) {
+        REQUIRE(simd::onednn_gemm_packed(packed.data(), rows, i, ws.data(), a.data(), as.data(), M, k, got.data(), rows));
       }
+      CHECK_FALSE(
+          simd::onednn_gemm_packed(packed.data(), rows, slices, ws.data(), a.data(), as.data(), M, k, got.data(), rows));
+      CHECK(got == want);
+      REQUIRE(simd::onednn_gemm(w.data(), ws.data(), 0, rows, a.data(), as.data(), M, k, k, plain.data(), rows));
+      CHECK(plain == got);  // the same bits as plain rows
     }
-    const size_t slices = (rows + simd::kOnednnSliceRows - 1) / simd::kOnednnSliceRows;
-    for (size_t i = slices; i-- > 0;) {
-      REQUIRE(simd::onednn_gemm_packed(packed.data(), rows, i, ws.data(), a.data(), as.data(), M, k, got.data(), rows));
-    }
-    CHECK_FALSE(simd::onednn_gemm_packed(packed.data(), rows, slices, ws.data(), a.data(), as.data(), M, k, got.data(), rows));
-    CHECK(got == want);
-    REQUIRE(simd::onednn_gemm(w.data(), ws.data(), 0, rows, a.data(), as.data(), M, k, k, plain.data(), rows));
-    CHECK(plain == got);  // the same bits as plain rows
-  }
   }
 }
 
