@@ -2,6 +2,8 @@
 // gemm_packed read.
 #include "simd/quant_dot.h"
 
+#include <cmath>
+
 // The quant_dot files also compile Highway's AVX3_DL target (quant_dot_target).
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL 1
@@ -12,6 +14,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "simd/f16.h"
 #include "simd/quant_layout.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -20,8 +23,17 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using namespace qd;  // NOLINT
 
-// Per block d = amax/127, q = nearest_even(x * 127/amax).
-void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n) {
+// The value ggml's f16 field would hold (nearest, ties to even; scalar, one per block, so every target
+// rounds alike), where f16 holds it to 11 bits: outside [2^-14, 65504] ggml's block would lose it to a
+// subnormal, zero or infinity (a NaN dot product), and the f32 value stays.
+HWY_INLINE float round_to_f16(float v) {
+  const float a = std::fabs(v);
+  if (!(a >= 0x1p-14f && a <= 65504.0f)) return v;
+  return fp16_to_f32(f32_to_fp16(v));
+}
+
+// Per block d = amax/127, q = nearest_even(x * 127/amax); A32's d and ds rounded to f16 for ActScales::F16.
+void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n, bool f16_scales) {
   const GgmlType t = static_cast<GgmlType>(type);
   const size_t B = act_block(t);
   const size_t nb = n / B;
@@ -48,7 +60,8 @@ void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n
     const bool zero = !(amax >= 1e-30f);
     const float db = zero ? 0.f : amax / 127.0f;
     const auto vid = hn::Set(df, zero ? 0.f : 127.0f / amax);
-    d[b] = db;
+    // ggml rounds its Q8_0/Q8_1 block scale to f16 after quantizing with the f32 one (q is the same).
+    d[b] = f16_scales && B == 32 ? round_to_f16(db) : db;
     for (size_t g = 0; g < B; g += 32) {  // 32-element groups: quantize, store, sum
       auto vsum = hn::Zero(di32);
       for (size_t i = g; i < g + 32; i += N) {
@@ -59,7 +72,8 @@ void QuantizeAct(uint32_t type, const float* HWY_RESTRICT x, void* act, size_t n
       }
       const int32_t sum = hn::GetLane(hn::SumOfLanes(di32, vsum));
       if (B == 32) {
-        ds[b] = db * static_cast<float>(sum);
+        const float dsum = db * static_cast<float>(sum);
+        ds[b] = f16_scales ? round_to_f16(dsum) : dsum;
         si[b] = sum;
       } else {
         bs[b * 8 + g / 32] = static_cast<int16_t>(sum);
@@ -92,9 +106,9 @@ size_t act_bytes(uint32_t t, size_t n) {
   return has_quant_dot(t) ? qd::act_offsets(static_cast<GgmlType>(t), n).bytes : 0;
 }
 
-void quantize_act(uint32_t t, const float* x, void* act, size_t n) {
+void quantize_act(uint32_t t, const float* x, void* act, size_t n, ActScales scales) {
   if (!has_quant_dot(t)) return;
-  HWY_DYNAMIC_DISPATCH(QuantizeAct)(t, x, act, n);
+  HWY_DYNAMIC_DISPATCH(QuantizeAct)(t, x, act, n, scales == ActScales::F16);
 }
 }  // namespace towers::simd
 #endif

@@ -15,6 +15,10 @@
 //                       to int16, so the kernels need not widen them for every weight row)
 //     float   d[nb]     amax / 127 of the block (0 when amax < 1e-30: the block is all zeros)
 //     float   ds[nb]    d * (sum of the block's q), used for Q4_1's and Q5_1's min term
+//                       (ActScales::F16, the default: both rounded to f16 after they are computed in
+//                       f32, the values ggml's block_q8_0 / block_q8_1 hold, except outside f16's normal
+//                       range [2^-14, 65504], where ggml's would be lost and the f32 value stays;
+//                       ActScales::F32: as computed)
 //     int32_t s[nb]     sum of the block's q (exact), used by the packed Q4_0 (-8) and Q8_0 (VNNI:
 //                       -128) offsets
 //     int8_t  q8[n]     the same q as int8 (the packed VNNI kernels' signed operand)
@@ -41,10 +45,17 @@
 
 namespace towers::simd {
 
+// How A32 rows keep their block scales. F16: rounded to f16 as ggml's Q8_0 / Q8_1 activation blocks
+// store them, so our logits on the 32-element types follow llama.cpp's (docs/numerics.md). F32: the
+// unrounded values, the arithmetic of Towers before 2026-11-27; kept because the cold tier's coded
+// records carry the arithmetic they were coded with (docs/codec.md, store header flags).
+enum class ActScales : uint8_t { F16, F32 };
+
 // Bytes of one quantized activation row of n elements for this weight type (0 if unsupported).
 size_t act_bytes(uint32_t weight_type, size_t n);
 // Quantizes n floats (finite; n a multiple of the weight block size) into act (act_bytes bytes).
-void quantize_act(uint32_t weight_type, const float* x, void* act, size_t n);
+// `scales` matters to the A32 layout only (A256's f32 scale is ggml's block_q8_K's too).
+void quantize_act(uint32_t weight_type, const float* x, void* act, size_t n, ActScales scales = ActScales::F16);
 // True for the weight types above (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K .. Q6_K, IQ4_XS).
 bool has_quant_dot(uint32_t weight_type);
 // Name of the Highway target these kernels dispatch to (their files also compile AVX3_DL, which

@@ -508,6 +508,50 @@ TEST_CASE("a store: one header, records of 2 bytes + streams, checked without a 
   CHECK_FALSE(codec.store_header(fwd, big).ok());
 }
 
+TEST_CASE("a record decodes with the activation scales it was coded with: f32 (older stores) or f16") {
+  const Model& model = tiny();  // Q8_0: its activations take 32-element blocks, whose scales differ
+  const int V = model.config().n_vocab;
+  ThreadPool pool(2);
+  std::mt19937 rng(31);
+  const auto ctx = random_tokens(rng, 6, V), toks = random_tokens(rng, 40, V);
+  Forward fwd(model, pool);
+  REQUIRE(fwd.act_scales() == simd::ActScales::F16);  // ggml's, the default
+  // The two arithmetics give other logits here (else this test would show nothing).
+  std::vector<float> f16_logits, f32_logits;
+  {
+    DenseKvCache cache(model.config(), 64);
+    REQUIRE(fwd.eval(cache, toks, Logits::All, f16_logits).ok());
+  }
+  {
+    Forward old(model, pool);
+    old.set_act_scales(simd::ActScales::F32);
+    DenseKvCache cache(model.config(), 64);
+    REQUIRE(old.eval(cache, toks, Logits::All, f32_logits).ok());
+  }
+  CHECK(f16_logits != f32_logits);
+
+  for (simd::ActScales coded : {simd::ActScales::F32, simd::ActScales::F16}) {
+    CAPTURE(static_cast<int>(coded));
+    Forward encoder(model, pool);
+    encoder.set_act_scales(coded);
+    Codec codec(model, &pool);
+    CodecOptions o;
+    o.chunk = 16;
+    const auto bytes = encode_ok(codec, encoder, ctx, toks, o);
+    auto c = read_codec_container(bytes);
+    REQUIRE(c.ok());
+    CHECK(c->store.act_scales == coded);
+    // Store header flags: bit 0 the fast kernels, bit 1 f16 scales; a store written before has 1.
+    CHECK(bytes[5] == (coded == simd::ActScales::F16 ? 3 : 1));
+    // A Forward on the default (f16) decodes either: the codec runs the header's arithmetic for its
+    // pass, then gives the Forward back its own.
+    Forward decoder(model, pool);
+    CHECK(decode_ok(codec, decoder, ctx, bytes) == toks);
+    CHECK(decoder.act_scales() == simd::ActScales::F16);
+    CHECK(encoder.act_scales() == coded);
+  }
+}
+
 TEST_CASE("another model, kernel set or context is refused with a clear error") {
   const Model& model = tiny();
   ThreadPool pool(2);

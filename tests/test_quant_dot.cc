@@ -16,6 +16,7 @@
 
 #include "engine/gguf/ggml_type.h"
 #include "engine/gguf/quant.h"
+#include "simd/f16.h"
 #include "simd/ops.h"
 #include "simd/quant_dot.h"
 #include "test_support.h"
@@ -147,6 +148,7 @@ void check_against_references(GgmlType t, const Weights& w, const Acts& a) {
     const auto xa = dequant_act(t, ap, n);
     const ActView v = view(t, ap, n);
     const float* x = a.x.data() + ti * n;
+    const int32_t* sums = B == 32 ? reinterpret_cast<const int32_t*>(v.ds + n / 32) : nullptr;
     for (size_t r = 0; r < w.rows; ++r) {
       const float* wr = w.deq.data() + r * n;
       double ref = 0, mag = 0, bound = 0, mag_x = 0;
@@ -157,8 +159,16 @@ void check_against_references(GgmlType t, const Weights& w, const Acts& a) {
         const double offs = affine(t) ? std::fabs(*std::min_element(wr + i / 32 * 32, wr + i / 32 * 32 + 32)) : 0.0;
         mag += (std::fabs(static_cast<double>(wr[i])) + offs) * std::fabs(xa[i]);
         mag_x += std::fabs(static_cast<double>(wr[i]) * x[i]);
-        // |x - d*q| <= d/2 (plus rounding of x * 127/amax), per element.
-        bound += std::fabs(static_cast<double>(wr[i])) * 0.5 * v.d[i / B];
+        // |x - d*q| <= d/2 (plus rounding of x * 127/amax), per element; A32's d is the f32 one
+        // rounded to f16 (relative error <= 2^-11).
+        bound += std::fabs(static_cast<double>(wr[i])) * (0.5 * (1 + 5e-4) + 5e-4 * std::abs(v.q[i])) * v.d[i / B];
+      }
+      // A32's min term is m * ds with ds = f16(d32 * sum), not m * (d * sum): the reference does the same.
+      for (size_t b = 0; sums && affine(t) && b < n / 32; ++b) {
+        const double m = *std::min_element(wr + 32 * b, wr + 32 * b + 32);
+        const double diff = m * (static_cast<double>(v.ds[b]) - static_cast<double>(v.d[b]) * sums[b]);
+        ref += diff;
+        bound += std::fabs(diff);
       }
       const float got = y[ti * w.rows + r];
       CAPTURE(ggml_type_name(t));
@@ -212,24 +222,41 @@ TEST_CASE("quant_dot: activation layout") {
     for (size_t n : sizes_for(t)) {
       auto x = randn(rng, n, 3.0f);
       x[n / 2] = -40.f;
+      if (n >= 3 * 32) {  // blocks whose scale is beyond f16's normal range: tiny, and huge
+        for (size_t i = 32; i < 64; ++i) x[i] *= 1e-5f;
+        x[70] = 3e7f;
+      }
       const Acts a = make_acts(t, x, 1, n);
       const ActView v = view(t, a.bytes.data(), n);
+      // The same row with the f32 scales of older records: the same q, the unrounded d and ds.
+      std::vector<uint8_t> f32_bytes(simd::act_bytes(id(t), n) + 64);
+      simd::quantize_act(id(t), x.data(), f32_bytes.data(), n, simd::ActScales::F32);
+      const ActView v32 = view(t, f32_bytes.data(), n);
       const size_t B = act_block(t), nb = n / B;
+      CHECK(std::memcmp(v.q, v32.q, 2 * n) == 0);
+      CHECK(std::memcmp(v.q8, v32.q8, n) == 0);
+      // f16 where it holds the value to 11 bits; elsewhere (ggml's block would be lost) the f32 one.
+      auto f16 = [](float f) {
+        return std::fabs(f) >= 0x1p-14f && std::fabs(f) <= 65504.0f ? simd::fp16_to_f32(simd::f32_to_fp16(f)) : f;
+      };
       for (size_t b = 0; b < nb; ++b) {
         float amax = 0;
         for (size_t i = 0; i < B; ++i) amax = std::max(amax, std::fabs(x[b * B + i]));
-        CHECK(v.d[b] == amax / 127.0f);
+        const float d = amax / 127.0f;
+        CHECK(v32.d[b] == d);
+        CHECK(v.d[b] == (B == 32 ? f16(d) : d));  // ggml's block_q8_0 / q8_1 hold an f16 d; block_q8_K f32
         int32_t sum = 0;
         for (size_t i = 0; i < B; ++i) {
           const int q = v.q[b * B + i];
           CHECK(q >= -127);
           CHECK(q <= 127);
-          CHECK(std::fabs(x[b * B + i] - v.d[b] * q) <= v.d[b] * 0.5001f);
+          CHECK(std::fabs(x[b * B + i] - d * q) <= d * 0.5001f);
           CHECK(v.q8[b * B + i] == q);
           sum += q;
         }
         if (B == 32) {
-          CHECK(v.ds[b] == v.d[b] * static_cast<float>(sum));
+          CHECK(v32.ds[b] == d * static_cast<float>(sum));
+          CHECK(v.ds[b] == f16(d * static_cast<float>(sum)));  // block_q8_1's s: f16(d * sum), d unrounded
           CHECK(reinterpret_cast<const int32_t*>(v.ds + nb)[b] == sum);
         } else {
           for (size_t g = 0; g < 8; ++g) {

@@ -18,7 +18,7 @@ namespace towers::ab {
 KernelApi AB_FACTORY() {
   KernelApi a{};
   a.act_bytes = &kern::act_bytes;
-  a.quantize_act = &kern::quantize_act;
+  a.quantize_act = [](uint32_t t, const float* x, void* act, size_t n) { kern::quantize_act(t, x, act, n); };
   a.gemm_q = &kern::gemm_q;
   a.packed_group_bytes = &kern::packed_group_bytes;
   a.pack_rows = &kern::pack_rows;

@@ -313,7 +313,7 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
   act_.resize(stride * T + 64);
   uint8_t* act = act_.data() + (64 - reinterpret_cast<uintptr_t>(act_.data()) % 64) % 64;
   pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
-    for (size_t t = t0; t < t1; ++t) simd::quantize_act(type0, x + t * cols, act + t * stride, cols);
+    for (size_t t = t0; t < t1; ++t) simd::quantize_act(type0, x + t * cols, act + t * stride, cols, act_scales_);
   });
   // Work units of 16 rows (a packed group, or up to 16 plain rows), numbered across the matrices.
   constexpr size_t G = simd::kPackRows;

@@ -13,6 +13,7 @@
 #include "engine/model/model.h"
 #include "engine/model/rope.h"
 #include "engine/base/thread_pool.h"
+#include "simd/quant_dot.h"
 
 namespace towers {
 
@@ -66,6 +67,12 @@ class Forward {
   }
   void set_onednn_min_tokens(int min_tokens) { onednn_min_tokens_ = min_tokens; }
   int onednn_min_tokens() const { return onednn_min_tokens_; }
+  // How the fast kernels keep the scales of 32-element activation blocks (simd::ActScales): F16 as
+  // ggml's block_q8_0 / block_q8_1 do (the default: llama.cpp's logits on Q4_0, Q4_1, Q5_0, Q5_1,
+  // Q8_0 and IQ4_NL weights), or F32 (Towers' arithmetic before 2026-11-27). The codec switches to
+  // what a store header records for its passes, so records coded either way still decode.
+  void set_act_scales(simd::ActScales s) { act_scales_ = s; }
+  simd::ActScales act_scales() const { return act_scales_; }
   // How oneDNN's calls are threaded: slices of rows on our pool, OpenMP limited to one thread per call
   // (the default, and faster), or one call per matrix on oneDNN's own OpenMP team of pool.size()
   // threads while the pool's workers idle (kept to measure it: `bench_prefill_onednn MODEL 2 3 128 1`;
@@ -134,6 +141,7 @@ class Forward {
   std::vector<int8_t> act8_;  // and for oneDNN, [T][cols], with [T][groups] scales
   std::vector<float> act8_scales_;
   int onednn_min_tokens_ = 0;
+  simd::ActScales act_scales_ = simd::ActScales::F16;
   bool onednn_omp_ = false;
   // Mixture of experts: router probabilities [T][n_expert], each token's experts and weights by rank
   // [T][n_expert_used], the experts' outputs per (token, rank) [T][n_expert_used][n_embd], one expert's
