@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "daemon/budget.h"
+#include "daemon/config.h"
 #include "engine/text/chat_template.h"
 #include "engine/model/model.h"
 #include "engine/model/segment.h"
@@ -24,8 +25,8 @@ std::string human_bytes(double b) {
 }
 
 // What the model costs in RAM and how many tokens of KV a RAM budget holds, by format: what towerd
-// keeps under [policy] ram_budget (lease tails are F32 while a request runs; sealed segments take the
-// [pool] formats by depth).
+// keeps under [policy] ram_budget (lease tails while a request runs: the format [model] tail_format
+// gives, "auto" by default; sealed segments take the [pool] formats by depth).
 void print_memory_plan(const Model& model, const daemon::BudgetSetting& setting, std::string_view as_written) {
   const ModelConfig& c = model.config();
   const daemon::SizedBudget budget = daemon::size_ram_budget(setting, 0);
@@ -37,13 +38,18 @@ void print_memory_plan(const Model& model, const daemon::BudgetSetting& setting,
   std::printf("\n               RAM budget %s (the rule towerd applies at start to [policy] ram_budget = \"%s\")\n",
               budget.text().c_str(), std::string(as_written).c_str());
   std::printf("               %-6s %14s %22s\n", "format", "KV per token", "tokens in the budget");
+  daemon::Config defaults;
+  daemon::resolve_for_model(defaults, c);  // what tail_format = "auto" takes for this model
   for (KvQuant q : {KvQuant::F32, KvQuant::F16, KvQuant::Q8, KvQuant::Q6, KvQuant::Q4}) {
     const uint64_t per_token = kv_bytes_per_token(c, q);
     const std::string fit = budget.bytes == 0 || per_token == 0 ? "no limit" : std::to_string(budget.bytes / per_token);
+    std::string note;
+    if (q == defaults.tail_format) note = "  (request tails)";
+    else if (q == KvQuant::F32 || q == KvQuant::F16) {
+      note = std::string("  (request tails with [model] tail_format = \"") + simd::kv_quant_name(q) + "\")";
+    }
     std::printf("               %-6s %14s %22s%s\n", simd::kv_quant_name(q), human_bytes(static_cast<double>(per_token)).c_str(),
-                fit.c_str(), q == KvQuant::F32   ? "  (request tails)"
-                                : q == KvQuant::F16 ? "  (request tails with [model] tail_format = \"f16\")"
-                                                    : "");
+                fit.c_str(), note.c_str());
   }
 }
 

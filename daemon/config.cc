@@ -166,13 +166,23 @@ Status read_formats(const toml::node& n, Config& c) {
 }
 
 // One KV format by name; `tail`: a lease tail's, which is f32 or f16 (engine/model/kv_cache.h).
-Status read_kv_format(const toml::node& n, bool tail, KvQuant& out) {
+Status read_kv_format(const toml::node& n, KvQuant& out) {
   std::string name;
   if (Status st = read_string(n, name); !st.ok()) return st;
   auto q = parse_kv_format(name);
-  if (tail && q != KvQuant::F32 && q != KvQuant::F16) return expected("must be f32 or f16");
   if (!q) return expected("must be one of q4, q6, q8, f16, f32");
   out = *q;
+  return Status::Ok();
+}
+
+Status read_tail_format(const toml::node& n, Config& c) {
+  std::string name;
+  if (Status st = read_string(n, name); !st.ok()) return st;
+  c.tail_format_auto = name == "auto";
+  if (c.tail_format_auto) return Status::Ok();
+  auto q = parse_kv_format(name);
+  if (q != KvQuant::F32 && q != KvQuant::F16) return expected("must be \"auto\", \"f32\" or \"f16\"");
+  c.tail_format = *q;
   return Status::Ok();
 }
 
@@ -258,7 +268,7 @@ const std::vector<Key>& keys() {
       {"model", "chat_template", string_key(TOWERS_FIELD(chat_template))},
       {"model", "aliases", read_aliases},
       {"model", "onednn_prefill", bool_key(TOWERS_FIELD(onednn_prefill))},
-      {"model", "tail_format", [](const toml::node& n, Config& c) { return read_kv_format(n, true, c.tail_format); }},
+      {"model", "tail_format", read_tail_format},
       {"server", "socket", [](const toml::node& n, Config& c) { return read_non_empty(n, c.socket_path); }},
       {"server", "socket_group", string_key(TOWERS_FIELD(socket_group))},
       {"server", "socket_mode", read_socket_mode},
@@ -286,7 +296,7 @@ const std::vector<Key>& keys() {
       {"state", "uring_writes", bool_key(TOWERS_FIELD(uring_writes))},
       {"pool", "formats", read_formats},
       {"pool", "transcript_format",
-       [](const toml::node& n, Config& c) { return read_kv_format(n, false, c.depth.transcript); }},
+       [](const toml::node& n, Config& c) { return read_kv_format(n, c.depth.transcript); }},
       {"pool", "pin_fan_out", int_key<size_t>(TOWERS_FIELD(pin_fan_out), 1, 1 << 30)},
       {"pool", "pin_levels", read_pin_levels},
       {"cold", "enabled", bool_key(TOWERS_FIELD(cold_enabled))},
@@ -458,6 +468,11 @@ Status validate(const Config& c) {
     if (auto a = parse_listen_address(c.tcp_listen); !a.ok()) return Status::InvalidArgument("server.tcp_listen: " + a.error());
   }
   return Status::Ok();
+}
+
+void resolve_for_model(Config& c, const ModelConfig& model) {
+  if (!c.tail_format_auto) return;
+  c.tail_format = kv_bytes_per_token(model, KvQuant::F32) >= kAutoF16TailBytes ? KvQuant::F16 : KvQuant::F32;
 }
 
 }  // namespace towers::daemon

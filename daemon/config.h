@@ -26,6 +26,11 @@ struct PolicyConfig {                // [policy]: the part SIGHUP reloads
 // recomputation falls under 98 % on the models measured (docs/towers.md, "Edited parents").
 inline constexpr int kMinRepairTokens = 16;
 
+// [model] tail_format = "auto": f16 tails where an f32 tail would cost at least this much a token
+// (8B-class models and up: a 32k prompt would take 8 GiB in f32), f32 below it, where RAM is not what
+// limits a prompt and f32 stays the exact path (docs/numerics.md, "Lease tails").
+inline constexpr size_t kAutoF16TailBytes = 128 << 10;
+
 struct Config {
   // [model]
   std::string model_path;
@@ -33,7 +38,10 @@ struct Config {
   std::string chat_template;         // "" = detected from the model
   std::vector<std::string> aliases;  // other names a request's "model" may give (besides the file's)
   bool onednn_prefill = false;       // steps of >= Forward::onednn_min_tokens_for tokens through oneDNN
-  KvQuant tail_format = KvQuant::F32;  // lease tails (a request's KV before it is sealed): f32 or f16
+  // Lease tails (a request's KV before it is sealed): f32 or f16. With tail_format_auto (the default,
+  // "auto") open_state picks once the model is loaded (resolve_tail_format).
+  KvQuant tail_format = KvQuant::F32;
+  bool tail_format_auto = true;
   // [server]
   std::string socket_path = "/run/towerd/towerd.sock";
   std::string socket_group;          // "" = the daemon's group
@@ -117,5 +125,9 @@ Result<ListenAddress> parse_listen_address(std::string_view text);
 std::optional<uint64_t> parse_size(std::string_view text);
 std::string format_size(uint64_t bytes);  // "1.5 GiB"
 std::optional<KvQuant> parse_kv_format(std::string_view name);  // q4 q6 q8 f16 f32
+
+// Settles the settings that depend on the model, once it is loaded: [model] tail_format = "auto"
+// becomes f16 where kv_bytes_per_token(f32) >= kAutoF16TailBytes, else f32.
+void resolve_for_model(Config& c, const ModelConfig& model);
 
 }  // namespace towers::daemon

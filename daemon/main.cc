@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
   log_info("prefill kernels: " + state.prefill_kernels);
   log_info("RAM budget " + state.ram_budget.text() + "; disk budget " + state.disk_budget.text() + "; lease tails " +
            simd::kv_quant_name(cfg.tail_format) + " (" + std::to_string(kv_bytes_per_token(m.config(), cfg.tail_format)) +
-           " B a token)");
+           " B a token" + (cfg.tail_format_auto ? "; tail_format = \"auto\": f16 from " +
+                           std::to_string(kAutoF16TailBytes >> 10) + " KiB a token in f32" : std::string()) + ")");
   log_info("segment files written by " + state.pool->segment_writes());
 
   // Restore: every segment from its file (header checks only) or cold; no model runs before the

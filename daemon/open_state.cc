@@ -76,7 +76,7 @@ Status check_cold_coder(const std::filesystem::path& cold_dir, uint64_t coder, u
 }
 }  // namespace
 
-Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptions& options,
+Result<std::unique_ptr<OpenState>> open_state(Config& cfg, const OpenOptions& options,
                                               std::vector<std::string>* warnings) {
   auto st = std::make_unique<OpenState>();
   std::vector<Record> records;
@@ -90,6 +90,7 @@ Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptio
   if (!loaded.ok()) return loaded.status().prefixed("cannot load the model: ");
   st->model = std::move(loaded.value());
   const Model& m = *st->model;
+  resolve_for_model(cfg, m.config());
   auto family = chat_family_for(m.tokenizer().chat_template(), cfg.chat_template);
   if (!family.ok()) return Status::InvalidArgument("invalid config: model.chat_template: " + family.error());
   st->family = family.value();

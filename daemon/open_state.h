@@ -49,9 +49,10 @@ struct OpenState {
   std::unique_ptr<Catalog> catalog;
 };
 
+// Settles cfg's model-dependent settings once the model is loaded (resolve_for_model).
 // `warnings` gets what was wrong but not fatal (damaged records, records the catalog refused).
 // Errors say what failed in words fit for the operator ("cannot open the state: ...").
-Result<std::unique_ptr<OpenState>> open_state(const Config& cfg, const OpenOptions& options,
+Result<std::unique_ptr<OpenState>> open_state(Config& cfg, const OpenOptions& options,
                                               std::vector<std::string>* warnings);
 
 }  // namespace towers::daemon

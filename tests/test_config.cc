@@ -83,6 +83,32 @@ TEST_CASE("unknown keys and sections are named, values are range-checked") {
   CHECK(policy->eviction == EvictionPolicy::Lindy);
 }
 
+TEST_CASE("tail_format: auto (the default) picks f16 for models whose f32 tail is >= 128 KiB a token") {
+  Config cfg;
+  CHECK(cfg.tail_format_auto);
+  ModelConfig small, big;  // Llama-3.2-1B's KV shape (64 KiB a token in f32) and Llama-3.1-8B's (256)
+  small.n_layer = 16, small.n_head_kv = 8, small.head_dim = 64;
+  big.n_layer = 32, big.n_head_kv = 8, big.head_dim = 128;
+  REQUIRE(kv_bytes_per_token(small, KvQuant::F32) == (64u << 10));
+  REQUIRE(kv_bytes_per_token(big, KvQuant::F32) == (256u << 10));
+  resolve_for_model(cfg, small);
+  CHECK(cfg.tail_format == KvQuant::F32);
+  resolve_for_model(cfg, big);
+  CHECK(cfg.tail_format == KvQuant::F16);
+  // An explicit format is kept whatever the model.
+  REQUIRE(load_config(write_toml("t1.toml", "[model]\ntail_format = \"f32\"\n"), &cfg).ok());
+  CHECK_FALSE(cfg.tail_format_auto);
+  resolve_for_model(cfg, big);
+  CHECK(cfg.tail_format == KvQuant::F32);
+  REQUIRE(load_config(write_toml("t2.toml", "[model]\ntail_format = \"f16\"\n"), &cfg).ok());
+  resolve_for_model(cfg, small);
+  CHECK(cfg.tail_format == KvQuant::F16);
+  REQUIRE(load_config(write_toml("t3.toml", "[model]\ntail_format = \"auto\"\n"), &cfg).ok());
+  CHECK(cfg.tail_format_auto);
+  const Status st = load_config(write_toml("t4.toml", "[model]\ntail_format = \"q8\"\n"), &cfg);
+  CHECK(st.message().find("model.tail_format: must be \"auto\", \"f32\" or \"f16\"") != std::string::npos);
+}
+
 TEST_CASE("budgets: a size, none, or a share of the machine, sized with the rule that says how") {
   Config defaults;
   CHECK(defaults.policy.ram_budget.percent == 50);
