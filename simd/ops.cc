@@ -1,8 +1,11 @@
 #include "simd/ops.h"
 
+#include "simd/f16.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/ops.cc"
@@ -211,6 +214,31 @@ void swiglu_f32(const float* g, const float* u, float* out, size_t n) {
 }
 void geglu_f32(const float* g, const float* u, float* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(GegluF32)(g, u, out, n);
+}
+namespace {
+// gelu_tanh of every f16 value, rounded to f16: ggml's ggml_table_gelu_f16 (GGML_GELU_FP16), computed with
+// this target's GegluF32 instead of libm's tanhf (the two agree to an f32 ulp or so, so the f16 values
+// differ only where that ulp crosses a rounding boundary).
+const std::vector<uint16_t>& gelu_f16_table() {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<float> x(65536), one(65536, 1.0f), y(65536);
+    for (uint32_t h = 0; h < 65536; ++h) x[h] = fp16_to_f32(static_cast<uint16_t>(h));
+    HWY_DYNAMIC_DISPATCH(GegluF32)(x.data(), one.data(), y.data(), y.size());
+    std::vector<uint16_t> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = f32_to_fp16(y[h]);
+    return t;
+  }();
+  return table;
+}
+}  // namespace
+
+void geglu_f32_ggml(const float* g, const float* u, float* out, size_t n) {
+  const uint16_t* table = gelu_f16_table().data();
+  for (size_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : fp16_to_f32(table[f32_to_fp16(x)]);
+    out[i] = y * u[i];
+  }
 }
 void softcap_f32(float* x, size_t n, float scale, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapF32)(x, n, scale, cap); }
 void rmsnorm_f32(const float* x, const float* g, float* out, size_t n, float eps) {

@@ -17,6 +17,11 @@ void swiglu_f32(const float* g, const float* u, float* out, size_t n);
 // out[i] = gelu_tanh(g[i]) * u[i] = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u[i] (GeGLU's gate,
 // the tanh approximation Gemma uses; evaluated as g / (1 + e^-2z), Highway's Exp). out may alias g or u.
 void geglu_f32(const float* g, const float* u, float* out, size_t n);
+// The same gate as ggml computes it (GGML_GELU_FP16, on by default in llama.cpp's CPU backend): g
+// rounded to f16, gelu_tanh of it looked up in a table of f16 results (built once, with geglu_f32's
+// formula), so out[i] = f16(gelu(f16(g))) * u[i]; 0 for g <= -10 and g itself for g >= 10. Scalar, one
+// lookup per element; the table is built by the target dispatched at its first use.
+void geglu_f32_ggml(const float* g, const float* u, float* out, size_t n);
 // x[i] = cap * tanh(x[i] * scale / cap): logit soft-capping (Gemma 2), after scaling by `scale`.
 void softcap_f32(float* x, size_t n, float scale, float cap);
 // out[i] = x[i] * (1 / sqrt(sum_j x[j]^2 / n + eps)) * g[i] (RMSNorm; the sum is dot_f32's).

@@ -508,47 +508,58 @@ TEST_CASE("a store: one header, records of 2 bytes + streams, checked without a 
   CHECK_FALSE(codec.store_header(fwd, big).ok());
 }
 
-TEST_CASE("a record decodes with the activation scales it was coded with: f32 (older stores) or f16") {
-  const Model& model = tiny();  // Q8_0: its activations take 32-element blocks, whose scales differ
-  const int V = model.config().n_vocab;
-  ThreadPool pool(2);
-  std::mt19937 rng(31);
-  const auto ctx = random_tokens(rng, 6, V), toks = random_tokens(rng, 40, V);
-  Forward fwd(model, pool);
-  REQUIRE(fwd.act_scales() == simd::ActScales::F16);  // ggml's, the default
-  // The two arithmetics give other logits here (else this test would show nothing).
-  std::vector<float> f16_logits, f32_logits;
-  {
-    DenseKvCache cache(model.config(), 64);
-    REQUIRE(fwd.eval(cache, toks, Logits::All, f16_logits).ok());
-  }
-  {
-    Forward old(model, pool);
-    old.set_act_scales(simd::ActScales::F32);
-    DenseKvCache cache(model.config(), 64);
-    REQUIRE(old.eval(cache, toks, Logits::All, f32_logits).ok());
-  }
-  CHECK(f16_logits != f32_logits);
+TEST_CASE("a record decodes with the rounding it was coded with: F32 (older stores) or ggml's") {
+  // Q8_0 llama: the activation block scales differ; F16 gemma2: GeGLU's f16 table differs.
+  SynthOptions go;
+  go.shape = "tiny-gemma2-l26";
+  go.type = "f16";
+  go.out = (test::temp_dir() / "codec-tiny-gemma2-f16.gguf").string();
+  go.shared_dir = test::shared_dir().string();
+  if (!std::filesystem::exists(go.out)) REQUIRE(synthesize_model(go).ok());
+  auto gemma = Model::load(go.out);
+  REQUIRE_MESSAGE(gemma.ok(), gemma.error());
+  for (const Model* model : std::vector<const Model*>{&tiny(), gemma->get()}) {
+    CAPTURE(model->config().arch_name);
+    const int V = model->config().n_vocab;
+    ThreadPool pool(2);
+    std::mt19937 rng(31);
+    const auto ctx = random_tokens(rng, 6, V), toks = random_tokens(rng, 40, V);
+    Forward fwd(*model, pool);
+    REQUIRE(fwd.rounding() == Rounding::Ggml);  // the default
+    // The two roundings give other logits here (else this test would show nothing).
+    std::vector<float> ggml_logits, f32_logits;
+    {
+      DenseKvCache cache(model->config(), 64);
+      REQUIRE(fwd.eval(cache, toks, Logits::All, ggml_logits).ok());
+    }
+    {
+      Forward old(*model, pool);
+      old.set_rounding(Rounding::F32);
+      DenseKvCache cache(model->config(), 64);
+      REQUIRE(old.eval(cache, toks, Logits::All, f32_logits).ok());
+    }
+    CHECK(ggml_logits != f32_logits);
 
-  for (simd::ActScales coded : {simd::ActScales::F32, simd::ActScales::F16}) {
-    CAPTURE(static_cast<int>(coded));
-    Forward encoder(model, pool);
-    encoder.set_act_scales(coded);
-    Codec codec(model, &pool);
-    CodecOptions o;
-    o.chunk = 16;
-    const auto bytes = encode_ok(codec, encoder, ctx, toks, o);
-    auto c = read_codec_container(bytes);
-    REQUIRE(c.ok());
-    CHECK(c->store.act_scales == coded);
-    // Store header flags: bit 0 the fast kernels, bit 1 f16 scales; a store written before has 1.
-    CHECK(bytes[5] == (coded == simd::ActScales::F16 ? 3 : 1));
-    // A Forward on the default (f16) decodes either: the codec runs the header's arithmetic for its
-    // pass, then gives the Forward back its own.
-    Forward decoder(model, pool);
-    CHECK(decode_ok(codec, decoder, ctx, bytes) == toks);
-    CHECK(decoder.act_scales() == simd::ActScales::F16);
-    CHECK(encoder.act_scales() == coded);
+    for (Rounding coded : {Rounding::F32, Rounding::Ggml}) {
+      CAPTURE(static_cast<int>(coded));
+      Forward encoder(*model, pool);
+      encoder.set_rounding(coded);
+      Codec codec(*model, &pool);
+      CodecOptions o;
+      o.chunk = 16;
+      const auto bytes = encode_ok(codec, encoder, ctx, toks, o);
+      auto c = read_codec_container(bytes);
+      REQUIRE(c.ok());
+      CHECK(c->store.rounding == coded);
+      // Store header flags: bit 0 the fast kernels, bit 1 ggml's rounding; a store written before has 1.
+      CHECK(bytes[5] == (coded == Rounding::Ggml ? 3 : 1));
+      // A Forward on the default decodes either: the codec runs the header's rounding for its pass,
+      // then gives the Forward back its own.
+      Forward decoder(*model, pool);
+      CHECK(decode_ok(codec, decoder, ctx, bytes) == toks);
+      CHECK(decoder.rounding() == Rounding::Ggml);
+      CHECK(encoder.rounding() == coded);
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// simd/ops: swiglu_f32 and geglu_f32 against a double reference on every compiled target; their result
+// simd/ops: swiglu_f32 and geglu_f32 against a double reference on every compiled target (geglu_f32_ggml
+// against ggml's table formula); their result
 // for an element does not depend on the element's position (tails) or on aliasing. softcap_f32 against
 // its formula. rmsnorm_f32 and
 // rope_f32 give exactly the bits of their plain scalar formulas.
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include "simd/f16.h"
 #include "simd/ops.h"
 #include "test_support.h"
 
@@ -126,6 +128,35 @@ TEST_CASE("ops: geglu_f32 against a double reference, tails and in-place give th
     check_gate(rng, simd::geglu_f32, gelu_tanh_ref, gelu_tanh_exponent);
     check_softcap(rng);
   });
+}
+
+TEST_CASE("ops: geglu_f32_ggml is ggml's table GELU: f16(gelu(f16(g))) * u, 0 from -10 down, g from 10 up") {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> dist(-12.0f, 12.0f);
+  const size_t n = 20000;
+  std::vector<float> g(n), u(n), out(n), ones(n, 1.0f), gate(n);
+  for (size_t i = 0; i < n; ++i) g[i] = dist(rng), u[i] = dist(rng);
+  const float edges[] = {-10.0f, 10.0f, 0.0f, -0.0f, 1e-6f, -3e-5f, -200.0f, 200.0f, 9.999f, -9.999f};
+  std::copy(std::begin(edges), std::end(edges), g.begin());
+  simd::geglu_f32_ggml(g.data(), ones.data(), gate.data(), n);
+  simd::geglu_f32_ggml(g.data(), u.data(), out.data(), n);
+  auto f16 = [](double v) { return static_cast<double>(simd::fp16_to_f32(simd::f32_to_fp16(static_cast<float>(v)))); };
+  for (size_t i = 0; i < n; ++i) {
+    CAPTURE(g[i]);
+    if (g[i] <= -10.0f) {
+      CHECK(gate[i] == 0.0f);
+    } else if (g[i] >= 10.0f) {
+      CHECK(gate[i] == g[i]);
+    } else {
+      CHECK(f16(gate[i]) == gate[i]);  // an f16 value, as ggml's table holds
+      const double ref = gelu_tanh_ref(f16(g[i]));  // at the f16-rounded input
+      CHECK(std::abs(gate[i] - ref) <= 0x1p-11 * 1.01 * std::abs(ref) + 0x1p-25);  // one f16 rounding
+    }
+    CHECK(out[i] == gate[i] * u[i]);
+  }
+  std::vector<float> inplace = g;  // in place (out == g), as the forward pass calls it
+  simd::geglu_f32_ggml(inplace.data(), u.data(), inplace.data(), n);
+  CHECK(std::memcmp(inplace.data(), out.data(), n * sizeof(float)) == 0);
 }
 
 TEST_CASE("ops: swiglu_f32 against a double reference, tails and in-place give the same bits") {

@@ -277,7 +277,7 @@ namespace {
 constexpr uint8_t kMagic[4] = {'T', 'W', 'C', 'Z'};
 // Store header flags (byte 5).
 constexpr uint8_t kFlagFast = 1;          // the fast kernels (else the reference ones)
-constexpr uint8_t kFlagF16ActScales = 2;  // their activation block scales rounded to f16 (else f32)
+constexpr uint8_t kFlagGgmlRounding = 2;  // Rounding::Ggml (else F32: stores written before 2026-11-27)
 constexpr uint16_t kChunkedFlag = 0x8000;  // in a record's first two bytes, above the tokens check
 
 void put_le(std::vector<uint8_t>& o, uint64_t v, int bytes) {
@@ -342,7 +342,7 @@ std::vector<uint8_t> write_codec_store_header(const CodecStoreHeader& h) {
   std::vector<uint8_t> out(kMagic, kMagic + 4);
   out.push_back(h.version);
   out.push_back(static_cast<uint8_t>((h.kernels == Kernels::Fast ? kFlagFast : 0) |
-                                     (h.act_scales == simd::ActScales::F16 ? kFlagF16ActScales : 0)));
+                                     (h.rounding == Rounding::Ggml ? kFlagGgmlRounding : 0)));
   put_le(out, h.fingerprint, 8);
   put_le(out, h.target_tag, 2);
   put_le(out, static_cast<uint32_t>(h.window), 4);
@@ -361,10 +361,10 @@ Result<CodecStoreHeader> read_codec_store_header(std::span<const uint8_t> bytes)
   h.target_tag = static_cast<uint16_t>(r.le(2));
   const uint64_t window = r.le(4);
   if (codec::crc32(bytes.first(r.pos)) != r.le(4)) return corrupt("store header CRC mismatch (damaged)");
-  if ((flags & ~uint8_t{kFlagFast | kFlagF16ActScales}) != 0) return corrupt("unknown flags");
+  if ((flags & ~uint8_t{kFlagFast | kFlagGgmlRounding}) != 0) return corrupt("unknown flags");
   if (window < 2 || window > (uint64_t{1} << 24)) return corrupt("window " + std::to_string(window));
   h.kernels = (flags & kFlagFast) ? Kernels::Fast : Kernels::Reference;
-  h.act_scales = (flags & kFlagF16ActScales) ? simd::ActScales::F16 : simd::ActScales::F32;
+  h.rounding = (flags & kFlagGgmlRounding) ? Rounding::Ggml : Rounding::F32;
   h.window = static_cast<int32_t>(window);
   return h;
 }
@@ -475,18 +475,18 @@ struct Start {
 // - never the oneDNN prefill kernels: their arithmetic depends on whether a step has enough tokens
 //   (Forward::set_onednn_min_tokens), and encoding prefills chunks where decoding goes token by token,
 //   so only the fast kernels give both sides the same probabilities (docs/codec.md);
-// - the activation block scales the store header records (f16 since 2026-11-27, f32 before), so a
-//   record decodes with the arithmetic that coded it.
+// - the rounding the store header records (Rounding::Ggml since 2026-11-27, F32 before), so a record
+//   decodes with the arithmetic that coded it.
 class StoreArithmetic {
  public:
   StoreArithmetic(Forward& f, const CodecStoreHeader& store)
-      : f_(f), saved_min_tokens_(f.onednn_min_tokens()), saved_scales_(f.act_scales()) {
+      : f_(f), saved_min_tokens_(f.onednn_min_tokens()), saved_rounding_(f.rounding()) {
     f.set_onednn_min_tokens(0);
-    f.set_act_scales(store.act_scales);
+    f.set_rounding(store.rounding);
   }
   ~StoreArithmetic() {
     f_.set_onednn_min_tokens(saved_min_tokens_);
-    f_.set_act_scales(saved_scales_);
+    f_.set_rounding(saved_rounding_);
   }
   StoreArithmetic(const StoreArithmetic&) = delete;
   StoreArithmetic& operator=(const StoreArithmetic&) = delete;
@@ -494,7 +494,7 @@ class StoreArithmetic {
  private:
   Forward& f_;
   int saved_min_tokens_;
-  simd::ActScales saved_scales_;
+  Rounding saved_rounding_;
 };
 
 Result<Start> make_start(Forward& fwd, const Model& model, std::span<const int32_t> context, int32_t window) {
@@ -631,7 +631,7 @@ Status Codec::check_store(const CodecStoreHeader& store, Kernels kernels) const 
 Result<CodecStoreHeader> Codec::store_header(const Forward& forward, const CodecOptions& o) const {
   CodecStoreHeader h;
   h.kernels = forward.kernels();
-  h.act_scales = forward.act_scales();
+  h.rounding = forward.rounding();
   h.fingerprint = fingerprint_;
   h.target_tag = codec_target_tag();
   h.window = o.window > 0 ? o.window : default_window(model_.config());

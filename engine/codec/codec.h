@@ -87,9 +87,9 @@ struct CodecStats {
 struct CodecStoreHeader {
   uint8_t version = codec::kVersion;
   Kernels kernels = Kernels::Fast;
-  // The fast kernels' activation block scales the records were coded with (flags bit 1; stores
-  // written before 2026-11-27 have F32); the codec's passes switch the Forward to it.
-  simd::ActScales act_scales = simd::ActScales::F16;
+  // The Forward's rounding the records were coded with (flags bit 1; stores written before
+  // 2026-11-27 have F32); the codec's passes switch the Forward to it.
+  Rounding rounding = Rounding::Ggml;
   uint64_t fingerprint = 0;  // model_fingerprint of the coder model
   uint16_t target_tag = 0;   // codec_target_tag() of the encoder (named in errors when logits differ)
   int32_t window = 0;

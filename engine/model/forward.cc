@@ -151,7 +151,9 @@ void Forward::ffn(std::span<const FfnBlock> blocks, const float* x, int T) {
   constexpr size_t kChunk = 4096;  // elementwise: any split gives the same values
   pool_.parallel_for((total + kChunk - 1) / kChunk, [&](size_t c0, size_t c1, int) {
     const size_t from = c0 * kChunk, n = std::min(total, c1 * kChunk) - from;
-    if (cfg_.ffn_gate == FfnGate::GeluTanh) {
+    if (cfg_.ffn_gate == FfnGate::GeluTanh && rounding_ == Rounding::Ggml) {
+      simd::geglu_f32_ggml(&hb_[from], &hb2_[from], &hb_[from], n);
+    } else if (cfg_.ffn_gate == FfnGate::GeluTanh) {
       simd::geglu_f32(&hb_[from], &hb2_[from], &hb_[from], n);
     } else {
       simd::swiglu_f32(&hb_[from], &hb2_[from], &hb_[from], n);
@@ -310,10 +312,11 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
   // Activation rows are quantized independently of each other, so batching does not change them;
   // all matrices here share one activation layout (same family: 32- or 256-element blocks).
   const size_t stride = (simd::act_bytes(type0, cols) + 63) / 64 * 64;
+  const auto act_scales = rounding_ == Rounding::Ggml ? simd::ActScales::F16 : simd::ActScales::F32;
   act_.resize(stride * T + 64);
   uint8_t* act = act_.data() + (64 - reinterpret_cast<uintptr_t>(act_.data()) % 64) % 64;
   pool_.parallel_for(static_cast<size_t>(T), [&](size_t t0, size_t t1, int) {
-    for (size_t t = t0; t < t1; ++t) simd::quantize_act(type0, x + t * cols, act + t * stride, cols, act_scales_);
+    for (size_t t = t0; t < t1; ++t) simd::quantize_act(type0, x + t * cols, act + t * stride, cols, act_scales);
   });
   // Work units of 16 rows (a packed group, or up to 16 plain rows), numbered across the matrices.
   constexpr size_t G = simd::kPackRows;

@@ -28,6 +28,9 @@ enum class Logits { Last, All, Hidden };
 // weights take the same f32 path in both.
 enum class Kernels { Reference, Fast };
 
+// Where the forward pass rounds to f16 as ggml does (Forward::set_rounding).
+enum class Rounding : uint8_t { Ggml, F32 };
+
 class Forward {
  public:
   Forward(const Model& model, ThreadPool& pool, Kernels kernels = Kernels::Fast);
@@ -67,12 +70,14 @@ class Forward {
   }
   void set_onednn_min_tokens(int min_tokens) { onednn_min_tokens_ = min_tokens; }
   int onednn_min_tokens() const { return onednn_min_tokens_; }
-  // How the fast kernels keep the scales of 32-element activation blocks (simd::ActScales): F16 as
-  // ggml's block_q8_0 / block_q8_1 do (the default: llama.cpp's logits on Q4_0, Q4_1, Q5_0, Q5_1,
-  // Q8_0 and IQ4_NL weights), or F32 (Towers' arithmetic before 2026-11-27). The codec switches to
-  // what a store header records for its passes, so records coded either way still decode.
-  void set_act_scales(simd::ActScales s) { act_scales_ = s; }
-  simd::ActScales act_scales() const { return act_scales_; }
+  // Rounding::Ggml (the default) rounds where ggml's CPU backend rounds to f16, so that logits follow
+  // llama.cpp's: the scales of 32-element activation blocks (simd::ActScales::F16: Q4_0, Q4_1, Q5_0,
+  // Q5_1, Q8_0 and IQ4_NL weights, fast kernels) and GeGLU's gate (simd::geglu_f32_ggml: Gemma, both
+  // kernel sets). Rounding::F32 keeps both in f32: Towers' arithmetic before 2026-11-27, kept because
+  // the codec switches to what a store header records for its passes, so records coded either way
+  // still decode (docs/numerics.md, docs/codec.md).
+  void set_rounding(Rounding r) { rounding_ = r; }
+  Rounding rounding() const { return rounding_; }
   // How oneDNN's calls are threaded: slices of rows on our pool, OpenMP limited to one thread per call
   // (the default, and faster), or one call per matrix on oneDNN's own OpenMP team of pool.size()
   // threads while the pool's workers idle (kept to measure it: `bench_prefill_onednn MODEL 2 3 128 1`;
@@ -141,7 +146,7 @@ class Forward {
   std::vector<int8_t> act8_;  // and for oneDNN, [T][cols], with [T][groups] scales
   std::vector<float> act8_scales_;
   int onednn_min_tokens_ = 0;
-  simd::ActScales act_scales_ = simd::ActScales::F16;
+  Rounding rounding_ = Rounding::Ggml;
   bool onednn_omp_ = false;
   // Mixture of experts: router probabilities [T][n_expert], each token's experts and weights by rank
   // [T][n_expert_used], the experts' outputs per (token, rank) [T][n_expert_used][n_embd], one expert's
