@@ -165,7 +165,7 @@ Status read_formats(const toml::node& n, Config& c) {
   return Status::Ok();
 }
 
-// One KV format by name; `tail`: a lease tail's, which is f32 or f16 (engine/model/kv_cache.h).
+// One KV format by name (a segment's; lease tails: read_tail_format).
 Status read_kv_format(const toml::node& n, KvQuant& out) {
   std::string name;
   if (Status st = read_string(n, name); !st.ok()) return st;

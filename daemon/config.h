@@ -39,7 +39,7 @@ struct Config {
   std::vector<std::string> aliases;  // other names a request's "model" may give (besides the file's)
   bool onednn_prefill = false;       // steps of >= Forward::onednn_min_tokens_for tokens through oneDNN
   // Lease tails (a request's KV before it is sealed): f32 or f16. With tail_format_auto (the default,
-  // "auto") open_state picks once the model is loaded (resolve_tail_format).
+  // "auto") open_state picks once the model is loaded (resolve_for_model).
   KvQuant tail_format = KvQuant::F32;
   bool tail_format_auto = true;
   // [server]
