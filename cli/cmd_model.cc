@@ -38,13 +38,12 @@ void print_memory_plan(const Model& model, const daemon::BudgetSetting& setting,
   std::printf("\n               RAM budget %s (the rule towerd applies at start to [policy] ram_budget = \"%s\")\n",
               budget.text().c_str(), std::string(as_written).c_str());
   std::printf("               %-6s %14s %22s\n", "format", "KV per token", "tokens in the budget");
-  daemon::Config defaults;
-  daemon::resolve_for_model(defaults, c);  // what tail_format = "auto" takes for this model
+  const KvQuant tail = daemon::auto_tail_format(c);
   for (KvQuant q : {KvQuant::F32, KvQuant::F16, KvQuant::Q8, KvQuant::Q6, KvQuant::Q4}) {
     const uint64_t per_token = kv_bytes_per_token(c, q);
     const std::string fit = budget.bytes == 0 || per_token == 0 ? "no limit" : std::to_string(budget.bytes / per_token);
     std::string note;
-    if (q == defaults.tail_format) note = "  (request tails)";
+    if (q == tail) note = "  (request tails)";
     else if (q == KvQuant::F32 || q == KvQuant::F16) {
       note = std::string("  (request tails with [model] tail_format = \"") + simd::kv_quant_name(q) + "\")";
     }

@@ -470,9 +470,12 @@ Status validate(const Config& c) {
   return Status::Ok();
 }
 
+KvQuant auto_tail_format(const ModelConfig& model) {
+  return kv_bytes_per_token(model, KvQuant::F32) >= kAutoF16TailBytes ? KvQuant::F16 : KvQuant::F32;
+}
+
 void resolve_for_model(Config& c, const ModelConfig& model) {
-  if (!c.tail_format_auto) return;
-  c.tail_format = kv_bytes_per_token(model, KvQuant::F32) >= kAutoF16TailBytes ? KvQuant::F16 : KvQuant::F32;
+  if (c.tail_format_auto) c.tail_format = auto_tail_format(model);
 }
 
 }  // namespace towers::daemon

@@ -126,8 +126,10 @@ std::optional<uint64_t> parse_size(std::string_view text);
 std::string format_size(uint64_t bytes);  // "1.5 GiB"
 std::optional<KvQuant> parse_kv_format(std::string_view name);  // q4 q6 q8 f16 f32
 
-// Settles the settings that depend on the model, once it is loaded: [model] tail_format = "auto"
-// becomes f16 where kv_bytes_per_token(f32) >= kAutoF16TailBytes, else f32.
+// What [model] tail_format = "auto" takes for a model: f16 where kv_bytes_per_token(f32) >=
+// kAutoF16TailBytes, else f32.
+KvQuant auto_tail_format(const ModelConfig& model);
+// Settles the settings that depend on the model, once it is loaded: tail_format = "auto".
 void resolve_for_model(Config& c, const ModelConfig& model);
 
 }  // namespace towers::daemon

@@ -45,7 +45,8 @@ bool onednn_gemm_omp(const int8_t* w, const float* w_scales, size_t n, const int
 // Weights packed once into oneDNN's own layout (whole-row scales only: group == k). With plain rows
 // oneDNN re-packs the weights on every call and, for a run-time M, takes its generic GEMM: packed
 // once, its VNNI/AMX kernels (brgemm) run on fixed tiles of kOnednnTileRows tokens: on a 1024 x 2048
-// slice, one thread, AVX-512 VNNI, 2.5x at 16 tokens, 1.45x at 64, 1.16x at 512 (bench_onednn_pack). A matrix is packed in slices of kOnednnSliceRows rows (the last may be shorter), each slice
+// slice, one thread, AVX-512 VNNI, 2.5x at 16 tokens, 1.45x at 64, 1.16x at 512 (bench_onednn_pack).
+// A matrix is packed in slices of kOnednnSliceRows rows (the last may be shorter), each slice
 // a blob of its own, so that callers split the rows over their pool exactly as with plain rows. The
 // int32 sums are the same exact integers, so the results equal onednn_gemm's bit for bit.
 constexpr size_t kOnednnSliceRows = 1024;

@@ -151,12 +151,12 @@ void Forward::ffn(std::span<const FfnBlock> blocks, const float* x, int T) {
   constexpr size_t kChunk = 4096;  // elementwise: any split gives the same values
   pool_.parallel_for((total + kChunk - 1) / kChunk, [&](size_t c0, size_t c1, int) {
     const size_t from = c0 * kChunk, n = std::min(total, c1 * kChunk) - from;
-    if (cfg_.ffn_gate == FfnGate::GeluTanh && rounding_ == Rounding::Ggml) {
-      simd::geglu_f32_ggml(&hb_[from], &hb2_[from], &hb_[from], n);
-    } else if (cfg_.ffn_gate == FfnGate::GeluTanh) {
-      simd::geglu_f32(&hb_[from], &hb2_[from], &hb_[from], n);
-    } else {
+    if (cfg_.ffn_gate == FfnGate::Silu) {
       simd::swiglu_f32(&hb_[from], &hb2_[from], &hb_[from], n);
+    } else if (rounding_ == Rounding::Ggml) {
+      simd::geglu_f32_ggml(&hb_[from], &hb2_[from], &hb_[from], n);
+    } else {
+      simd::geglu_f32(&hb_[from], &hb2_[from], &hb_[from], n);
     }
   });
   at = 0;
