@@ -193,13 +193,14 @@ void add_codec(CLI::App& app) {
     const CodecStoreHeader& h = c->store;
     std::printf("version %d\nkernels %s\nfingerprint %016llx\ntarget_tag %u %s (this machine: %s, %u)\nwindow %d\n"
                 "context_tokens %lld\ntokens %lld\nchunk %d\nchunks %zu\nfile_bytes %zu\nrecord_bytes %zu\n"
-                "record_overhead_bytes %zu\nrounding %s\n",
+                "record_overhead_bytes %zu\nrounding %s\npacked_set %d\n",
                 h.version, h.kernels == Kernels::Fast ? "fast" : "reference",
                 static_cast<unsigned long long>(h.fingerprint), h.target_tag,
                 codec_target_name(h.target_tag).c_str(), codec_target_name(codec_target_tag()).c_str(),
                 codec_target_tag(), h.window, static_cast<long long>(c->key.context_length),
                 static_cast<long long>(c->key.tokens), rec->chunk, rec->chunk_bytes.size(), raw.size(),
-                c->record.size(), rec->header_bytes, h.rounding == Rounding::Ggml ? "ggml" : "f32");
+                c->record.size(), rec->header_bytes, h.rounding == Rounding::Ggml ? "ggml" : "f32",
+                static_cast<int>(h.packed_set));
   });
 }
 

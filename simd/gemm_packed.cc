@@ -77,6 +77,19 @@ HWY_INLINE void ScalarPackedSums(const uint8_t* HWY_RESTRICT blk, size_t r, cons
       }
       sum += gs * sc[16 * g + r];
     }
+  } else if constexpr (kType == kIQ4_XS) {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + kIQ4XSScales);
+    const int16_t* x = a.q + b * 256;
+    for (size_t j = 0; j < 8; ++j) {
+      int32_t l = 0;
+      for (size_t p = 0; p < 8; ++p) {
+        for (size_t k = 0; k < 2; ++k) {
+          const uint8_t byte = blk[kIQ4XSQuants + kIQ4XSSubBytes * j + 32 * p + 2 * r + k];
+          l += kIq4nlValues[byte & 15] * x[32 * j + 2 * p + k] + kIq4nlValues[byte >> 4] * x[32 * j + 16 + 2 * p + k];
+        }
+      }
+      sum += l * sc[kPackRows * j + r];
+    }
   } else if constexpr (kType == kQ4_K) {
     const int16_t* x = a.q + b * 256;
     for (size_t c = 0; c < 4; ++c) {
@@ -99,6 +112,8 @@ HWY_INLINE void ScalarPackedSums(const uint8_t* HWY_RESTRICT blk, size_t r, cons
         const uint8_t byte = qs[32 * p + 2 * r + k];
         if constexpr (kType == kQ8_0) {
           sum += static_cast<int8_t>(byte) * x[2 * p + k];
+        } else if constexpr (kType == kIQ4_NL) {
+          sum += kIq4nlValues[byte & 15] * x[2 * p + k] + kIq4nlValues[byte >> 4] * x[16 + 2 * p + k];
         } else {
           sum += (byte & 15) * x[2 * p + k] + (byte >> 4) * x[16 + 2 * p + k];
         }
@@ -182,6 +197,50 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
 #define TOWERS_FIN(i) s##i = hn::Sub(hn::RearrangeToOddPlusEven(s##i, u##i), hn::Set(d32, 8 * A[i].s[b]));
     TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
+  } else if constexpr (kType == kIQ4_NL) {
+    // Q4_0's chunks, each nibble looked up in the codebook (int8 values, exact int32 sums).
+    const uint8_t* HWY_RESTRICT qs = blk + kPackedQs + 2 * sl;
+    const auto k15b = hn::Set(du8, uint8_t{15});
+    for (size_t p = 0; p < 8; ++p) {
+      const auto bytes = hn::LoadU(du8, qs + 32 * p);
+      const auto lo = Iq4Values(d16, hn::And(bytes, k15b));        // elements 2p, 2p+1
+      const auto hi = Iq4Values(d16, hn::ShiftRight<4>(bytes));    // elements 2p+16, 2p+17
+#define TOWERS_MAC(i)                                                                    \
+  s##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + 2 * p), s##i, u##i); \
+  s##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + 16 + 2 * p), s##i, u##i);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+#define TOWERS_FIN(i) s##i = hn::RearrangeToOddPlusEven(s##i, u##i);
+    TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+  } else if constexpr (kType == kIQ4_XS) {
+    // Per sub-block j of 32: IQ4_NL's sums, times the row's int8 scale (|sum| <= 127 * 127 * 32, times
+    // 32, times 8 sub-blocks < 2^31).
+    const hn::Rebind<int8_t, D32> di8x32;
+    const auto k15b = hn::Set(du8, uint8_t{15});
+    const int8_t* HWY_RESTRICT sc = reinterpret_cast<const int8_t*>(blk + kIQ4XSScales) + sl;
+    const uint8_t* HWY_RESTRICT q = blk + kIQ4XSQuants + 2 * sl;
+    for (size_t j = 0; j < 8; ++j) {
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(lu, z)
+      const uint8_t* HWY_RESTRICT qj = q + kIQ4XSSubBytes * j;
+      const size_t ej = 32 * j;
+      for (size_t p = 0; p < 8; ++p) {
+        const auto bytes = hn::LoadU(du8, qj + 32 * p);
+        const auto lo = Iq4Values(d16, hn::And(bytes, k15b));
+        const auto hi = Iq4Values(d16, hn::ShiftRight<4>(bytes));
+#define TOWERS_MAC(i)                                                                              \
+  l##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + ej + 2 * p), l##i, lu##i);      \
+  l##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + ej + 16 + 2 * p), l##i, lu##i);
+        TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+      const auto scj = hn::PromoteTo(d32, hn::LoadU(di8x32, sc + kPackRows * j));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scj));
+      TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+    }
   } else if constexpr (kType == kQ6_K) {
     // Per 16-element scale group: int32 sums of (q - 32) * x, times the row's int8 scale.
     const hn::Rebind<int8_t, D32> di8x32;
@@ -430,6 +489,8 @@ void GemmPacked(uint32_t type, const void* packed, size_t groups, const void* ac
     case kQ8_0: return GemmPackedType<kQ8_0>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ4_K: return GemmPackedType<kQ4_K>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ6_K: return GemmPackedType<kQ6_K>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kIQ4_NL: return GemmPackedType<kIQ4_NL>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kIQ4_XS: return GemmPackedType<kIQ4_XS>(pb, groups, ab, act_stride, T, n, y, ldy);
     default: return;
   }
 }

@@ -32,14 +32,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET == HWY_AVX3_DL
 using namespace qd;  // NOLINT
 
-// VNNI (vpdpbusd: u8 x s8, 4 products summed into each int32 lane) for Q4_0, Q8_0, Q4_K, Q6_K. A
-// 64-byte load covers two chunks of the packed layout (rows' byte pairs 2p, 2p+1 and 2p+2, 2p+3);
-// one vpermw puts each row's 4 bytes in its int32 lane. The weights are the unsigned operand: Q4_0
+// VNNI (vpdpbusd: u8 x s8, 4 products summed into each int32 lane) for Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL
+// and IQ4_XS. A 64-byte load covers two chunks of the packed layout (rows' byte pairs 2p, 2p+1 and
+// 2p+2, 2p+3); one vpermw puts each row's 4 bytes in its int32 lane. The weights are the unsigned operand: Q4_0
 // and Q4_K nibbles as they are, Q8_0 + 128 (xor 0x80). The activations' int8 copy (q8) gives the
 // signed operand, 4 consecutive elements broadcast to all lanes. Offsets are exact int32 terms:
-// Q4_0 -8 * sum(x), Q8_0 -128 * sum(x). Every sum is the same integer as on the other targets.
+// Q4_0 -8 * sum(x), Q8_0 -128 * sum(x). IQ4_NL and IQ4_XS look their nibbles up in the codebook + 128
+// (vpshufb), minus 128 * sum(x). Every sum is the same integer as on the other targets.
 template <GgmlType kType>
-constexpr bool kVnni = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K || kType == kQ6_K;
+constexpr bool kVnni = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K || kType == kQ6_K || kType == kIQ4_NL ||
+                       kType == kIQ4_XS;
 
 // Lane r (of 16) = words r and 16 + r of v: row r's bytes of chunk p, then of chunk p + 1.
 HWY_INLINE __m512i PairChunks(const uint8_t* HWY_RESTRICT p) {
@@ -52,6 +54,13 @@ HWY_INLINE __m512i Bcast4(const int8_t* HWY_RESTRICT p) {
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
 }
+// The IQ4 codebook + 128 (xor 0x80: the values as VNNI's unsigned operand) in every 128-bit lane, and
+// the lookup of 4-bit indices (bytes 0..15) in it.
+HWY_INLINE __m512i Iq4Lut() {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+  return _mm512_xor_si512(_mm512_broadcast_i32x4(v), _mm512_set1_epi8(static_cast<char>(0x80)));
+}
+HWY_INLINE __m512i Iq4(__m512i lut, __m512i idx) { return _mm512_shuffle_epi8(lut, idx); }
 using V512 = hn::Vec512<int32_t>;
 HWY_INLINE V512 Dp(V512 acc, __m512i w, const int8_t* HWY_RESTRICT x) {
   return V512{_mm512_dpbusd_epi32(acc.raw, w, Bcast4(x))};
@@ -69,7 +78,7 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
   s0 = z, s1 = z, s2 = z, s3 = z, s4 = z, s5 = z, s6 = z, s7 = z;
   m0 = z, m1 = z, m2 = z, m3 = z, m4 = z, m5 = z, m6 = z, m7 = z;
   const __m512i k0F = _mm512_set1_epi8(0x0F);
-  if constexpr (R == 1 && (kType == kQ8_0 || kType == kQ4_0)) {
+  if constexpr (R == 1 && (kType == kQ8_0 || kType == kQ4_0 || kType == kIQ4_NL)) {
     // Decode: one row of activations would make each block one chain of 8 dependent vpdpbusd
     // (latency-bound at ~1/4 of their throughput). Four independent int32 sums instead; integer
     // addition is exact, so s0 is the same integer as below and on the other targets.
@@ -84,16 +93,18 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
         a3 = _mm512_dpbusd_epi32(a3, _mm512_xor_si512(PairChunks(qs + 32 * p + 192), k80), Bcast4(x0 + 2 * p + 12));
       }
     } else {
-      static_assert(kType == kQ4_0);
+      // Q4_0's nibbles as they are; IQ4_NL's looked up (codebook + 128).
+      const __m512i lut = kType == kIQ4_NL ? Iq4Lut() : _mm512_setzero_si512();
+      auto w = [&](__m512i nibbles) { return kType == kIQ4_NL ? Iq4(lut, nibbles) : nibbles; };
       for (size_t p = 0; p < 8; p += 4) {
         const __m512i v = PairChunks(qs + 32 * p), u = PairChunks(qs + 32 * p + 64);
-        a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(v, k0F), Bcast4(x0 + 2 * p));
-        a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F), Bcast4(x0 + 16 + 2 * p));
-        a2 = _mm512_dpbusd_epi32(a2, _mm512_and_si512(u, k0F), Bcast4(x0 + 2 * p + 4));
-        a3 = _mm512_dpbusd_epi32(a3, _mm512_and_si512(_mm512_srli_epi16(u, 4), k0F), Bcast4(x0 + 16 + 2 * p + 4));
+        a0 = _mm512_dpbusd_epi32(a0, w(_mm512_and_si512(v, k0F)), Bcast4(x0 + 2 * p));
+        a1 = _mm512_dpbusd_epi32(a1, w(_mm512_and_si512(_mm512_srli_epi16(v, 4), k0F)), Bcast4(x0 + 16 + 2 * p));
+        a2 = _mm512_dpbusd_epi32(a2, w(_mm512_and_si512(u, k0F)), Bcast4(x0 + 2 * p + 4));
+        a3 = _mm512_dpbusd_epi32(a3, w(_mm512_and_si512(_mm512_srli_epi16(u, 4), k0F)), Bcast4(x0 + 16 + 2 * p + 4));
       }
     }
-    const int32_t offset = (kType == kQ8_0 ? 128 : 8) * A[0].s[b];
+    const int32_t offset = (kType == kQ4_0 ? 8 : 128) * A[0].s[b];
     s0 = hn::Sub(V512{_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3))}, hn::Set(d32, offset));
   } else if constexpr (kType == kQ8_0) {
     const uint8_t* HWY_RESTRICT qs = blk + kPackedQs;
@@ -121,6 +132,53 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
 #define TOWERS_FIN(i) s##i = hn::Sub(s##i, hn::Set(d32, 8 * A[i].s[b]));
     TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
+  } else if constexpr (kType == kIQ4_NL) {
+    // Q4_0's chunks; each nibble looked up as codebook value + 128, minus 128 * sum(x) (exact).
+    const uint8_t* HWY_RESTRICT qs = blk + kPackedQs;
+    const __m512i lut = Iq4Lut();
+    for (size_t p = 0; p < 8; p += 2) {
+      const __m512i v = PairChunks(qs + 32 * p);
+      const __m512i lo = Iq4(lut, _mm512_and_si512(v, k0F));
+      const __m512i hi = Iq4(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F));
+#define TOWERS_MAC(i) s##i = Dp(Dp(s##i, lo, x##i + 2 * p), hi, x##i + 16 + 2 * p);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+#define TOWERS_FIN(i) s##i = hn::Sub(s##i, hn::Set(d32, 128 * A[i].s[b]));
+    TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+  } else if constexpr (kType == kIQ4_XS) {
+    // Per sub-block j: IQ4_NL's sum (codebook + 128, minus 128 * A256's 32-element sum), times the
+    // row's int8 scale. Up to 2 tokens the low and high nibbles go to separate sums (shorter chains).
+    const hn::Rebind<int8_t, D32> di8x32;
+    const int8_t* HWY_RESTRICT scb = reinterpret_cast<const int8_t*>(blk + kIQ4XSScales);
+    const uint8_t* HWY_RESTRICT q = blk + kIQ4XSQuants;
+    const __m512i lut = Iq4Lut();
+    for (size_t j = 0; j < 8; ++j) {
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(h, z)
+      const uint8_t* HWY_RESTRICT qj = q + kIQ4XSSubBytes * j;
+      const size_t ej = e + 32 * j;
+      for (size_t p = 0; p < 8; p += 2) {
+        const __m512i v = PairChunks(qj + 32 * p);
+        const __m512i lo = Iq4(lut, _mm512_and_si512(v, k0F));
+        const __m512i hi = Iq4(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F));
+        if constexpr (R <= 2) {
+#define TOWERS_MAC(i) l##i = Dp(l##i, lo, A[i].q8 + ej + 2 * p); h##i = Dp(h##i, hi, A[i].q8 + ej + 16 + 2 * p);
+          TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+        } else {
+#define TOWERS_MAC(i) l##i = Dp(Dp(l##i, lo, A[i].q8 + ej + 2 * p), hi, A[i].q8 + ej + 16 + 2 * p);
+          TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+        }
+      }
+      const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, scb + kPackRows * j));
+#define TOWERS_SC(i) \
+  s##i = hn::Add(s##i, hn::Mul(hn::Sub(hn::Add(l##i, h##i), hn::Set(d32, 128 * A[i].bs[8 * b + j])), scv));
+      TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+    }
   } else if constexpr (kType == kQ6_K) {
     // Per 16-element scale group g: the 6-bit codes (0..63) are the unsigned operand; the exact sum
     // of code * x, minus 32 * the group's activation sum (A256 bs16), is sum (q - 32) * x, times the

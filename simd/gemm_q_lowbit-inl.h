@@ -1,8 +1,8 @@
-// gemm_q's kernels for the low-bit K formats Q2_K and Q3_K and for IQ4_XS (all against A256), and the
-// IQ4 value lookup that IQ4_NL's legacy kernel shares. Each weight block is unpacked once into int16
-// weights already multiplied by their sub-block scale (|q * scale| <= 4064), applied to up to 4
-// activation rows with int16 madd into exact int32 sums, and accumulated in f32 once per block, as
-// RowK45 and RowQ6K in gemm_q.cc do. Included once per Highway target by gemm_q.cc.
+// gemm_q's kernels for the low-bit K formats Q2_K and Q3_K and for IQ4_XS (all against A256). Each
+// weight block is unpacked once into int16 weights already multiplied by their sub-block scale
+// (|q * scale| <= 4064), applied to up to 4 activation rows with int16 madd into exact int32 sums, and
+// accumulated in f32 once per block, as RowK45 and RowQ6K in gemm_q.cc do. Included once per Highway
+// target by gemm_q.cc.
 #if defined(TOWERS_SIMD_GEMM_Q_LOWBIT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef TOWERS_SIMD_GEMM_Q_LOWBIT_INL_H_
 #undef TOWERS_SIMD_GEMM_Q_LOWBIT_INL_H_
@@ -22,25 +22,6 @@ HWY_BEFORE_NAMESPACE();
 namespace towers::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// kIq4nlValues[idx] as int16 lanes, for 4-bit indices idx (one per lane).
-template <class D16>
-HWY_INLINE hn::Vec<D16> Iq4Values(D16 d16, hn::Vec<hn::Rebind<uint8_t, D16>> idx) {
-#if HWY_TARGET == HWY_SCALAR
-  return hn::Set(d16, static_cast<int16_t>(kIq4nlValues[hn::GetLane(idx)]));
-#else
-  const hn::Rebind<int8_t, D16> di8;
-  if constexpr (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) {
-    // 16 indices, 16 table bytes: one 128-bit pshufb.
-    return hn::PromoteTo(d16, hn::TableLookupBytes(hn::LoadDup128(di8, kIq4nlValues), hn::BitCast(di8, idx)));
-  } else {
-    // A table vector of twice as many bytes as D16 has lanes (at least 16: the whole table in every
-    // 128-bit block); the lookup returns the indices' (partial) vector type.
-    const hn::Repartition<int8_t, D16> d8;
-    return hn::PromoteTo(d16, hn::BitCast(di8, hn::TableLookupBytes(hn::LoadDup128(d8, kIq4nlValues), idx)));
-  }
-#endif
-}
 
 // Up to 4 activation rows: their int16 quants from element e, and the int32 accumulator pairs.
 #define TOWERS_LB_MAC(i) s##i = hn::ReorderWidenMulAccumulate(d32, wv, hn::LoadU(d16, A[i].q + e), s##i, u##i);

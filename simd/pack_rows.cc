@@ -70,7 +70,18 @@ void pack_q4k(const BlockQ4_K& blk, uint8_t* o, size_t r) {
   }
 }
 
-// Q4_0 and Q8_0: d, then the quant bytes in pairs (the chunks of quant_dot.h).
+// IQ4_XS: d, the 8 scales as int8 (ls - 32), then per sub-block j the 16 quant bytes 16j.. in pairs
+// (Q4_0's chunks, one set per sub-block).
+void pack_iq4xs(const BlockIQ4_XS& blk, uint8_t* o, size_t r) {
+  std::memcpy(o + kPackedD + 2 * r, blk.d.bytes, 2);
+  for (int j = 0; j < 8; ++j) {
+    o[kIQ4XSScales + kPackRows * j + r] = static_cast<uint8_t>(static_cast<int8_t>(iq4xs_scale(blk, j) - 32));
+    uint8_t* sub = o + kIQ4XSQuants + kIQ4XSSubBytes * j;
+    for (size_t p = 0; p < 8; ++p) std::memcpy(sub + 32 * p + 2 * r, blk.qs + 16 * j + 2 * p, 2);
+  }
+}
+
+// Q4_0, Q8_0 and IQ4_NL: d, then the quant bytes in pairs (the chunks of quant_dot.h).
 template <class Block>
 void pack_legacy(const Block& blk, uint8_t* o, size_t r) {
   std::memcpy(o + kPackedD + 2 * r, blk.d.bytes, 2);
@@ -80,7 +91,7 @@ void pack_legacy(const Block& blk, uint8_t* o, size_t r) {
 
 bool has_packed(uint32_t t) {
   const GgmlType type = static_cast<GgmlType>(t);
-  return type == kQ4_0 || type == kQ8_0 || type == kQ4_K || type == kQ6_K;
+  return type == kQ4_0 || type == kQ8_0 || type == kQ4_K || type == kQ6_K || type == kIQ4_NL || type == kIQ4_XS;
 }
 
 size_t packed_group_bytes(uint32_t t, size_t n) {
@@ -96,6 +107,9 @@ void pack_rows(uint32_t t, const void* w, size_t row_stride, size_t groups, size
     case GgmlType::Q8_0: return pack_groups<BlockQ8_0>(kQ8_0, src, row_stride, groups, n, dst, pack_legacy<BlockQ8_0>);
     case GgmlType::Q4_K: return pack_groups<BlockQ4_K>(kQ4_K, src, row_stride, groups, n, dst, pack_q4k);
     case GgmlType::Q6_K: return pack_groups<BlockQ6_K>(kQ6_K, src, row_stride, groups, n, dst, pack_q6k);
+    case GgmlType::IQ4_NL:
+      return pack_groups<BlockIQ4_NL>(kIQ4_NL, src, row_stride, groups, n, dst, pack_legacy<BlockIQ4_NL>);
+    case GgmlType::IQ4_XS: return pack_groups<BlockIQ4_XS>(kIQ4_XS, src, row_stride, groups, n, dst, pack_iq4xs);
     default: return;
   }
 }

@@ -1,7 +1,7 @@
 // Per-target helpers shared by the quantized-dot kernels (gemm_q.cc, gemm_packed.cc and
 // gemm_packed_vnni-inl.h): f16 loads, int16 scale pairs and activation pairs broadcast to all lanes,
-// the packed Q4_K min term, and the expansion of one statement per activation row. Included once per
-// Highway target.
+// the IQ4 codebook lookup, the packed Q4_K min term, and the expansion of one statement per
+// activation row. Included once per Highway target.
 
 // The row expansions are plain macros (defined once for all targets).
 #ifndef TOWERS_SIMD_QUANT_DOT_ROWS
@@ -92,6 +92,25 @@ HWY_INLINE hn::Vec<D16> PairAt(D16 d16, const int16_t* HWY_RESTRICT p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return hn::BitCast(d16, hn::Set(d32, v));
+}
+
+// kIq4nlValues[idx] as int16 lanes, for 4-bit indices idx (one per lane).
+template <class D16>
+HWY_INLINE hn::Vec<D16> Iq4Values(D16 d16, hn::Vec<hn::Rebind<uint8_t, D16>> idx) {
+#if HWY_TARGET == HWY_SCALAR
+  return hn::Set(d16, static_cast<int16_t>(kIq4nlValues[hn::GetLane(idx)]));
+#else
+  const hn::Rebind<int8_t, D16> di8;
+  if constexpr (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) {
+    // 16 indices, 16 table bytes: one 128-bit pshufb.
+    return hn::PromoteTo(d16, hn::TableLookupBytes(hn::LoadDup128(di8, kIq4nlValues), hn::BitCast(di8, idx)));
+  } else {
+    // A table vector of twice as many bytes as D16 has lanes (at least 16: the whole table in every
+    // 128-bit block); the lookup returns the indices' (partial) vector type.
+    const hn::Repartition<int8_t, D16> d8;
+    return hn::PromoteTo(d16, hn::BitCast(di8, hn::TableLookupBytes(hn::LoadDup128(d8, kIq4nlValues), idx)));
+  }
+#endif
 }
 
 // Q4_K's min term in the packed kernels, for up to 8 activation rows: m_i += sum_j min_j * bsum_j

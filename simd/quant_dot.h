@@ -74,13 +74,20 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // Packed (row-interleaved) weights: a load-time copy of a matrix in groups of kPackRows = 16 rows, so
 // that one pass over a group computes 16 rows at once with each activation pair loaded once (one
 // int32 lane per row: no horizontal sums per block). Same number of bytes as the ggml rows, except
-// Q4_K (148 bytes per row and block instead of 144: its 6-bit scales and mins stored as bytes).
+// Q4_K (148 bytes per row and block instead of 144: its 6-bit scales and mins stored as bytes) and
+// IQ4_XS (138 instead of 136: its 6-bit scales as bytes).
 //
 // Layout of one group (16 rows, n elements, nb = n / 32 blocks), block after block:
 //   Q4_0: f16 d[16] (row r's scale), then 8 chunks of 32 bytes; chunk p holds, for r = 0..15, row r's
 //         quant bytes 2p and 2p+1 (elements 2p, 2p+1 in the low nibbles, 2p+16, 2p+17 in the high).
 //   Q8_0: f16 d[16], then 16 chunks of 32 bytes; chunk p holds, for r = 0..15, row r's int8 elements
 //         2p and 2p+1.
+//   IQ4_NL: Q4_0's layout; a nibble is an index into kIq4nlValues (no -8 offset).
+//   IQ4_XS (nb = n / 256; 2208 bytes per block of 16 rows): f16 d[16], int8 scales[8 sub-blocks][16
+//         rows] (ls_j - 32), then per sub-block j of 32 elements IQ4_NL's 8 chunks of 32 bytes (chunk p,
+//         row r, byte k: row r's ggml quant byte 16j+2p+k: element 32j+2p+k in the low nibble,
+//         32j+16+2p+k in the high). Per sub-block the kernel sums value * x exactly in int32, times
+//         the scale (int32). Activations: A256.
 //   Q6_K (nb = n / 256): f16 d[16], int8 scales[16 groups][16 rows], then per 16-element scale group
 //         g: 4 chunks of 32 bytes (chunk p, row r, byte k: low nibble = low 4 bits of element
 //         16g+2p+k, high nibble = those of element 16g+8+2p+k) and 2 chunks of 32 bytes for the top
@@ -98,20 +105,21 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // on the Highway target. Kernels: Highway's int16 madd (ReorderWidenMulAccumulate) with one int16
 // activation pair broadcast per chunk, 8 tokens per unpacked block on AVX3/AVX3_DL (32 registers;
 // Q6_K: 4) and 4 elsewhere. On AVX3_DL (AVX-512 VNNI; compiled by the quant_dot files only, see
-// quant_dot_target) Q4_0, Q8_0, Q4_K and Q6_K use vpdpbusd instead (Q6_K: the 6-bit codes unsigned,
+// quant_dot_target) Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL and IQ4_XS use vpdpbusd instead (Q6_K: the 6-bit codes unsigned,
 // minus 32 * A256's 16-element sums, times the group scale; 8 tokens per block): one 64-byte load covers chunks p and
 // p+1, a vpermw gives each row's int32 lane its 4 bytes (elements 2p..2p+3 of the chunk's element
 // runs), the weights are the unsigned operand (nibbles as they are; Q8_0 xor 0x80 = q + 128, minus
-// 128 * s[b]) and 4 consecutive int8 activations (q8) the broadcast signed one. Same layout, same
+// 128 * s[b]; IQ4 nibbles looked up as value + 128 by vpshufb, minus 128 * the block's sum) and 4 consecutive int8 activations (q8) the broadcast signed one. Same layout, same
 // exact int32 sums, so AVX3 and AVX3_DL (and AVX2: same FMA arithmetic) give the same bits.
 // Per (row, token) the kernel sums exact int32 products per block and adds (int32 sum as f32) *
 // (d_w * d_x) into an f32 accumulator block after block: the result does not depend on T, on the
 // group range of the call or on the thread (it differs from gemm_q's rounding).
 // On aarch64 CPUs with the Armv8.2 dot product (HWCAP_ASIMDDP), Highway's NEON target runs Q4_0,
 // Q8_0, Q4_K and Q6_K with sdot (gemm_packed_sdot-inl.h): one instruction per 4 int8 products per
-// row, weight bytes paired per row as for VNNI, the same exact int32 sums, so the same bits.
+// row, weight bytes paired per row as for VNNI, the same exact int32 sums, so the same bits. (IQ4_NL
+// and IQ4_XS take the int16 madd kernels there: no sdot variant yet.)
 constexpr size_t kPackRows = 16;
-// True for the types with a packed layout (Q4_0, Q8_0, Q4_K, Q6_K).
+// True for the types with a packed layout (Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS).
 bool has_packed(uint32_t weight_type);
 // Bytes of one packed group of kPackRows rows of n elements.
 size_t packed_group_bytes(uint32_t weight_type, size_t n);

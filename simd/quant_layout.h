@@ -72,13 +72,18 @@ constexpr size_t kMaxR = 4;
 constexpr size_t kMaxPackR = 8;
 
 // Bytes per row and block of the packed layouts (quant_dot.h): Q4_K stores its 12 bytes of 6-bit
-// scales and mins as 16 bytes; the others keep the ggml block size.
-constexpr size_t packed_block_bytes(GgmlType t) { return t == kQ4_K ? 148 : block_bytes(t); }
+// scales and mins as 16 bytes, IQ4_XS its 6 bytes of 6-bit scales as 8 int8 (scale - 32); the others
+// keep the ggml block size.
+constexpr size_t packed_block_bytes(GgmlType t) {
+  return t == kQ4_K ? 148 : t == kIQ4_XS ? 138 : block_bytes(t);
+}
 // Byte offsets inside one packed block of kPackRows rows (quant_dot.h). All types start with the
-// rows' f16 d; Q4_0 and Q8_0 continue with their quant chunks, Q6_K with its int8 scales.
+// rows' f16 d; Q4_0, Q8_0 and IQ4_NL continue with their quant chunks, Q6_K and IQ4_XS with their
+// int8 scales.
 constexpr size_t kPackedD = 0, kPackedQs = 2 * kPackRows;
 constexpr size_t kQ6KScales = 2 * kPackRows, kQ6KGroups = kQ6KScales + 16 * kPackRows, kQ6KGroupBytes = 192;
 constexpr size_t kQ4KDmin = 2 * kPackRows, kQ4KScales = 4 * kPackRows, kQ4KMins = 12 * kPackRows,
                  kQ4KQuants = 20 * kPackRows;
+constexpr size_t kIQ4XSScales = 2 * kPackRows, kIQ4XSQuants = 10 * kPackRows, kIQ4XSSubBytes = 256;
 
 }  // namespace towers::simd::qd

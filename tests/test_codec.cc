@@ -391,6 +391,10 @@ TEST_CASE("forged headers (valid CRC) with absurd sizes or garbage coded bytes a
   fix_crcs(flags);
   CHECK_FALSE(read_codec_container(flags).ok());
   CHECK_FALSE(codec.decode(fwd, {}, flags).ok());
+  auto newer_set = good;  // a packed kernel set this build does not know: named, not decoded
+  newer_set[5] |= 0x0C;
+  fix_crcs(newer_set);
+  CHECK(read_codec_container(newer_set).error().find("packed kernel set 3") != std::string::npos);
   auto header_only = good;
   header_only[8] ^= 1;  // inside the fingerprint, with the container CRC (not the header's) fixed
   fix_crc(header_only);
@@ -551,14 +555,64 @@ TEST_CASE("a record decodes with the rounding it was coded with: F32 (older stor
       auto c = read_codec_container(bytes);
       REQUIRE(c.ok());
       CHECK(c->store.rounding == coded);
-      // Store header flags: bit 0 the fast kernels, bit 1 ggml's rounding; a store written before has 1.
-      CHECK(bytes[5] == (coded == Rounding::Ggml ? 3 : 1));
+      // Store header flags: bit 0 the fast kernels, bit 1 ggml's rounding, bits 2-3 the packed set (1).
+      CHECK(bytes[5] == ((coded == Rounding::Ggml ? 3 : 1) | 1 << 2));
       // A Forward on the default decodes either: the codec runs the header's rounding for its pass,
       // then gives the Forward back its own.
       Forward decoder(*model, pool);
       CHECK(decode_ok(codec, decoder, ctx, bytes) == toks);
       CHECK(decoder.rounding() == Rounding::Ggml);
       CHECK(encoder.rounding() == coded);
+    }
+  }
+}
+
+TEST_CASE("a record decodes with the packed kernel set it was coded with: IQ4 on gemm_q (older stores) or packed") {
+  // IQ4_NL and IQ4_XS matrices: packed copies since 2026-11-28 (PackedSet::Iq4), gemm_q's rows before.
+  for (const char* type : {"iq4_nl", "iq4_xs"}) {
+    CAPTURE(type);
+    SynthOptions so;
+    so.shape = "tiny-llama-256";
+    so.type = type;
+    so.out = (test::temp_dir() / (std::string("codec-tiny-llama-256-") + type + ".gguf")).string();
+    so.shared_dir = test::shared_dir().string();
+    if (!std::filesystem::exists(so.out)) REQUIRE(synthesize_model(so).ok());
+    auto model = Model::load(so.out);
+    REQUIRE_MESSAGE(model.ok(), model.error());
+    const int V = (*model)->config().n_vocab;
+    ThreadPool pool(2);
+    std::mt19937 rng(37);
+    const auto ctx = random_tokens(rng, 6, V), toks = random_tokens(rng, 40, V);
+    Forward fwd(**model, pool);
+    REQUIRE(fwd.packed_set() == kLatestPackedSet);
+    std::vector<float> packed_logits, rows_logits;
+    {
+      DenseKvCache cache((*model)->config(), 64);
+      REQUIRE(fwd.eval(cache, toks, Logits::All, packed_logits).ok());
+    }
+    {
+      Forward old(**model, pool);
+      old.set_packed_set(PackedSet::Classic);
+      DenseKvCache cache((*model)->config(), 64);
+      REQUIRE(old.eval(cache, toks, Logits::All, rows_logits).ok());
+    }
+    CHECK(packed_logits != rows_logits);  // the two kernel sets round differently here
+    for (PackedSet coded : {PackedSet::Classic, PackedSet::Iq4}) {
+      CAPTURE(static_cast<int>(coded));
+      Forward encoder(**model, pool);
+      encoder.set_packed_set(coded);
+      Codec codec(**model, &pool);
+      CodecOptions o;
+      o.chunk = 16;
+      const auto bytes = encode_ok(codec, encoder, ctx, toks, o);
+      auto c = read_codec_container(bytes);
+      REQUIRE(c.ok());
+      CHECK(c->store.packed_set == coded);
+      CHECK(bytes[5] == (3 | static_cast<int>(coded) << 2));
+      Forward decoder(**model, pool);
+      CHECK(decode_ok(codec, decoder, ctx, bytes) == toks);
+      CHECK(decoder.packed_set() == kLatestPackedSet);
+      CHECK(encoder.packed_set() == coded);
     }
   }
 }

@@ -202,9 +202,10 @@ TEST_CASE("quant_dot: API basics") {
     const size_t nb = n / act_block(t);
     CHECK(simd::act_bytes(id(t), n) == 3 * n + (act_block(t) == 32 ? 12 * nb : 52 * nb));
     CHECK(simd::has_packed(id(t)) == (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
-                                      t == GgmlType::Q6_K));
-    // Q4_K's packed blocks hold the 8 scales and 8 mins as bytes: 148 bytes per row and block, not 144.
-    const size_t extra = t == GgmlType::Q4_K ? 16 * 4 * (n / 256) : 0;
+                                      t == GgmlType::Q6_K || t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS));
+    // Q4_K's packed blocks hold the 8 scales and 8 mins as bytes: 148 bytes per row and block, not 144;
+    // IQ4_XS's its 8 scales: 138, not 136.
+    const size_t extra = t == GgmlType::Q4_K ? 16 * 4 * (n / 256) : t == GgmlType::IQ4_XS ? 16 * 2 * (n / 256) : 0;
     if (simd::has_packed(id(t))) CHECK(simd::packed_group_bytes(id(t), n) == 16 * row_bytes(t, n) + extra);
   }
   CHECK_FALSE(simd::has_quant_dot(0));
@@ -427,9 +428,10 @@ TEST_CASE("quant_dot: every compiled target") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Packed (16-row interleaved) kernels: Q4_0, Q8_0, Q4_K and Q6_K.
+// Packed (16-row interleaved) kernels: Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL and IQ4_XS.
 namespace {
-const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0,   GgmlType::Q4_K,
+                                 GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
 struct PackedScope {
   PackedScope() { g_packed = true; }
   ~PackedScope() { g_packed = false; }
@@ -450,6 +452,16 @@ float packed_element(GgmlType t, const uint8_t* blk, size_t r, size_t e) {
     }
     case GgmlType::Q8_0:
       return static_cast<float>(static_cast<int8_t>(blk[2 * R + 32 * (e / 2) + 2 * r + e % 2])) * d;
+    case GgmlType::IQ4_NL: {  // Q4_0's chunks, nibbles into the codebook
+      const uint8_t byte = blk[2 * R + 32 * ((e % 16) / 2) + 2 * r + e % 2];
+      return d * static_cast<float>(simd::kIq4nlValues[e < 16 ? byte & 15 : byte >> 4]);
+    }
+    case GgmlType::IQ4_XS: {  // int8 scales[8][16], then per sub-block j IQ4_NL's chunks
+      const size_t j = e / 32, i = e % 32;
+      const int8_t sc = static_cast<int8_t>(blk[2 * R + R * j + r]);
+      const uint8_t byte = blk[10 * R + 256 * j + 32 * ((i % 16) / 2) + 2 * r + i % 2];
+      return d * static_cast<float>(sc) * static_cast<float>(simd::kIq4nlValues[i < 16 ? byte & 15 : byte >> 4]);
+    }
     case GgmlType::Q6_K: {  // group g of 16 elements: 4 chunks of low nibbles, 2 of top bits
       const size_t g = e / 16, i = e % 16, hi = i / 8, p = (i % 8) / 2, k = i % 2;
       const int8_t sc = static_cast<int8_t>(blk[2 * R + 16 * g + r]);

@@ -278,6 +278,9 @@ constexpr uint8_t kMagic[4] = {'T', 'W', 'C', 'Z'};
 // Store header flags (byte 5).
 constexpr uint8_t kFlagFast = 1;          // the fast kernels (else the reference ones)
 constexpr uint8_t kFlagGgmlRounding = 2;  // Rounding::Ggml (else F32: stores written before 2026-11-27)
+// Bits 2-3: the PackedSet number (0 = Classic: stores written before 2026-11-28).
+constexpr int kFlagPackedSetShift = 2;
+constexpr uint8_t kFlagPackedSetMask = 3 << kFlagPackedSetShift;
 constexpr uint16_t kChunkedFlag = 0x8000;  // in a record's first two bytes, above the tokens check
 
 void put_le(std::vector<uint8_t>& o, uint64_t v, int bytes) {
@@ -342,7 +345,8 @@ std::vector<uint8_t> write_codec_store_header(const CodecStoreHeader& h) {
   std::vector<uint8_t> out(kMagic, kMagic + 4);
   out.push_back(h.version);
   out.push_back(static_cast<uint8_t>((h.kernels == Kernels::Fast ? kFlagFast : 0) |
-                                     (h.rounding == Rounding::Ggml ? kFlagGgmlRounding : 0)));
+                                     (h.rounding == Rounding::Ggml ? kFlagGgmlRounding : 0) |
+                                     (static_cast<uint8_t>(h.packed_set) << kFlagPackedSetShift)));
   put_le(out, h.fingerprint, 8);
   put_le(out, h.target_tag, 2);
   put_le(out, static_cast<uint32_t>(h.window), 4);
@@ -361,10 +365,17 @@ Result<CodecStoreHeader> read_codec_store_header(std::span<const uint8_t> bytes)
   h.target_tag = static_cast<uint16_t>(r.le(2));
   const uint64_t window = r.le(4);
   if (codec::crc32(bytes.first(r.pos)) != r.le(4)) return corrupt("store header CRC mismatch (damaged)");
-  if ((flags & ~uint8_t{kFlagFast | kFlagGgmlRounding}) != 0) return corrupt("unknown flags");
+  if ((flags & ~uint8_t{kFlagFast | kFlagGgmlRounding | kFlagPackedSetMask}) != 0) return corrupt("unknown flags");
+  const int packed_set = (flags & kFlagPackedSetMask) >> kFlagPackedSetShift;
+  if (packed_set > static_cast<int>(kLatestPackedSet)) {
+    return Status::Error("codec: the store was coded with packed kernel set " + std::to_string(packed_set) +
+                         "; this build knows sets up to " + std::to_string(static_cast<int>(kLatestPackedSet)) +
+                         " (a newer towerd wrote it: decode it with that version)");
+  }
   if (window < 2 || window > (uint64_t{1} << 24)) return corrupt("window " + std::to_string(window));
   h.kernels = (flags & kFlagFast) ? Kernels::Fast : Kernels::Reference;
   h.rounding = (flags & kFlagGgmlRounding) ? Rounding::Ggml : Rounding::F32;
+  h.packed_set = static_cast<PackedSet>(packed_set);
   h.window = static_cast<int32_t>(window);
   return h;
 }
@@ -475,18 +486,22 @@ struct Start {
 // - never the oneDNN prefill kernels: their arithmetic depends on whether a step has enough tokens
 //   (Forward::set_onednn_min_tokens), and encoding prefills chunks where decoding goes token by token,
 //   so only the fast kernels give both sides the same probabilities (docs/codec.md);
-// - the rounding the store header records (Rounding::Ggml since 2026-11-27, F32 before), so a record
-//   decodes with the arithmetic that coded it.
+// - the rounding and the packed kernel set the store header records (Rounding::Ggml since 2026-11-27,
+//   F32 before; PackedSet::Iq4 since 2026-11-28, Classic before), so a record decodes with the
+//   arithmetic that coded it.
 class StoreArithmetic {
  public:
   StoreArithmetic(Forward& f, const CodecStoreHeader& store)
-      : f_(f), saved_min_tokens_(f.onednn_min_tokens()), saved_rounding_(f.rounding()) {
+      : f_(f), saved_min_tokens_(f.onednn_min_tokens()), saved_rounding_(f.rounding()),
+        saved_packed_set_(f.packed_set()) {
     f.set_onednn_min_tokens(0);
     f.set_rounding(store.rounding);
+    f.set_packed_set(store.packed_set);
   }
   ~StoreArithmetic() {
     f_.set_onednn_min_tokens(saved_min_tokens_);
     f_.set_rounding(saved_rounding_);
+    f_.set_packed_set(saved_packed_set_);
   }
   StoreArithmetic(const StoreArithmetic&) = delete;
   StoreArithmetic& operator=(const StoreArithmetic&) = delete;
@@ -495,6 +510,7 @@ class StoreArithmetic {
   Forward& f_;
   int saved_min_tokens_;
   Rounding saved_rounding_;
+  PackedSet saved_packed_set_;
 };
 
 Result<Start> make_start(Forward& fwd, const Model& model, std::span<const int32_t> context, int32_t window) {
@@ -632,6 +648,7 @@ Result<CodecStoreHeader> Codec::store_header(const Forward& forward, const Codec
   CodecStoreHeader h;
   h.kernels = forward.kernels();
   h.rounding = forward.rounding();
+  h.packed_set = forward.packed_set();
   h.fingerprint = fingerprint_;
   h.target_tag = codec_target_tag();
   h.window = o.window > 0 ? o.window : default_window(model_.config());

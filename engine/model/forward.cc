@@ -272,6 +272,14 @@ void Forward::add_residual(const Weight& post_norm, int T) {
   for (size_t i = 0; i < size_t(T) * cfg_.n_embd; ++i) x_[i] += xb_[i];
 }
 
+bool reads_packed(PackedSet set, uint32_t ggml_type) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q6_K: return true;
+    case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: return set >= PackedSet::Iq4;
+    default: return false;
+  }
+}
+
 // y[t][r] = W[r] · x[t]. Each row of W is read once and used for all T tokens.
 void Forward::matmul(const Weight& w, const float* x, int T, float* y) {
   const MatOut one{&w, y};
@@ -332,7 +340,7 @@ void Forward::matmuls(std::span<const MatOut> mats, const float* x, int T) {
       if (a >= b) continue;
       size_t g0 = a - (base - n), g1 = b - (base - n);  // units of this matrix
       const auto t = static_cast<uint32_t>(w.type);
-      if (w.packed) {
+      if (w.packed && reads_packed(packed_set_, t)) {
         const size_t groups = rows / G, gb = simd::packed_group_bytes(t, static_cast<size_t>(cols));
         const size_t p1 = std::min(g1, groups);
         if (g0 < p1) {

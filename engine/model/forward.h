@@ -31,6 +31,17 @@ enum class Kernels { Reference, Fast };
 // Where the forward pass rounds to f16 as ggml does (Forward::set_rounding).
 enum class Rounding : uint8_t { Ggml, F32 };
 
+// Which weight types the fast kernels read through their packed (16-row interleaved) copies
+// (Forward::set_packed_set); the others take gemm_q's per-row kernels, which round otherwise. Numbered
+// in the order they were added: the codec's store header records the number (docs/codec.md).
+enum class PackedSet : uint8_t {
+  Classic = 0,  // Q4_0, Q8_0, Q4_K, Q6_K: stores written before 2026-11-28
+  Iq4 = 1,      // and IQ4_NL, IQ4_XS
+};
+constexpr PackedSet kLatestPackedSet = PackedSet::Iq4;
+// Whether the packed copy of a matrix of this GGUF type is read under `set`.
+bool reads_packed(PackedSet set, uint32_t ggml_type);
+
 class Forward {
  public:
   Forward(const Model& model, ThreadPool& pool, Kernels kernels = Kernels::Fast);
@@ -78,6 +89,11 @@ class Forward {
   // still decode (docs/numerics.md, docs/codec.md).
   void set_rounding(Rounding r) { rounding_ = r; }
   Rounding rounding() const { return rounding_; }
+  // kLatestPackedSet (the default): every packed copy the model has. An older set: the types added
+  // since take gemm_q, as Towers did when a store's records were coded (the codec switches to the set
+  // its store header records for its passes).
+  void set_packed_set(PackedSet s) { packed_set_ = s; }
+  PackedSet packed_set() const { return packed_set_; }
   // How oneDNN's calls are threaded: slices of rows on our pool, OpenMP limited to one thread per call
   // (the default, and faster), or one call per matrix on oneDNN's own OpenMP team of pool.size()
   // threads while the pool's workers idle (kept to measure it: `bench_prefill_onednn MODEL 2 3 128 1`;
@@ -147,6 +163,7 @@ class Forward {
   std::vector<float> act8_scales_;
   int onednn_min_tokens_ = 0;
   Rounding rounding_ = Rounding::Ggml;
+  PackedSet packed_set_ = kLatestPackedSet;
   bool onednn_omp_ = false;
   // Mixture of experts: router probabilities [T][n_expert], each token's experts and weights by rank
   // [T][n_expert_used], the experts' outputs per (token, rank) [T][n_expert_used][n_embd], one expert's
