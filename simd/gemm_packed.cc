@@ -45,6 +45,10 @@ using namespace qd;  // NOLINT
 // sums and then acc += (sum as f32) * (d_w * d_x); Q4_K adds a second such term, its min sum times
 // (-dmin_w * d_x). The SCALAR target runs the same arithmetic with plain loops.
 
+// The types with a min term (m sums times -dmin, at kQ4KDmin = kQ2KDmin).
+template <GgmlType kType>
+constexpr bool kHasMin = kType == kQ4_K || kType == kQ2_K;
+
 #if HWY_TARGET == HWY_SCALAR
 constexpr size_t kPackR = 4;
 
@@ -76,6 +80,29 @@ HWY_INLINE void ScalarPackedSums(const uint8_t* HWY_RESTRICT blk, size_t r, cons
         }
       }
       sum += gs * sc[16 * g + r];
+    }
+  } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
+    const int16_t* x = a.q + b * 256;
+    const size_t quants = kType == kQ2_K ? kQ2KQuants : kQ3KQuants;
+    for (size_t sb = 0; sb < 16; ++sb) {
+      const size_t h = sb / 8, j = (sb % 8) / 2, k = sb % 2;
+      int32_t l = 0;
+      for (size_t i = 0; i < 16; ++i) {  // element 16 sb + i: ggml quant byte 32h + 16k + i, bits 2j
+        const uint8_t byte = blk[quants + 32 * (16 * h + 8 * k + i / 2) + 2 * r + i % 2];
+        int q = (byte >> (2 * j)) & 3;
+        if constexpr (kType == kQ3_K) {  // hmask byte 16k + i, bit 4h + j
+          const uint8_t hb = blk[kQ3KHmask + 32 * (8 * k + i / 2) + 2 * r + i % 2];
+          q = (q | ((hb >> (4 * h + j)) & 1) << 2) - 4;
+        }
+        l += q * x[16 * sb + i];
+      }
+      if constexpr (kType == kQ2_K) {
+        const uint8_t sc = blk[kQ2KScales + kPackRows * sb + r];
+        sum += l * (sc & 15);
+        msum += (sc >> 4) * a.bs16[16 * b + sb];
+      } else {
+        sum += l * static_cast<int8_t>(blk[kQ3KScales + kPackRows * sb + r]);
+      }
     }
   } else if constexpr (kType == kIQ4_XS) {
     const int8_t* sc = reinterpret_cast<const int8_t*>(blk + kIQ4XSScales);
@@ -136,7 +163,7 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
         ScalarPackedSums<kType>(blk, r, A[i], b, sum, msum);
         const float dx = A[i].d[b];
         acc = acc + static_cast<float>(sum) * (PackedF16(blk, kPackedD, r) * dx);
-        if constexpr (kType == kQ4_K) {
+        if constexpr (kHasMin<kType>) {
           acc = acc + static_cast<float>(msum) * (-PackedF16(blk, kQ4KDmin, r) * dx);
         }
       }
@@ -214,6 +241,50 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
 #define TOWERS_FIN(i) s##i = hn::RearrangeToOddPlusEven(s##i, u##i);
     TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
+  } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
+    // Per sub-block sb = 8h + 2j + k of 16 (elements 16 sb + 2p, +1 in bits 2j of quant chunk
+    // 16h + 8k + p; Q3_K's third bit is bit 4h + j of hmask chunk 8k + p): exact int32 sums of q * x
+    // (Q3_K: q - 4), times the row's scale (Q2_K: the low nibble of its scale byte; the high nibble
+    // is the min, times A256's 16-element sum, into m).
+    const hn::Rebind<uint8_t, D32> du8x32;
+    const hn::Rebind<int8_t, D32> di8x32;
+    const auto k3 = hn::Set(du16, uint16_t{3});
+    const auto k1 = hn::Set(du16, uint16_t{1});
+    const auto k4 = hn::Set(du16, uint16_t{4});
+    const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants) + 2 * sl;
+    const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask + 2 * sl;
+    const uint8_t* HWY_RESTRICT sc = blk + (kType == kQ2_K ? kQ2KScales : kQ3KScales) + sl;
+    for (size_t sb = 0; sb < 16; ++sb) {
+      const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(lu, z)
+      for (size_t p = 0; p < 8; ++p) {
+        auto w = hn::And(hn::ShiftRightSame(hn::PromoteTo(du16, hn::LoadU(du8, q + 32 * (16 * h + 8 * k + p))), 2 * j), k3);
+        if constexpr (kType == kQ3_K) {
+          const auto hb = hn::PromoteTo(du16, hn::LoadU(du8, hm + 32 * (8 * k + p)));
+          w = hn::Sub(hn::Or(w, hn::ShiftLeft<2>(hn::And(hn::ShiftRightSame(hb, 4 * h + j), k1))), k4);
+        }
+        const auto wv = hn::BitCast(d16, w);
+#define TOWERS_MAC(i) l##i = hn::ReorderWidenMulAccumulate(d32, wv, PairAt(d16, aq##i + 16 * sb + 2 * p), l##i, lu##i);
+        TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+      if constexpr (kType == kQ2_K) {
+        const auto scb = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + kPackRows * sb));
+        const auto scale = hn::And(scb, hn::Set(d32, 15));
+        const auto mn = hn::ShiftRight<4>(scb);
+#define TOWERS_SC(i)                                                                   \
+  s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scale)); \
+  m##i = hn::Add(m##i, hn::Mul(mn, hn::Set(d32, A[i].bs16[16 * b + sb])));
+        TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+      } else {
+        const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, reinterpret_cast<const int8_t*>(sc) + kPackRows * sb));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scv));
+        TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+      }
+    }
   } else if constexpr (kType == kIQ4_XS) {
     // Per sub-block j of 32: IQ4_NL's sums, times the row's int8 scale (|sum| <= 127 * 127 * 32, times
     // 32, times 8 sub-blocks < 2^31).
@@ -401,7 +472,7 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
 #define TOWERS_ACC(i) a##i = hn::MulAdd(hn::ConvertTo(df, s##i), hn::Mul(dw, hn::Set(df, A[i].d[b])), a##i);
       TOWERS_EACH_P(TOWERS_ACC)
 #undef TOWERS_ACC
-      if constexpr (kType == kQ4_K) {
+      if constexpr (kHasMin<kType>) {
         const auto ndmin = hn::Neg(hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows)));
 #define TOWERS_ACC(i) a##i = hn::MulAdd(hn::ConvertTo(df, m##i), hn::Mul(ndmin, hn::Set(df, A[i].d[b])), a##i);
         TOWERS_EACH_P(TOWERS_ACC)
@@ -426,7 +497,7 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
 #define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, s##i, dw, A[i].d[b]);
       TOWERS_EACH_P(TOWERS_ACC)
 #undef TOWERS_ACC
-      if constexpr (kType == kQ4_K) {
+      if constexpr (kHasMin<kType>) {
         const auto ndmin = hn::Neg(hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows + sl)));
 #define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, m##i, ndmin, A[i].d[b]);
         TOWERS_EACH_P(TOWERS_ACC)
@@ -445,8 +516,10 @@ void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, si
   const size_t gbytes = nb * kPackRows * packed_block_bytes(kType);
   // Token tiles whose activations stay in L2 while the groups stream past them (order only).
   constexpr size_t kActBudget = 256 * 1024;
-  // Q6_K's madd kernel spills with 8 tokens (its 6-bit unpacking needs more registers): 4.
-  constexpr size_t kR = kType == kQ6_K && !kVnni<kType> ? std::min<size_t>(kPackR, 4) : kPackR;
+  // Q6_K's madd kernel spills with 8 tokens (its 6-bit unpacking needs more registers): 4; Q2_K's and
+  // Q3_K's too (their m or hmask terms).
+  constexpr size_t kR = (kType == kQ6_K || kType == kQ2_K || kType == kQ3_K) && !kVnni<kType>
+                           ? std::min<size_t>(kPackR, 4) : kPackR;
   constexpr size_t kMaxSteps = 32;  // token steps per tile (bounds the tile's ActRow table)
   const size_t tb = std::min(kMaxSteps * kR, std::max<size_t>(kR, (kActBudget / act_stride) / kR * kR));
   // The activation rows of one token tile, kR at a time (built once per tile, not once per group).
@@ -491,6 +564,8 @@ void GemmPacked(uint32_t type, const void* packed, size_t groups, const void* ac
     case kQ6_K: return GemmPackedType<kQ6_K>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kIQ4_NL: return GemmPackedType<kIQ4_NL>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kIQ4_XS: return GemmPackedType<kIQ4_XS>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ2_K: return GemmPackedType<kQ2_K>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ3_K: return GemmPackedType<kQ3_K>(pb, groups, ab, act_stride, T, n, y, ldy);
     default: return;
   }
 }

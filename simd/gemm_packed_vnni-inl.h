@@ -32,16 +32,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET == HWY_AVX3_DL
 using namespace qd;  // NOLINT
 
-// VNNI (vpdpbusd: u8 x s8, 4 products summed into each int32 lane) for Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL
-// and IQ4_XS. A 64-byte load covers two chunks of the packed layout (rows' byte pairs 2p, 2p+1 and
-// 2p+2, 2p+3); one vpermw puts each row's 4 bytes in its int32 lane. The weights are the unsigned operand: Q4_0
+// VNNI (vpdpbusd: u8 x s8, 4 products summed into each int32 lane) for Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL,
+// IQ4_XS, Q2_K and Q3_K. A 64-byte load covers two chunks of the packed layout (rows' byte pairs 2p,
+// 2p+1 and 2p+2, 2p+3); one vpermw puts each row's 4 bytes in its int32 lane. The weights are the unsigned operand: Q4_0
 // and Q4_K nibbles as they are, Q8_0 + 128 (xor 0x80). The activations' int8 copy (q8) gives the
 // signed operand, 4 consecutive elements broadcast to all lanes. Offsets are exact int32 terms:
 // Q4_0 -8 * sum(x), Q8_0 -128 * sum(x). IQ4_NL and IQ4_XS look their nibbles up in the codebook + 128
 // (vpshufb), minus 128 * sum(x). Every sum is the same integer as on the other targets.
 template <GgmlType kType>
 constexpr bool kVnni = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K || kType == kQ6_K || kType == kIQ4_NL ||
-                       kType == kIQ4_XS;
+                       kType == kIQ4_XS || kType == kQ2_K || kType == kQ3_K;
 
 // Lane r (of 16) = words r and 16 + r of v: row r's bytes of chunk p, then of chunk p + 1.
 HWY_INLINE __m512i PairChunks(const uint8_t* HWY_RESTRICT p) {
@@ -147,6 +147,60 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
 #define TOWERS_FIN(i) s##i = hn::Sub(s##i, hn::Set(d32, 128 * A[i].s[b]));
     TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
+  } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
+    // Per sub-block sb = 8h + 2j + k of 16: the 2-bit codes (bits 2j of the quant chunks 16h + 8k + p;
+    // Q3_K: | bit 4h + j of hmask chunk 8k + p, shifted to bit 2) as the unsigned operand, so Q3_K's
+    // sum of (q - 4) * x is minus 4 * A256's 16-element sum; times the scale as in PackedSums. Up to 2
+    // tokens the chunks 0-3 and 4-7 go to separate sums (shorter chains).
+    const hn::Rebind<uint8_t, D32> du8x32;
+    const hn::Rebind<int8_t, D32> di8x32;
+    const __m512i k03 = _mm512_set1_epi8(3), k01 = _mm512_set1_epi8(1);
+    const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants);
+    const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask;
+    const uint8_t* HWY_RESTRICT sc = blk + (kType == kQ2_K ? kQ2KScales : kQ3KScales);
+    for (size_t sb = 0; sb < 16; ++sb) {
+      const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
+      const __m128i qshift = _mm_cvtsi32_si128(2 * j), hshift = _mm_cvtsi32_si128(4 * h + j);
+      auto codes = [&](size_t p) {  // elements 16 sb + 2p .. + 3 of each row
+        __m512i w = _mm512_and_si512(_mm512_srl_epi16(PairChunks(q + 32 * (16 * h + 8 * k + p)), qshift), k03);
+        if constexpr (kType == kQ3_K) {
+          const __m512i hb = _mm512_and_si512(_mm512_srl_epi16(PairChunks(hm + 32 * (8 * k + p)), hshift), k01);
+          w = _mm512_or_si512(w, _mm512_slli_epi16(hb, 2));
+        }
+        return w;
+      };
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(h, z)
+      const size_t es = e + 16 * sb;
+      for (size_t p = 0; p < 4; p += 2) {
+        const __m512i wa = codes(p), wb = codes(p + 4);
+        if constexpr (R <= 2) {
+#define TOWERS_MAC(i) l##i = Dp(l##i, wa, A[i].q8 + es + 2 * p); h##i = Dp(h##i, wb, A[i].q8 + es + 2 * p + 8);
+          TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+        } else {
+#define TOWERS_MAC(i) l##i = Dp(Dp(l##i, wa, A[i].q8 + es + 2 * p), wb, A[i].q8 + es + 2 * p + 8);
+          TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+        }
+      }
+      if constexpr (kType == kQ2_K) {
+        const auto scb = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + kPackRows * sb));
+        const auto scale = hn::And(scb, hn::Set(d32, 15));
+        const auto mn = hn::ShiftRight<4>(scb);
+#define TOWERS_SC(i)                                                 \
+  s##i = hn::Add(s##i, hn::Mul(hn::Add(l##i, h##i), scale)); \
+  m##i = hn::Add(m##i, hn::Mul(mn, hn::Set(d32, A[i].bs16[16 * b + sb])));
+        TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+      } else {
+        const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, reinterpret_cast<const int8_t*>(sc) + kPackRows * sb));
+#define TOWERS_SC(i) \
+  s##i = hn::Add(s##i, hn::Mul(hn::Sub(hn::Add(l##i, h##i), hn::Set(d32, 4 * A[i].bs16[16 * b + sb])), scv));
+        TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+      }
+    }
   } else if constexpr (kType == kIQ4_XS) {
     // Per sub-block j: IQ4_NL's sum (codebook + 128, minus 128 * A256's 32-element sum), times the
     // row's int8 scale. Up to 2 tokens the low and high nibbles go to separate sums (shorter chains).

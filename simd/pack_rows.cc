@@ -70,6 +70,24 @@ void pack_q4k(const BlockQ4_K& blk, uint8_t* o, size_t r) {
   }
 }
 
+// Q2_K: d, dmin, the 16 scale bytes as they are (scale | min << 4), then the 64 quant bytes in pairs.
+void pack_q2k(const BlockQ2_K& blk, uint8_t* o, size_t r) {
+  std::memcpy(o + kPackedD + 2 * r, blk.d.bytes, 2);
+  std::memcpy(o + kQ2KDmin + 2 * r, blk.dmin.bytes, 2);
+  for (size_t s = 0; s < 16; ++s) o[kQ2KScales + kPackRows * s + r] = blk.scales[s];
+  for (size_t c = 0; c < 32; ++c) std::memcpy(o + kQ2KQuants + 32 * c + 2 * r, blk.qs + 2 * c, 2);
+}
+
+// Q3_K: d, the 16 scales as int8 (scale - 32), the 64 quant bytes in pairs, the 32 hmask bytes in pairs.
+void pack_q3k(const BlockQ3_K& blk, uint8_t* o, size_t r) {
+  std::memcpy(o + kPackedD + 2 * r, blk.d.bytes, 2);
+  uint8_t sc[16];
+  unpack_scales_q3k(blk.scales, sc);
+  for (size_t s = 0; s < 16; ++s) o[kQ3KScales + kPackRows * s + r] = static_cast<uint8_t>(static_cast<int8_t>(sc[s] - 32));
+  for (size_t c = 0; c < 32; ++c) std::memcpy(o + kQ3KQuants + 32 * c + 2 * r, blk.qs + 2 * c, 2);
+  for (size_t c = 0; c < 16; ++c) std::memcpy(o + kQ3KHmask + 32 * c + 2 * r, blk.hmask + 2 * c, 2);
+}
+
 // IQ4_XS: d, the 8 scales as int8 (ls - 32), then per sub-block j the 16 quant bytes 16j.. in pairs
 // (Q4_0's chunks, one set per sub-block).
 void pack_iq4xs(const BlockIQ4_XS& blk, uint8_t* o, size_t r) {
@@ -91,7 +109,8 @@ void pack_legacy(const Block& blk, uint8_t* o, size_t r) {
 
 bool has_packed(uint32_t t) {
   const GgmlType type = static_cast<GgmlType>(t);
-  return type == kQ4_0 || type == kQ8_0 || type == kQ4_K || type == kQ6_K || type == kIQ4_NL || type == kIQ4_XS;
+  return type == kQ4_0 || type == kQ8_0 || type == kQ4_K || type == kQ6_K || type == kIQ4_NL || type == kIQ4_XS ||
+         type == kQ2_K || type == kQ3_K;
 }
 
 size_t packed_group_bytes(uint32_t t, size_t n) {
@@ -110,6 +129,8 @@ void pack_rows(uint32_t t, const void* w, size_t row_stride, size_t groups, size
     case GgmlType::IQ4_NL:
       return pack_groups<BlockIQ4_NL>(kIQ4_NL, src, row_stride, groups, n, dst, pack_legacy<BlockIQ4_NL>);
     case GgmlType::IQ4_XS: return pack_groups<BlockIQ4_XS>(kIQ4_XS, src, row_stride, groups, n, dst, pack_iq4xs);
+    case GgmlType::Q2_K: return pack_groups<BlockQ2_K>(kQ2_K, src, row_stride, groups, n, dst, pack_q2k);
+    case GgmlType::Q3_K: return pack_groups<BlockQ3_K>(kQ3_K, src, row_stride, groups, n, dst, pack_q3k);
     default: return;
   }
 }

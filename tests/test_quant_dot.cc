@@ -202,10 +202,15 @@ TEST_CASE("quant_dot: API basics") {
     const size_t nb = n / act_block(t);
     CHECK(simd::act_bytes(id(t), n) == 3 * n + (act_block(t) == 32 ? 12 * nb : 52 * nb));
     CHECK(simd::has_packed(id(t)) == (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
-                                      t == GgmlType::Q6_K || t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS));
+                                      t == GgmlType::Q6_K || t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS ||
+                                      t == GgmlType::Q2_K || t == GgmlType::Q3_K));
     // Q4_K's packed blocks hold the 8 scales and 8 mins as bytes: 148 bytes per row and block, not 144;
-    // IQ4_XS's its 8 scales: 138, not 136.
-    const size_t extra = t == GgmlType::Q4_K ? 16 * 4 * (n / 256) : t == GgmlType::IQ4_XS ? 16 * 2 * (n / 256) : 0;
+    // IQ4_XS's its 8 scales: 138, not 136; Q3_K's its 16 scales: 114, not 110.
+    const size_t extra_per_block = t == GgmlType::Q4_K    ? 4
+                                   : t == GgmlType::IQ4_XS ? 2
+                                   : t == GgmlType::Q3_K   ? 4
+                                                           : 0;
+    const size_t extra = 16 * extra_per_block * (n / 256);
     if (simd::has_packed(id(t))) CHECK(simd::packed_group_bytes(id(t), n) == 16 * row_bytes(t, n) + extra);
   }
   CHECK_FALSE(simd::has_quant_dot(0));
@@ -428,10 +433,10 @@ TEST_CASE("quant_dot: every compiled target") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Packed (16-row interleaved) kernels: Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL and IQ4_XS.
+// Packed (16-row interleaved) kernels: Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS, Q2_K and Q3_K.
 namespace {
-const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0,   GgmlType::Q4_K,
-                                 GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+const GgmlType kPackedTypes[] = {GgmlType::Q4_0,   GgmlType::Q8_0,   GgmlType::Q4_K, GgmlType::Q6_K,
+                                 GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K};
 struct PackedScope {
   PackedScope() { g_packed = true; }
   ~PackedScope() { g_packed = false; }
@@ -455,6 +460,21 @@ float packed_element(GgmlType t, const uint8_t* blk, size_t r, size_t e) {
     case GgmlType::IQ4_NL: {  // Q4_0's chunks, nibbles into the codebook
       const uint8_t byte = blk[2 * R + 32 * ((e % 16) / 2) + 2 * r + e % 2];
       return d * static_cast<float>(simd::kIq4nlValues[e < 16 ? byte & 15 : byte >> 4]);
+    }
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: {  // sub-block sb = e / 16 = 8h + 2j + k: bits 2j of quant chunk 16h + 8k + i / 2
+      const size_t sb = e / 16, h = sb / 8, j = sb % 8 / 2, k = sb % 2, i = e % 16;
+      const size_t quants = t == GgmlType::Q2_K ? 20 * R : 18 * R;
+      int q = (blk[quants + 32 * (16 * h + 8 * k + i / 2) + 2 * r + i % 2] >> (2 * j)) & 3;
+      if (t == GgmlType::Q2_K) {  // scale byte (scale | min << 4) at 4R, dmin at 2R
+        const uint8_t sc = blk[4 * R + R * sb + r];
+        const float dmin = f16_at(blk + 2 * R + 2 * r);
+        return d * static_cast<float>(sc & 15) * static_cast<float>(q) - dmin * static_cast<float>(sc >> 4);
+      }
+      // Q3_K: int8 scales at 2R; the third bit is bit 4h + j of hmask chunk 8k + i / 2 (at 82R)
+      q |= ((blk[82 * R + 32 * (8 * k + i / 2) + 2 * r + i % 2] >> (4 * h + j)) & 1) << 2;
+      const int8_t sc = static_cast<int8_t>(blk[2 * R + R * sb + r]);
+      return d * static_cast<float>(sc) * static_cast<float>(q - 4);
     }
     case GgmlType::IQ4_XS: {  // int8 scales[8][16], then per sub-block j IQ4_NL's chunks
       const size_t j = e / 32, i = e % 32;
