@@ -47,7 +47,7 @@ using namespace qd;  // NOLINT
 
 // The types with a min term (m sums times -dmin, at kQ4KDmin = kQ2KDmin).
 template <GgmlType kType>
-constexpr bool kHasMin = kType == kQ4_K || kType == kQ2_K;
+constexpr bool kHasMin = kType == kQ4_K || kType == kQ5_K || kType == kQ2_K;
 
 #if HWY_TARGET == HWY_SCALAR
 constexpr size_t kPackR = 4;
@@ -117,15 +117,21 @@ HWY_INLINE void ScalarPackedSums(const uint8_t* HWY_RESTRICT blk, size_t r, cons
       }
       sum += l * sc[kPackRows * j + r];
     }
-  } else if constexpr (kType == kQ4_K) {
+  } else if constexpr (kType == kQ4_K || kType == kQ5_K) {
     const int16_t* x = a.q + b * 256;
     for (size_t c = 0; c < 4; ++c) {
       int32_t lo = 0, hi = 0;
       for (size_t p = 0; p < 16; ++p) {
         for (size_t k = 0; k < 2; ++k) {
           const uint8_t byte = blk[kQ4KQuants + 512 * c + 32 * p + 2 * r + k];
-          lo += (byte & 15) * x[64 * c + 2 * p + k];
-          hi += (byte >> 4) * x[64 * c + 32 + 2 * p + k];
+          int ql = byte & 15, qh = byte >> 4;
+          if constexpr (kType == kQ5_K) {  // qh byte 2p + k: bit 2c for the low nibble, 2c + 1 for the high
+            const uint8_t h = blk[kQ5KQh + 32 * p + 2 * r + k];
+            ql |= ((h >> (2 * c)) & 1) << 4;
+            qh |= ((h >> (2 * c + 1)) & 1) << 4;
+          }
+          lo += ql * x[64 * c + 2 * p + k];
+          hi += qh * x[64 * c + 32 + 2 * p + k];
         }
       }
       sum += lo * blk[kQ4KScales + 16 * (2 * c) + r] + hi * blk[kQ4KScales + 16 * (2 * c + 1) + r];
@@ -348,13 +354,19 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
 #undef TOWERS_SC
     }
   } else {
-    static_assert(kType == kQ4_K);
-    // Per 32-element sub-block j: int32 sums of q * x (q in 0..15), times the row's 6-bit scale
-    // (|sum| <= 15 * 127 * 32, times 63, times 8 sub-blocks < 2^31). Chunk p of part c holds
-    // sub-block 2c's elements 2p, 2p+1 (low nibbles) and sub-block 2c+1's (high nibbles).
+    static_assert(kType == kQ4_K || kType == kQ5_K);
+    // Per 32-element sub-block j: int32 sums of q * x (q in 0..15; Q5_K 0..31), times the row's 6-bit
+    // scale (|sum| <= 31 * 127 * 32, times 63, times 8 sub-blocks < 2^31). Chunk p of part c holds
+    // sub-block 2c's elements 2p, 2p+1 (low nibbles) and sub-block 2c+1's (high nibbles); Q5_K's
+    // fifth bits of those elements are bits 2c and 2c+1 of qh chunk p.
     const hn::Rebind<uint8_t, D32> du8x32;
     const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales + sl;
     const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants + 2 * sl;
+    const auto k16 = hn::Set(du16, uint16_t{16});
+    auto fifth = [&](size_t p, int bit) {  // Q5_K: bit `bit` of qh chunk p, as 16
+      const auto H = hn::PromoteTo(du16, hn::LoadU(du8, blk + kQ5KQh + 2 * sl + 32 * p));
+      return hn::And(hn::ShiftLeft<4>(hn::ShiftRightSame(H, bit)), k16);
+    };
     // Up to 4 tokens: both sub-blocks of a part at once (each chunk unpacked once).
     if constexpr (R <= 4) for (size_t c = 0; c < 4; ++c) {
       TOWERS_ZERO8(l, z)
@@ -365,8 +377,13 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
       const size_t ec = 64 * c;
       for (size_t p = 0; p < 16; ++p) {
         const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qc + 32 * p));
-        const auto lo = hn::BitCast(d16, hn::And(bytes, k15));
-        const auto hi = hn::BitCast(d16, hn::ShiftRight<4>(bytes));
+        auto lo16 = hn::And(bytes, k15), hi16 = hn::ShiftRight<4>(bytes);
+        if constexpr (kType == kQ5_K) {
+          lo16 = hn::Or(lo16, fifth(p, static_cast<int>(2 * c)));
+          hi16 = hn::Or(hi16, fifth(p, static_cast<int>(2 * c + 1)));
+        }
+        const auto lo = hn::BitCast(d16, lo16);
+        const auto hi = hn::BitCast(d16, hi16);
 #define TOWERS_MAC(i)                                                                               \
   l##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + ec + 2 * p), l##i, lu##i);      \
   h##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + ec + 32 + 2 * p), h##i, hu##i);
@@ -391,7 +408,9 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
       const size_t ej = 64 * c + 32 * half;
       for (size_t p = 0; p < 16; ++p) {
         const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qc + 32 * p));
-        const auto w = hn::BitCast(d16, half ? hn::ShiftRight<4>(bytes) : hn::And(bytes, k15));
+        auto w16 = half ? hn::ShiftRight<4>(bytes) : hn::And(bytes, k15);
+        if constexpr (kType == kQ5_K) w16 = hn::Or(w16, fifth(p, static_cast<int>(j)));
+        const auto w = hn::BitCast(d16, w16);
 #define TOWERS_MAC(i) l##i = hn::ReorderWidenMulAccumulate(d32, w, PairAt(d16, aq##i + ej + 2 * p), l##i, lu##i);
         TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
@@ -561,6 +580,7 @@ void GemmPacked(uint32_t type, const void* packed, size_t groups, const void* ac
     case kQ4_0: return GemmPackedType<kQ4_0>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ8_0: return GemmPackedType<kQ8_0>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ4_K: return GemmPackedType<kQ4_K>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ5_K: return GemmPackedType<kQ5_K>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ6_K: return GemmPackedType<kQ6_K>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kIQ4_NL: return GemmPackedType<kIQ4_NL>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kIQ4_XS: return GemmPackedType<kIQ4_XS>(pb, groups, ab, act_stride, T, n, y, ldy);

@@ -32,8 +32,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET == HWY_AVX3_DL
 using namespace qd;  // NOLINT
 
-// VNNI (vpdpbusd: u8 x s8, 4 products summed into each int32 lane) for Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL,
-// IQ4_XS, Q2_K and Q3_K. A 64-byte load covers two chunks of the packed layout (rows' byte pairs 2p,
+// VNNI (vpdpbusd: u8 x s8, 4 products summed into each int32 lane) for Q4_0, Q8_0, Q4_K, Q5_K, Q6_K,
+// IQ4_NL, IQ4_XS, Q2_K and Q3_K. A 64-byte load covers two chunks of the packed layout (rows' byte pairs 2p,
 // 2p+1 and 2p+2, 2p+3); one vpermw puts each row's 4 bytes in its int32 lane. The weights are the unsigned operand: Q4_0
 // and Q4_K nibbles as they are, Q8_0 + 128 (xor 0x80). The activations' int8 copy (q8) gives the
 // signed operand, 4 consecutive elements broadcast to all lanes. Offsets are exact int32 terms:
@@ -41,7 +41,7 @@ using namespace qd;  // NOLINT
 // (vpshufb), minus 128 * sum(x). Every sum is the same integer as on the other targets.
 template <GgmlType kType>
 constexpr bool kVnni = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K || kType == kQ6_K || kType == kIQ4_NL ||
-                       kType == kIQ4_XS || kType == kQ2_K || kType == kQ3_K;
+                       kType == kIQ4_XS || kType == kQ2_K || kType == kQ3_K || kType == kQ5_K;
 
 // Lane r (of 16) = words r and 16 + r of v: row r's bytes of chunk p, then of chunk p + 1.
 HWY_INLINE __m512i PairChunks(const uint8_t* HWY_RESTRICT p) {
@@ -270,10 +270,16 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
 #undef TOWERS_SC
     }
   } else {
-    static_assert(kType == kQ4_K);
+    static_assert(kType == kQ4_K || kType == kQ5_K);
     const hn::Rebind<uint8_t, D32> du8x32;
     const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales;
     const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants;
+    // Q5_K: bit `bit` of the qh chunk pair at p, as 16 (the fifth bit of sub-block `bit`'s codes).
+    const __m512i k10 = _mm512_set1_epi8(0x10);
+    auto fifth = [&](size_t p, int bit) {
+      const __m512i H = _mm512_srl_epi16(PairChunks(blk + kQ5KQh + 32 * p), _mm_cvtsi32_si128(bit));
+      return _mm512_and_si512(_mm512_slli_epi16(H, 4), k10);
+    };
     // Up to 2 tokens: both sub-blocks of a part from one load of each chunk pair.
     if constexpr (R <= 2) for (size_t c = 0; c < 4; ++c) {
       TOWERS_ZERO8(l, z)
@@ -282,7 +288,11 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
       const size_t ec = 64 * c;
       for (size_t p = 0; p < 16; p += 2) {
         const __m512i v = PairChunks(qc + 32 * p);
-        const __m512i wl = _mm512_and_si512(v, k0F), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F);
+        __m512i wl = _mm512_and_si512(v, k0F), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F);
+        if constexpr (kType == kQ5_K) {
+          wl = _mm512_or_si512(wl, fifth(p, static_cast<int>(2 * c)));
+          wh = _mm512_or_si512(wh, fifth(p, static_cast<int>(2 * c + 1)));
+        }
 #define TOWERS_MAC(i) l##i = Dp(l##i, wl, x##i + ec + 2 * p); h##i = Dp(h##i, wh, x##i + ec + 32 + 2 * p);
         TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
@@ -302,7 +312,8 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
       const size_t ej = 64 * c + 32 * half;
       for (size_t p = 0; p < 16; p += 2) {
         const __m512i v = PairChunks(qc + 32 * p);
-        const __m512i w = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, k0F);
+        __m512i w = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, k0F);
+        if constexpr (kType == kQ5_K) w = _mm512_or_si512(w, fifth(p, static_cast<int>(j)));
 #define TOWERS_MAC(i) l##i = Dp(l##i, w, x##i + ej + 2 * p);
         TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC

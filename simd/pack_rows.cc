@@ -54,7 +54,9 @@ void pack_q6k(const BlockQ6_K& blk, uint8_t* o, size_t r) {
   }
 }
 
-void pack_q4k(const BlockQ4_K& blk, uint8_t* o, size_t r) {
+// Q4_K, and the first 148 bytes of Q5_K (the same fields).
+template <class Block>
+void pack_q4k(const Block& blk, uint8_t* o, size_t r) {
   std::memcpy(o + kPackedD + 2 * r, blk.d.bytes, 2);
   std::memcpy(o + kQ4KDmin + 2 * r, blk.dmin.bytes, 2);
   uint8_t sc[8], mn[8];
@@ -68,6 +70,12 @@ void pack_q4k(const BlockQ4_K& blk, uint8_t* o, size_t r) {
       std::memcpy(o + kQ4KQuants + 512 * c + 32 * p + 2 * r, blk.qs + 32 * c + 2 * p, 2);
     }
   }
+}
+
+// Q5_K: Q4_K's layout, then the 32 qh bytes in pairs.
+void pack_q5k(const BlockQ5_K& blk, uint8_t* o, size_t r) {
+  pack_q4k(blk, o, r);
+  for (size_t p = 0; p < 16; ++p) std::memcpy(o + kQ5KQh + 32 * p + 2 * r, blk.qh + 2 * p, 2);
 }
 
 // Q2_K: d, dmin, the 16 scale bytes as they are (scale | min << 4), then the 64 quant bytes in pairs.
@@ -110,7 +118,7 @@ void pack_legacy(const Block& blk, uint8_t* o, size_t r) {
 bool has_packed(uint32_t t) {
   const GgmlType type = static_cast<GgmlType>(t);
   return type == kQ4_0 || type == kQ8_0 || type == kQ4_K || type == kQ6_K || type == kIQ4_NL || type == kIQ4_XS ||
-         type == kQ2_K || type == kQ3_K;
+         type == kQ2_K || type == kQ3_K || type == kQ5_K;
 }
 
 size_t packed_group_bytes(uint32_t t, size_t n) {
@@ -124,7 +132,8 @@ void pack_rows(uint32_t t, const void* w, size_t row_stride, size_t groups, size
   switch (static_cast<GgmlType>(t)) {
     case GgmlType::Q4_0: return pack_groups<BlockQ4_0>(kQ4_0, src, row_stride, groups, n, dst, pack_legacy<BlockQ4_0>);
     case GgmlType::Q8_0: return pack_groups<BlockQ8_0>(kQ8_0, src, row_stride, groups, n, dst, pack_legacy<BlockQ8_0>);
-    case GgmlType::Q4_K: return pack_groups<BlockQ4_K>(kQ4_K, src, row_stride, groups, n, dst, pack_q4k);
+    case GgmlType::Q4_K: return pack_groups<BlockQ4_K>(kQ4_K, src, row_stride, groups, n, dst, pack_q4k<BlockQ4_K>);
+    case GgmlType::Q5_K: return pack_groups<BlockQ5_K>(kQ5_K, src, row_stride, groups, n, dst, pack_q5k);
     case GgmlType::Q6_K: return pack_groups<BlockQ6_K>(kQ6_K, src, row_stride, groups, n, dst, pack_q6k);
     case GgmlType::IQ4_NL:
       return pack_groups<BlockIQ4_NL>(kIQ4_NL, src, row_stride, groups, n, dst, pack_legacy<BlockIQ4_NL>);

@@ -74,8 +74,9 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // Packed (row-interleaved) weights: a load-time copy of a matrix in groups of kPackRows = 16 rows, so
 // that one pass over a group computes 16 rows at once with each activation pair loaded once (one
 // int32 lane per row: no horizontal sums per block). Same number of bytes as the ggml rows, except
-// Q4_K (148 bytes per row and block instead of 144: its 6-bit scales and mins stored as bytes) and
-// IQ4_XS (138 instead of 136: its 6-bit scales as bytes).
+// Q4_K and Q5_K (148 and 180 bytes per row and block instead of 144 and 176: their 6-bit scales and
+// mins stored as bytes), Q3_K (114 instead of 110) and IQ4_XS (138 instead of 136): their 6-bit
+// scales as bytes.
 //
 // Layout of one group (16 rows, n elements, nb = n / 32 blocks), block after block:
 //   Q4_0: f16 d[16] (row r's scale), then 8 chunks of 32 bytes; chunk p holds, for r = 0..15, row r's
@@ -88,6 +89,19 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 //         row r, byte k: row r's ggml quant byte 16j+2p+k: element 32j+2p+k in the low nibble,
 //         32j+16+2p+k in the high). Per sub-block the kernel sums value * x exactly in int32, times
 //         the scale (int32). Activations: A256.
+//   Q5_K (nb = n / 256; 180 bytes per row and block): Q4_K's layout, then the 32 qh bytes in 16
+//         chunks of 32 (chunk p, row r, byte k: qh byte 2p+k, whose bit j is the fifth bit of element
+//         2p+k of sub-block j). Kernel as Q4_K's with codes 0..31.
+//   Q2_K, Q3_K (nb = n / 256): sub-block sb = 8h + 2j + k of 16 elements (h < 2, j < 4, k < 2) has
+//         its 2-bit codes at bits 2j of ggml's quant bytes 32h + 16k + l, l < 16; packed in 32 chunks
+//         of 32 bytes (chunk c, row r, byte k: row r's quant byte 2c+k), so sub-block sb's elements
+//         2p, 2p+1 are in chunk 16h + 8k + p. Q2_K (84 bytes per row and block, as ggml): f16 d[16],
+//         f16 dmin[16], uint8 scales[16 sub-blocks][16 rows] as ggml's bytes (scale | min << 4), then
+//         the chunks; per sub-block the kernel sums q * x, times the scale, and min * A256's 16-element
+//         sum (bs16) for the -dmin term. Q3_K (114): f16 d[16], int8 scales[16][16] (scale - 32), the
+//         chunks, then ggml's 32 hmask bytes in 16 chunks of pairs (chunk c: hmask bytes 2c, 2c+1; the
+//         third bit of sub-block sb's element l is bit 4h + j of hmask byte 16k + l); per sub-block
+//         the sum of (q - 4) * x times the scale.
 //   Q6_K (nb = n / 256): f16 d[16], int8 scales[16 groups][16 rows], then per 16-element scale group
 //         g: 4 chunks of 32 bytes (chunk p, row r, byte k: low nibble = low 4 bits of element
 //         16g+2p+k, high nibble = those of element 16g+8+2p+k) and 2 chunks of 32 bytes for the top
@@ -105,7 +119,7 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // on the Highway target. Kernels: Highway's int16 madd (ReorderWidenMulAccumulate) with one int16
 // activation pair broadcast per chunk, 8 tokens per unpacked block on AVX3/AVX3_DL (32 registers;
 // Q6_K: 4) and 4 elsewhere. On AVX3_DL (AVX-512 VNNI; compiled by the quant_dot files only, see
-// quant_dot_target) Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL and IQ4_XS use vpdpbusd instead (Q6_K: the 6-bit codes unsigned,
+// quant_dot_target) every packed type uses vpdpbusd instead (Q6_K: the 6-bit codes unsigned,
 // minus 32 * A256's 16-element sums, times the group scale; 8 tokens per block): one 64-byte load covers chunks p and
 // p+1, a vpermw gives each row's int32 lane its 4 bytes (elements 2p..2p+3 of the chunk's element
 // runs), the weights are the unsigned operand (nibbles as they are; Q8_0 xor 0x80 = q + 128, minus
@@ -116,10 +130,11 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // group range of the call or on the thread (it differs from gemm_q's rounding).
 // On aarch64 CPUs with the Armv8.2 dot product (HWCAP_ASIMDDP), Highway's NEON target runs Q4_0,
 // Q8_0, Q4_K and Q6_K with sdot (gemm_packed_sdot-inl.h): one instruction per 4 int8 products per
-// row, weight bytes paired per row as for VNNI, the same exact int32 sums, so the same bits. (IQ4_NL
-// and IQ4_XS take the int16 madd kernels there: no sdot variant yet.)
+// row, weight bytes paired per row as for VNNI, the same exact int32 sums, so the same bits. (Q2_K,
+// Q3_K, Q5_K, IQ4_NL and IQ4_XS take the int16 madd kernels there: no sdot variant yet.)
 constexpr size_t kPackRows = 16;
-// True for the types with a packed layout (Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS).
+// True for the types with a packed layout (Q4_0, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS;
+// not Q4_1, Q5_0, Q5_1: gemm_q only).
 bool has_packed(uint32_t weight_type);
 // Bytes of one packed group of kPackRows rows of n elements.
 size_t packed_group_bytes(uint32_t weight_type, size_t n);

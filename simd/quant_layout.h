@@ -71,11 +71,11 @@ inline ActRow act_row(GgmlType t, const uint8_t* a, size_t n) {
 constexpr size_t kMaxR = 4;
 constexpr size_t kMaxPackR = 8;
 
-// Bytes per row and block of the packed layouts (quant_dot.h): Q4_K stores its 12 bytes of 6-bit
-// scales and mins as 16 bytes, IQ4_XS its 6 bytes of 6-bit scales as 8 int8 (scale - 32), Q3_K its 12
+// Bytes per row and block of the packed layouts (quant_dot.h): Q4_K and Q5_K store their 12 bytes of
+// 6-bit scales and mins as 16 bytes, IQ4_XS its 6 bytes of 6-bit scales as 8 int8 (scale - 32), Q3_K its 12
 // as 16 int8 and its high bits in pairs; the others keep the ggml block size.
 constexpr size_t packed_block_bytes(GgmlType t) {
-  return t == kQ4_K ? 148 : t == kIQ4_XS ? 138 : t == kQ3_K ? 114 : block_bytes(t);
+  return t == kQ4_K ? 148 : t == kQ5_K ? 180 : t == kIQ4_XS ? 138 : t == kQ3_K ? 114 : block_bytes(t);
 }
 // Byte offsets inside one packed block of kPackRows rows (quant_dot.h). All types start with the
 // rows' f16 d; Q4_0, Q8_0 and IQ4_NL continue with their quant chunks, Q6_K and IQ4_XS with their
@@ -83,7 +83,7 @@ constexpr size_t packed_block_bytes(GgmlType t) {
 constexpr size_t kPackedD = 0, kPackedQs = 2 * kPackRows;
 constexpr size_t kQ6KScales = 2 * kPackRows, kQ6KGroups = kQ6KScales + 16 * kPackRows, kQ6KGroupBytes = 192;
 constexpr size_t kQ4KDmin = 2 * kPackRows, kQ4KScales = 4 * kPackRows, kQ4KMins = 12 * kPackRows,
-                 kQ4KQuants = 20 * kPackRows;
+                 kQ4KQuants = 20 * kPackRows, kQ5KQh = 148 * kPackRows;
 constexpr size_t kIQ4XSScales = 2 * kPackRows, kIQ4XSQuants = 10 * kPackRows, kIQ4XSSubBytes = 256;
 constexpr size_t kQ2KDmin = 2 * kPackRows, kQ2KScales = 4 * kPackRows, kQ2KQuants = 20 * kPackRows;
 constexpr size_t kQ3KScales = 2 * kPackRows, kQ3KQuants = 18 * kPackRows, kQ3KHmask = 82 * kPackRows;

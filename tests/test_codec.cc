@@ -568,9 +568,9 @@ TEST_CASE("a record decodes with the rounding it was coded with: F32 (older stor
 }
 
 TEST_CASE("a record decodes with the packed kernel set it was coded with: gemm_q (older stores) or packed") {
-  // IQ4_NL, IQ4_XS, Q2_K and Q3_K matrices: packed copies since 2026-11-28 (PackedSet::LowBit), gemm_q's
-  // rows before.
-  for (const char* type : {"iq4_nl", "iq4_xs", "q2_k", "q3_k_m"}) {
+  // Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS matrices: packed copies since 2026-11-28 (PackedSet::Extended),
+  // gemm_q's rows before.
+  for (const char* type : {"iq4_nl", "iq4_xs", "q2_k", "q3_k_m", "q5_k_m"}) {
     CAPTURE(type);
     SynthOptions so;
     so.shape = "tiny-llama-256";
@@ -598,7 +598,7 @@ TEST_CASE("a record decodes with the packed kernel set it was coded with: gemm_q
       REQUIRE(old.eval(cache, toks, Logits::All, rows_logits).ok());
     }
     CHECK(packed_logits != rows_logits);  // the two kernel sets round differently here
-    for (PackedSet coded : {PackedSet::Classic, PackedSet::LowBit}) {
+    for (PackedSet coded : {PackedSet::Classic, PackedSet::Extended}) {
       CAPTURE(static_cast<int>(coded));
       Forward encoder(**model, pool);
       encoder.set_packed_set(coded);

@@ -203,10 +203,10 @@ TEST_CASE("quant_dot: API basics") {
     CHECK(simd::act_bytes(id(t), n) == 3 * n + (act_block(t) == 32 ? 12 * nb : 52 * nb));
     CHECK(simd::has_packed(id(t)) == (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
                                       t == GgmlType::Q6_K || t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS ||
-                                      t == GgmlType::Q2_K || t == GgmlType::Q3_K));
+                                      t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q5_K));
     // Q4_K's packed blocks hold the 8 scales and 8 mins as bytes: 148 bytes per row and block, not 144;
-    // IQ4_XS's its 8 scales: 138, not 136; Q3_K's its 16 scales: 114, not 110.
-    const size_t extra_per_block = t == GgmlType::Q4_K    ? 4
+    // Q5_K's too (180, not 176); IQ4_XS's its 8 scales: 138, not 136; Q3_K's its 16 scales: 114, not 110.
+    const size_t extra_per_block = t == GgmlType::Q4_K || t == GgmlType::Q5_K ? 4
                                    : t == GgmlType::IQ4_XS ? 2
                                    : t == GgmlType::Q3_K   ? 4
                                                            : 0;
@@ -433,10 +433,11 @@ TEST_CASE("quant_dot: every compiled target") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Packed (16-row interleaved) kernels: Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS, Q2_K and Q3_K.
+// Packed (16-row interleaved) kernels: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q2_K and Q3_K.
 namespace {
-const GgmlType kPackedTypes[] = {GgmlType::Q4_0,   GgmlType::Q8_0,   GgmlType::Q4_K, GgmlType::Q6_K,
-                                 GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q2_K, GgmlType::Q3_K};
+const GgmlType kPackedTypes[] = {GgmlType::Q4_0,   GgmlType::Q8_0,   GgmlType::Q4_K,
+                                 GgmlType::Q5_K,   GgmlType::Q6_K,   GgmlType::IQ4_NL,
+                                 GgmlType::IQ4_XS, GgmlType::Q2_K,   GgmlType::Q3_K};
 struct PackedScope {
   PackedScope() { g_packed = true; }
   ~PackedScope() { g_packed = false; }
@@ -490,12 +491,13 @@ float packed_element(GgmlType t, const uint8_t* blk, size_t r, size_t e) {
       const int top2 = (grp[128 + 32 * (p / 2) + 2 * r + k] >> (4 * (p % 2) + 2 * hi)) & 3;
       return d * static_cast<float>(sc) * static_cast<float>((lo4 | top2 << 4) - 32);
     }
-    default: {  // Q4_K: sub-block j = e / 32; part c = e / 64 holds quant bytes 32c + 2p + k
+    default: {  // Q4_K, Q5_K: sub-block j = e / 32; part c = e / 64 holds quant bytes 32c + 2p + k
       const size_t j = e / 32, c = e / 64, i = e % 32, p = i / 2, k = i % 2;
       const float dmin = f16_at(blk + 2 * R + 2 * r);
       const uint8_t sc = blk[4 * R + R * j + r], mn = blk[12 * R + 32 * (j / 2) + 2 * r + j % 2];
       const uint8_t byte = blk[20 * R + 512 * c + 32 * p + 2 * r + k];
-      const int q = j % 2 ? byte >> 4 : byte & 15;
+      int q = j % 2 ? byte >> 4 : byte & 15;
+      if (t == GgmlType::Q5_K) q |= ((blk[148 * R + 32 * p + 2 * r + k] >> j) & 1) << 4;  // qh chunk p, bit j
       return d * static_cast<float>(sc) * static_cast<float>(q) - dmin * static_cast<float>(mn);
     }
   }

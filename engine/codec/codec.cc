@@ -487,7 +487,7 @@ struct Start {
 //   (Forward::set_onednn_min_tokens), and encoding prefills chunks where decoding goes token by token,
 //   so only the fast kernels give both sides the same probabilities (docs/codec.md);
 // - the rounding and the packed kernel set the store header records (Rounding::Ggml since 2026-11-27,
-//   F32 before; PackedSet::LowBit since 2026-11-28, Classic before), so a record decodes with the
+//   F32 before; PackedSet::Extended since 2026-11-28, Classic before), so a record decodes with the
 //   arithmetic that coded it.
 class StoreArithmetic {
  public:
