@@ -48,6 +48,12 @@ using namespace qd;  // NOLINT
 // The types with a min term (m sums times -dmin, at kQ4KDmin = kQ2KDmin).
 template <GgmlType kType>
 constexpr bool kHasMin = kType == kQ4_K || kType == kQ5_K || kType == kQ2_K;
+// The 32-element types with an offset m per block (+ m_w * ds_x: A32's d * sum(q), at kPackedM) and
+// those with fifth-bit planes.
+template <GgmlType kType>
+constexpr bool kAffine = kType == kQ4_1 || kType == kQ5_1;
+template <GgmlType kType>
+constexpr bool kHasQh = kType == kQ5_0 || kType == kQ5_1;
 
 #if HWY_TARGET == HWY_SCALAR
 constexpr size_t kPackR = 4;
@@ -138,7 +144,7 @@ HWY_INLINE void ScalarPackedSums(const uint8_t* HWY_RESTRICT blk, size_t r, cons
     }
     for (size_t j = 0; j < 8; ++j) msum += blk[kQ4KMins + 32 * (j / 2) + 2 * r + j % 2] * a.bs[8 * b + j];
   } else {
-    const uint8_t* qs = blk + kPackedQs;
+    const uint8_t* qs = blk + packed_qs_at(kType);
     const int16_t* x = a.q + b * 32;
     for (size_t p = 0; p < (kType == kQ8_0 ? 16 : 8); ++p) {
       for (size_t k = 0; k < 2; ++k) {
@@ -148,11 +154,17 @@ HWY_INLINE void ScalarPackedSums(const uint8_t* HWY_RESTRICT blk, size_t r, cons
         } else if constexpr (kType == kIQ4_NL) {
           sum += kIq4nlValues[byte & 15] * x[2 * p + k] + kIq4nlValues[byte >> 4] * x[16 + 2 * p + k];
         } else {
-          sum += (byte & 15) * x[2 * p + k] + (byte >> 4) * x[16 + 2 * p + k];
+          int lo = byte & 15, hi = byte >> 4;
+          if constexpr (kHasQh<kType>) {  // bit p of the planes' byte k
+            lo |= ((blk[packed_qh_at(kType) + 2 * r + k] >> p) & 1) << 4;
+            hi |= ((blk[packed_qh_at(kType) + 32 + 2 * r + k] >> p) & 1) << 4;
+          }
+          sum += lo * x[2 * p + k] + hi * x[16 + 2 * p + k];
         }
       }
     }
     if constexpr (kType == kQ4_0) sum -= 8 * a.s[b];
+    if constexpr (kType == kQ5_0) sum -= 16 * a.s[b];
   }
 }
 
@@ -172,6 +184,7 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
         if constexpr (kHasMin<kType>) {
           acc = acc + static_cast<float>(msum) * (-PackedF16(blk, kQ4KDmin, r) * dx);
         }
+        if constexpr (kAffine<kType>) acc = acc + PackedF16(blk, kPackedM, r) * A[i].ds[b];
       }
       y[i * ldy + r] = acc;
     }
@@ -228,6 +241,35 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
     }
     // sum (q - 8) * x = sum q * x - 8 * sum x, exactly in int32.
 #define TOWERS_FIN(i) s##i = hn::Sub(hn::RearrangeToOddPlusEven(s##i, u##i), hn::Set(d32, 8 * A[i].s[b]));
+    TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+  } else if constexpr (kType == kQ4_1 || kHasQh<kType>) {
+    // Q4_0's chunks, nibbles as they are (Q4_1, Q5_1: + m, outside these sums), Q5_0 / Q5_1 with the
+    // fifth bit of bit p of the planes (Q5_0: minus 16 * sum(x), exact).
+    const uint8_t* HWY_RESTRICT qs = blk + packed_qs_at(kType) + 2 * sl;
+    const uint8_t* HWY_RESTRICT qh = blk + packed_qh_at(kType) + 2 * sl;
+    const auto k16 = hn::Set(du16, uint16_t{16});
+    auto fifth = [&](size_t plane, int p) {
+      const auto H = hn::PromoteTo(du16, hn::LoadU(du8, qh + 32 * plane));
+      return hn::And(hn::ShiftLeft<4>(hn::ShiftRightSame(H, p)), k16);
+    };
+    for (size_t p = 0; p < 8; ++p) {
+      const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qs + 32 * p));
+      auto lo16 = hn::And(bytes, k15), hi16 = hn::ShiftRight<4>(bytes);
+      if constexpr (kHasQh<kType>) {
+        lo16 = hn::Or(lo16, fifth(0, static_cast<int>(p)));
+        hi16 = hn::Or(hi16, fifth(1, static_cast<int>(p)));
+      }
+      const auto lo = hn::BitCast(d16, lo16), hi = hn::BitCast(d16, hi16);
+#define TOWERS_MAC(i)                                                                    \
+  s##i = hn::ReorderWidenMulAccumulate(d32, lo, PairAt(d16, aq##i + 2 * p), s##i, u##i); \
+  s##i = hn::ReorderWidenMulAccumulate(d32, hi, PairAt(d16, aq##i + 16 + 2 * p), s##i, u##i);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+#define TOWERS_FIN(i)                                                                                  \
+  s##i = hn::RearrangeToOddPlusEven(s##i, u##i);                                                       \
+  if constexpr (kType == kQ5_0) s##i = hn::Sub(s##i, hn::Set(d32, 16 * A[i].s[b]));
     TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
   } else if constexpr (kType == kIQ4_NL) {
@@ -434,6 +476,12 @@ HWY_INLINE void AccumulateSlice(DF df, float* HWY_RESTRICT acc, V32 s, hn::Vec<D
   hn::Store(hn::MulAdd(hn::ConvertTo(df, s), hn::Mul(dw, hn::Set(df, dx)), hn::Load(df, acc)), df, acc);
 }
 
+// acc += m_w * ds_x (Q4_1's and Q5_1's offsets; the same operation as the decode path's).
+template <class DF>
+HWY_INLINE void AccumulateOffset(DF df, float* HWY_RESTRICT acc, hn::Vec<DF> mw, float dsx) {
+  hn::Store(hn::MulAdd(mw, hn::Set(df, dsx), hn::Load(df, acc)), df, acc);
+}
+
 template <GgmlType kType, size_t R>
 HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, size_t nb,
                               float* HWY_RESTRICT y, size_t ldy) {
@@ -497,6 +545,12 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
         TOWERS_EACH_P(TOWERS_ACC)
 #undef TOWERS_ACC
       }
+      if constexpr (kAffine<kType>) {
+        const auto mw = hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows));
+#define TOWERS_ACC(i) a##i = hn::MulAdd(mw, hn::Set(df, A[i].ds[b]), a##i);
+        TOWERS_EACH_P(TOWERS_ACC)
+#undef TOWERS_ACC
+      }
     }
 #define TOWERS_OUT(i) hn::StoreU(a##i, df, y + (i) * ldy);
     TOWERS_EACH_P(TOWERS_OUT)
@@ -519,6 +573,12 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
       if constexpr (kHasMin<kType>) {
         const auto ndmin = hn::Neg(hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows + sl)));
 #define TOWERS_ACC(i) AccumulateSlice(df, acc + (i) * kPackRows + sl, m##i, ndmin, A[i].d[b]);
+        TOWERS_EACH_P(TOWERS_ACC)
+#undef TOWERS_ACC
+      }
+      if constexpr (kAffine<kType>) {
+        const auto mw = hn::PromoteTo(df, hn::LoadU(dh, f16 + kPackRows + sl));
+#define TOWERS_ACC(i) AccumulateOffset(df, acc + (i) * kPackRows + sl, mw, A[i].ds[b]);
         TOWERS_EACH_P(TOWERS_ACC)
 #undef TOWERS_ACC
       }
@@ -581,6 +641,9 @@ void GemmPacked(uint32_t type, const void* packed, size_t groups, const void* ac
     case kQ8_0: return GemmPackedType<kQ8_0>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ4_K: return GemmPackedType<kQ4_K>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ5_K: return GemmPackedType<kQ5_K>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ4_1: return GemmPackedType<kQ4_1>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ5_0: return GemmPackedType<kQ5_0>(pb, groups, ab, act_stride, T, n, y, ldy);
+    case kQ5_1: return GemmPackedType<kQ5_1>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kQ6_K: return GemmPackedType<kQ6_K>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kIQ4_NL: return GemmPackedType<kIQ4_NL>(pb, groups, ab, act_stride, T, n, y, ldy);
     case kIQ4_XS: return GemmPackedType<kIQ4_XS>(pb, groups, ab, act_stride, T, n, y, ldy);

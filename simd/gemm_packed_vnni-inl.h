@@ -32,16 +32,18 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET == HWY_AVX3_DL
 using namespace qd;  // NOLINT
 
-// VNNI (vpdpbusd: u8 x s8, 4 products summed into each int32 lane) for Q4_0, Q8_0, Q4_K, Q5_K, Q6_K,
-// IQ4_NL, IQ4_XS, Q2_K and Q3_K. A 64-byte load covers two chunks of the packed layout (rows' byte pairs 2p,
-// 2p+1 and 2p+2, 2p+3); one vpermw puts each row's 4 bytes in its int32 lane. The weights are the unsigned operand: Q4_0
-// and Q4_K nibbles as they are, Q8_0 + 128 (xor 0x80). The activations' int8 copy (q8) gives the
-// signed operand, 4 consecutive elements broadcast to all lanes. Offsets are exact int32 terms:
-// Q4_0 -8 * sum(x), Q8_0 -128 * sum(x). IQ4_NL and IQ4_XS look their nibbles up in the codebook + 128
-// (vpshufb), minus 128 * sum(x). Every sum is the same integer as on the other targets.
+// VNNI (vpdpbusd: u8 x s8, 4 products summed into each int32 lane) for every packed type. A 64-byte
+// load covers two chunks of the packed layout (rows' byte pairs 2p, 2p+1 and 2p+2, 2p+3); one vpermw
+// puts each row's 4 bytes in its int32 lane. The weights are the unsigned operand: 2- to 6-bit codes
+// as they are (the K types, Q4_1, Q5_1), Q8_0 + 128 (xor 0x80), IQ4 nibbles looked up as value + 128
+// (vpshufb). The activations' int8 copy (q8) gives the signed operand, 4 consecutive elements
+// broadcast to all lanes. Offsets are exact int32 terms: Q4_0 -8 * sum(x), Q5_0 -16 * sum(x), Q8_0 and
+// IQ4 -128 * sum(x), Q3_K -4 and Q6_K -32 times 16-element sums. Every sum is the same integer as on
+// the other targets.
 template <GgmlType kType>
 constexpr bool kVnni = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K || kType == kQ6_K || kType == kIQ4_NL ||
-                       kType == kIQ4_XS || kType == kQ2_K || kType == kQ3_K || kType == kQ5_K;
+                       kType == kIQ4_XS || kType == kQ2_K || kType == kQ3_K || kType == kQ5_K || kType == kQ4_1 ||
+                       kType == kQ5_0 || kType == kQ5_1;
 
 // Lane r (of 16) = words r and 16 + r of v: row r's bytes of chunk p, then of chunk p + 1.
 HWY_INLINE __m512i PairChunks(const uint8_t* HWY_RESTRICT p) {
@@ -132,6 +134,37 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
 #define TOWERS_FIN(i) s##i = hn::Sub(s##i, hn::Set(d32, 8 * A[i].s[b]));
     TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
+  } else if constexpr (kType == kQ4_1 || kType == kQ5_0 || kType == kQ5_1) {
+    // Q4_0's chunks, nibbles as they are; Q5_0 / Q5_1: | the fifth bit, 16. Each row's two plane
+    // bytes (the fifth bits of the chunks' low and high nibbles) are duplicated into both words of
+    // its lane and shifted per word: by p for chunk p's elements, by p + 1 for chunk p + 1's.
+    const uint8_t* HWY_RESTRICT qs = blk + packed_qs_at(kType);
+    const __m512i dup = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6,
+                                         5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    auto plane = [&](size_t i) {
+      const auto* at = reinterpret_cast<const __m256i*>(blk + packed_qh_at(kType) + 32 * i);
+      return _mm512_permutexvar_epi16(dup, _mm512_castsi256_si512(_mm256_loadu_si256(at)));
+    };
+    const __m512i k01 = _mm512_set1_epi8(1);
+    const __m512i Hlo = kType == kQ4_1 ? _mm512_setzero_si512() : plane(0);
+    const __m512i Hhi = kType == kQ4_1 ? _mm512_setzero_si512() : plane(1);
+    for (size_t p = 0; p < 8; p += 2) {
+      const __m512i v = PairChunks(qs + 32 * p);
+      __m512i lo = _mm512_and_si512(v, k0F), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F);
+      if constexpr (kType != kQ4_1) {
+        const __m512i shift = _mm512_set1_epi32(static_cast<int>(p | (p + 1) << 16));
+        lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(Hlo, shift), k01), 4));
+        hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(Hhi, shift), k01), 4));
+      }
+#define TOWERS_MAC(i) s##i = Dp(Dp(s##i, lo, x##i + 2 * p), hi, x##i + 16 + 2 * p);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+    if constexpr (kType == kQ5_0) {
+#define TOWERS_FIN(i) s##i = hn::Sub(s##i, hn::Set(d32, 16 * A[i].s[b]));
+      TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+    }
   } else if constexpr (kType == kIQ4_NL) {
     // Q4_0's chunks; each nibble looked up as codebook value + 128, minus 128 * sum(x) (exact).
     const uint8_t* HWY_RESTRICT qs = blk + kPackedQs;

@@ -107,18 +107,33 @@ void pack_iq4xs(const BlockIQ4_XS& blk, uint8_t* o, size_t r) {
   }
 }
 
-// Q4_0, Q8_0 and IQ4_NL: d, then the quant bytes in pairs (the chunks of quant_dot.h).
-template <class Block>
+// Q4_0, Q8_0 and IQ4_NL: d, then the quant bytes in pairs (the chunks of quant_dot.h). Q4_1, Q5_0 and
+// Q5_1 also m and the two fifth-bit planes: byte k of row r in plane 0 has at bit p the fifth bit of
+// element 2p + k, in plane 1 that of element 16 + 2p + k (the elements of quant bytes 2p + k).
+template <GgmlType kType, class Block>
 void pack_legacy(const Block& blk, uint8_t* o, size_t r) {
   std::memcpy(o + kPackedD + 2 * r, blk.d.bytes, 2);
-  for (size_t p = 0; p < sizeof(blk.qs) / 2; ++p) std::memcpy(o + kPackedQs + 32 * p + 2 * r, blk.qs + 2 * p, 2);
+  if constexpr (kType == kQ4_1 || kType == kQ5_1) std::memcpy(o + kPackedM + 2 * r, blk.m.bytes, 2);
+  if constexpr (kType == kQ5_0 || kType == kQ5_1) {
+    uint32_t qh;
+    std::memcpy(&qh, blk.qh, 4);
+    for (size_t plane = 0; plane < 2; ++plane) {
+      for (size_t k = 0; k < 2; ++k) {
+        uint8_t bits = 0;
+        for (size_t p = 0; p < 8; ++p) bits |= static_cast<uint8_t>(((qh >> (16 * plane + 2 * p + k)) & 1) << p);
+        o[packed_qh_at(kType) + 32 * plane + 2 * r + k] = bits;
+      }
+    }
+  }
+  const size_t qs = packed_qs_at(kType);
+  for (size_t p = 0; p < sizeof(blk.qs) / 2; ++p) std::memcpy(o + qs + 32 * p + 2 * r, blk.qs + 2 * p, 2);
 }
 }  // namespace
 
 bool has_packed(uint32_t t) {
   const GgmlType type = static_cast<GgmlType>(t);
   return type == kQ4_0 || type == kQ8_0 || type == kQ4_K || type == kQ6_K || type == kIQ4_NL || type == kIQ4_XS ||
-         type == kQ2_K || type == kQ3_K || type == kQ5_K;
+         type == kQ2_K || type == kQ3_K || type == kQ5_K || type == kQ4_1 || type == kQ5_0 || type == kQ5_1;
 }
 
 size_t packed_group_bytes(uint32_t t, size_t n) {
@@ -130,13 +145,19 @@ void pack_rows(uint32_t t, const void* w, size_t row_stride, size_t groups, size
   const auto* src = static_cast<const uint8_t*>(w);
   auto* dst = static_cast<uint8_t*>(out);
   switch (static_cast<GgmlType>(t)) {
-    case GgmlType::Q4_0: return pack_groups<BlockQ4_0>(kQ4_0, src, row_stride, groups, n, dst, pack_legacy<BlockQ4_0>);
-    case GgmlType::Q8_0: return pack_groups<BlockQ8_0>(kQ8_0, src, row_stride, groups, n, dst, pack_legacy<BlockQ8_0>);
+    case GgmlType::Q4_0: return pack_groups<BlockQ4_0>(kQ4_0, src, row_stride, groups, n, dst, pack_legacy<kQ4_0, BlockQ4_0>);
+    case GgmlType::Q8_0: return pack_groups<BlockQ8_0>(kQ8_0, src, row_stride, groups, n, dst, pack_legacy<kQ8_0, BlockQ8_0>);
     case GgmlType::Q4_K: return pack_groups<BlockQ4_K>(kQ4_K, src, row_stride, groups, n, dst, pack_q4k<BlockQ4_K>);
     case GgmlType::Q5_K: return pack_groups<BlockQ5_K>(kQ5_K, src, row_stride, groups, n, dst, pack_q5k);
+    case GgmlType::Q4_1:
+      return pack_groups<BlockQ4_1>(kQ4_1, src, row_stride, groups, n, dst, pack_legacy<kQ4_1, BlockQ4_1>);
+    case GgmlType::Q5_0:
+      return pack_groups<BlockQ5_0>(kQ5_0, src, row_stride, groups, n, dst, pack_legacy<kQ5_0, BlockQ5_0>);
+    case GgmlType::Q5_1:
+      return pack_groups<BlockQ5_1>(kQ5_1, src, row_stride, groups, n, dst, pack_legacy<kQ5_1, BlockQ5_1>);
     case GgmlType::Q6_K: return pack_groups<BlockQ6_K>(kQ6_K, src, row_stride, groups, n, dst, pack_q6k);
     case GgmlType::IQ4_NL:
-      return pack_groups<BlockIQ4_NL>(kIQ4_NL, src, row_stride, groups, n, dst, pack_legacy<BlockIQ4_NL>);
+      return pack_groups<BlockIQ4_NL>(kIQ4_NL, src, row_stride, groups, n, dst, pack_legacy<kIQ4_NL, BlockIQ4_NL>);
     case GgmlType::IQ4_XS: return pack_groups<BlockIQ4_XS>(kIQ4_XS, src, row_stride, groups, n, dst, pack_iq4xs);
     case GgmlType::Q2_K: return pack_groups<BlockQ2_K>(kQ2_K, src, row_stride, groups, n, dst, pack_q2k);
     case GgmlType::Q3_K: return pack_groups<BlockQ3_K>(kQ3_K, src, row_stride, groups, n, dst, pack_q3k);

@@ -83,6 +83,11 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 //         quant bytes 2p and 2p+1 (elements 2p, 2p+1 in the low nibbles, 2p+16, 2p+17 in the high).
 //   Q8_0: f16 d[16], then 16 chunks of 32 bytes; chunk p holds, for r = 0..15, row r's int8 elements
 //         2p and 2p+1.
+//   Q4_1, Q5_0, Q5_1: f16 d[16], f16 m[16] (Q4_1, Q5_1), two fifth-bit planes of 32 bytes (Q5_0,
+//         Q5_1; plane 0 / 1, row r, byte k: bit p is the fifth bit of element 2p+k / 16+2p+k, the
+//         elements of chunk p's byte k), then Q4_0's 8 chunks. Per block the kernel sums code * x
+//         (Q5_0: minus 16 * s) exactly, and Q4_1 / Q5_1 add m_w * ds_x to the f32 accumulator after
+//         the d term.
 //   IQ4_NL: Q4_0's layout; a nibble is an index into kIq4nlValues (no -8 offset).
 //   IQ4_XS (nb = n / 256; 2208 bytes per block of 16 rows): f16 d[16], int8 scales[8 sub-blocks][16
 //         rows] (ls_j - 32), then per sub-block j of 32 elements IQ4_NL's 8 chunks of 32 bytes (chunk p,
@@ -131,10 +136,10 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // On aarch64 CPUs with the Armv8.2 dot product (HWCAP_ASIMDDP), Highway's NEON target runs Q4_0,
 // Q8_0, Q4_K and Q6_K with sdot (gemm_packed_sdot-inl.h): one instruction per 4 int8 products per
 // row, weight bytes paired per row as for VNNI, the same exact int32 sums, so the same bits. (Q2_K,
-// Q3_K, Q5_K, IQ4_NL and IQ4_XS take the int16 madd kernels there: no sdot variant yet.)
+// Q3_K, Q4_1, Q5_0, Q5_1, Q5_K, IQ4_NL and IQ4_XS take the int16 madd kernels there: no sdot variant
+// yet.)
 constexpr size_t kPackRows = 16;
-// True for the types with a packed layout (Q4_0, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS;
-// not Q4_1, Q5_0, Q5_1: gemm_q only).
+// True for the types with a packed layout: every type gemm_q reads.
 bool has_packed(uint32_t weight_type);
 // Bytes of one packed group of kPackRows rows of n elements.
 size_t packed_group_bytes(uint32_t weight_type, size_t n);

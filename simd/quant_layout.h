@@ -84,6 +84,13 @@ constexpr size_t kPackedD = 0, kPackedQs = 2 * kPackRows;
 constexpr size_t kQ6KScales = 2 * kPackRows, kQ6KGroups = kQ6KScales + 16 * kPackRows, kQ6KGroupBytes = 192;
 constexpr size_t kQ4KDmin = 2 * kPackRows, kQ4KScales = 4 * kPackRows, kQ4KMins = 12 * kPackRows,
                  kQ4KQuants = 20 * kPackRows, kQ5KQh = 148 * kPackRows;
+// Q4_1, Q5_0, Q5_1: the rows' f16 m (Q4_1, Q5_1) after d, then the fifth-bit planes (Q5_0, Q5_1: two
+// chunks), then the quant chunks as Q4_0's.
+constexpr size_t kPackedM = 2 * kPackRows;
+constexpr size_t packed_qh_at(GgmlType t) { return t == kQ5_1 ? 4 * kPackRows : 2 * kPackRows; }
+constexpr size_t packed_qs_at(GgmlType t) {
+  return t == kQ4_1 ? 4 * kPackRows : t == kQ5_0 ? 6 * kPackRows : t == kQ5_1 ? 8 * kPackRows : kPackedQs;
+}
 constexpr size_t kIQ4XSScales = 2 * kPackRows, kIQ4XSQuants = 10 * kPackRows, kIQ4XSSubBytes = 256;
 constexpr size_t kQ2KDmin = 2 * kPackRows, kQ2KScales = 4 * kPackRows, kQ2KQuants = 20 * kPackRows;
 constexpr size_t kQ3KScales = 2 * kPackRows, kQ3KQuants = 18 * kPackRows, kQ3KHmask = 82 * kPackRows;

@@ -203,7 +203,8 @@ TEST_CASE("quant_dot: API basics") {
     CHECK(simd::act_bytes(id(t), n) == 3 * n + (act_block(t) == 32 ? 12 * nb : 52 * nb));
     CHECK(simd::has_packed(id(t)) == (t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K ||
                                       t == GgmlType::Q6_K || t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS ||
-                                      t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q5_K));
+                                      t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q5_K ||
+                                      t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1));
     // Q4_K's packed blocks hold the 8 scales and 8 mins as bytes: 148 bytes per row and block, not 144;
     // Q5_K's too (180, not 176); IQ4_XS's its 8 scales: 138, not 136; Q3_K's its 16 scales: 114, not 110.
     const size_t extra_per_block = t == GgmlType::Q4_K || t == GgmlType::Q5_K ? 4
@@ -433,11 +434,11 @@ TEST_CASE("quant_dot: every compiled target") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Packed (16-row interleaved) kernels: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q2_K and Q3_K.
+// Packed (16-row interleaved) kernels: every type of gemm_q.
 namespace {
-const GgmlType kPackedTypes[] = {GgmlType::Q4_0,   GgmlType::Q8_0,   GgmlType::Q4_K,
-                                 GgmlType::Q5_K,   GgmlType::Q6_K,   GgmlType::IQ4_NL,
-                                 GgmlType::IQ4_XS, GgmlType::Q2_K,   GgmlType::Q3_K};
+const GgmlType kPackedTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,
+                                 GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,
+                                 GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
 struct PackedScope {
   PackedScope() { g_packed = true; }
   ~PackedScope() { g_packed = false; }
@@ -455,6 +456,18 @@ float packed_element(GgmlType t, const uint8_t* blk, size_t r, size_t e) {
     case GgmlType::Q4_0: {  // chunk p = (e % 16) / 2 holds quant bytes 2p, 2p+1 of each row
       const uint8_t byte = blk[2 * R + 32 * ((e % 16) / 2) + 2 * r + e % 2];
       return static_cast<float>((e < 16 ? byte & 15 : byte >> 4) - 8) * d;
+    }
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1: {  // m at 2R (Q4_1, Q5_1), the fifth-bit planes, then Q4_0's chunks
+      const size_t qs = t == GgmlType::Q4_1 ? 4 * R : t == GgmlType::Q5_0 ? 6 * R : 8 * R;
+      const size_t qh = t == GgmlType::Q5_1 ? 4 * R : 2 * R;
+      const size_t i = e % 16, p = i / 2, k = i % 2;
+      const uint8_t byte = blk[qs + 32 * p + 2 * r + k];
+      int q = e < 16 ? byte & 15 : byte >> 4;
+      if (t != GgmlType::Q4_1) q |= ((blk[qh + 32 * (e / 16) + 2 * r + k] >> p) & 1) << 4;
+      if (t == GgmlType::Q5_0) return static_cast<float>(q - 16) * d;
+      return d * static_cast<float>(q) + f16_at(blk + 2 * R + 2 * r);
     }
     case GgmlType::Q8_0:
       return static_cast<float>(static_cast<int8_t>(blk[2 * R + 32 * (e / 2) + 2 * r + e % 2])) * d;
