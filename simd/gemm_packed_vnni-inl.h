@@ -156,9 +156,20 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
         lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(Hlo, shift), k01), 4));
         hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(Hhi, shift), k01), 4));
       }
-#define TOWERS_MAC(i) s##i = Dp(Dp(s##i, lo, x##i + 2 * p), hi, x##i + 16 + 2 * p);
-      TOWERS_EACH_P(TOWERS_MAC)
+      if constexpr (R <= 2) {  // decode: the high nibbles into m (zero here), a second chain
+#define TOWERS_MAC(i) s##i = Dp(s##i, lo, x##i + 2 * p); m##i = Dp(m##i, hi, x##i + 16 + 2 * p);
+        TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
+      } else {
+#define TOWERS_MAC(i) s##i = Dp(Dp(s##i, lo, x##i + 2 * p), hi, x##i + 16 + 2 * p);
+        TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+      }
+    }
+    if constexpr (R <= 2) {
+#define TOWERS_FIN(i) s##i = hn::Add(s##i, m##i), m##i = z;
+      TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
     }
     if constexpr (kType == kQ5_0) {
 #define TOWERS_FIN(i) s##i = hn::Sub(s##i, hn::Set(d32, 16 * A[i].s[b]));
