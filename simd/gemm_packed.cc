@@ -499,17 +499,13 @@ HWY_NOINLINE void PackedGroup(const uint8_t* HWY_RESTRICT grp, const ActRow* A, 
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = hn::Zero(d32);
     m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = s0;
 #if HWY_TARGET == HWY_AVX3_DL
-    if constexpr (kVnni<kType>) {
-      PackedSumsVnni<kType, R>(d32, blk, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
-      return;
-    }
+    PackedSumsVnni<kType, R>(d32, blk, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+    return;
 #endif
 #if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
-    if constexpr (kSdot<kType>) {
-      if (sdot) {
-        PackedSumsSdot<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
-        return;
-      }
+    if (sdot) {
+      PackedSumsSdot<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+      return;
     }
 #endif
     PackedSums<kType, R>(d32, blk, sl, A, b, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
@@ -597,7 +593,7 @@ void GemmPackedType(const uint8_t* packed, size_t groups, const uint8_t* act, si
   constexpr size_t kActBudget = 256 * 1024;
   // Q6_K's madd kernel spills with 8 tokens (its 6-bit unpacking needs more registers): 4; Q2_K's and
   // Q3_K's too (their m or hmask terms).
-  constexpr size_t kR = (kType == kQ6_K || kType == kQ2_K || kType == kQ3_K) && !kVnni<kType>
+  constexpr size_t kR = (kType == kQ6_K || kType == kQ2_K || kType == kQ3_K) && HWY_TARGET != HWY_AVX3_DL
                            ? std::min<size_t>(kPackR, 4) : kPackR;
   constexpr size_t kMaxSteps = 32;  // token steps per tile (bounds the tile's ActRow table)
   const size_t tb = std::min(kMaxSteps * kR, std::max<size_t>(kR, (kActBudget / act_stride) / kR * kR));

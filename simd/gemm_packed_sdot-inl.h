@@ -35,9 +35,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
 using namespace qd;  // NOLINT
 
-template <GgmlType kType>
-constexpr bool kSdot = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K || kType == kQ6_K;
-
 // acc (int32 lane r) += the 4 int8 products of w's lane r with x's 4-byte group kGroup.
 template <int kGroup>
 HWY_INLINE int32x4_t Sdot(int32x4_t acc, uint8x16_t w, int8x16_t x) {
@@ -47,8 +44,8 @@ HWY_INLINE int32x4_t Sdot(int32x4_t acc, uint8x16_t w, int8x16_t x) {
   return acc;
 }
 // 16 consecutive activations x against four weight vectors whose lanes hold, per row, the weights
-// of x's 4-byte groups 0, 1, 2 and 3. (Weights as unsigned bytes: every code here is < 128 or,
-// for Q8_0, the int8 itself; sdot reads both operands as signed.)
+// of x's 4-byte groups 0, 1, 2 and 3. (Weights as unsigned bytes: every code here is < 128 or, for
+// Q8_0 and the IQ4 values, the int8 itself; sdot reads both operands as signed.)
 HWY_INLINE int32x4_t Dot16(int32x4_t acc, uint8x16_t w0, uint8x16_t w1, uint8x16_t w2, uint8x16_t w3,
                            const int8_t* HWY_RESTRICT x) {
   const int8x16_t xv = vld1q_s8(x);
@@ -64,6 +61,16 @@ HWY_INLINE uint8x16_t PairChunks(const uint8_t* HWY_RESTRICT chunk) {
 HWY_INLINE uint8x16_t DupChunk(const uint8_t* HWY_RESTRICT chunk) {
   const uint16x4_t a = vreinterpret_u16_u8(vld1_u8(chunk));
   return vreinterpretq_u8_u16(vcombine_u16(vzip1_u16(a, a), vzip2_u16(a, a)));
+}
+
+// Bits of v shifted right by n (the same n in every byte), masked, shifted left by `up`.
+HWY_INLINE uint8x16_t BitsAt(uint8x16_t v, int n, uint8_t mask, int up) {
+  const uint8x16_t b = vandq_u8(vshlq_u8(v, vdupq_n_s8(static_cast<int8_t>(-n))), vdupq_n_u8(mask));
+  return vshlq_u8(b, vdupq_n_s8(static_cast<int8_t>(up)));
+}
+// The IQ4 codebook values of 4-bit indices (as bytes: sdot reads them as the signed values).
+HWY_INLINE uint8x16_t Iq4(uint8x16_t idx) {
+  return vreinterpretq_u8_s8(vqtbl1q_s8(vld1q_s8(kIq4nlValues), idx));
 }
 
 // Exact int32 sums of one 4-row slice (rows sl..sl+3) of packed block b, as PackedSums.
@@ -101,6 +108,88 @@ HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t 
                  hn::Set(d32, 8 * A[i].s[b]));
     TOWERS_EACH_P(TOWERS_DOT)
 #undef TOWERS_DOT
+  } else if constexpr (kType == kIQ4_NL || kType == kQ4_1 || kType == kQ5_0 || kType == kQ5_1) {
+    // Q4_0's chunks: IQ4_NL's nibbles through the codebook; Q5_0 / Q5_1 with their fifth bits (each
+    // row's two plane bytes twice in its lane, shifted by p for chunk p's bytes, p + 1 for chunk
+    // p + 1's); Q5_0 minus 16 * sum(x).
+    const uint8_t* HWY_RESTRICT qs = blk + packed_qs_at(kType) + 2 * sl;
+    const uint8_t* HWY_RESTRICT qh = blk + packed_qh_at(kType) + 2 * sl;
+    uint8x16_t lo[4], hi[4];
+    for (size_t k = 0; k < 4; ++k) {
+      const uint8x16_t v = PairChunks(qs + 64 * k);
+      lo[k] = vandq_u8(v, k0F);   // elements 4k..4k+3
+      hi[k] = vshrq_n_u8(v, 4);  // elements 16+4k..
+      if constexpr (kType == kIQ4_NL) {
+        lo[k] = Iq4(lo[k]);
+        hi[k] = Iq4(hi[k]);
+      } else if constexpr (kType != kQ4_1) {
+        const uint8_t a = static_cast<uint8_t>(-static_cast<int>(2 * k)), c = static_cast<uint8_t>(-static_cast<int>(2 * k + 1));
+        const int8x16_t shift = vreinterpretq_s8_u32(vdupq_n_u32(a | a << 8 | c << 16 | static_cast<uint32_t>(c) << 24));
+        const uint8x16_t k01 = vdupq_n_u8(1);
+        lo[k] = vorrq_u8(lo[k], vshlq_n_u8(vandq_u8(vshlq_u8(DupChunk(qh), shift), k01), 4));
+        hi[k] = vorrq_u8(hi[k], vshlq_n_u8(vandq_u8(vshlq_u8(DupChunk(qh + 32), shift), k01), 4));
+      }
+    }
+#define TOWERS_DOT(i)                                                                                  \
+  s##i = V32{Dot16(Dot16(zero, lo[0], lo[1], lo[2], lo[3], A[i].q8 + e), hi[0], hi[1], hi[2], hi[3], \
+                   A[i].q8 + e + 16)};                                                                 \
+  if constexpr (kType == kQ5_0) s##i = hn::Sub(s##i, hn::Set(d32, 16 * A[i].s[b]));
+    TOWERS_EACH_P(TOWERS_DOT)
+#undef TOWERS_DOT
+  } else if constexpr (kType == kIQ4_XS) {
+    // Per sub-block j of 32: IQ4_NL's sum, times the row's int8 scale.
+    const hn::Rebind<int8_t, D32> di8x32;
+    const int8_t* HWY_RESTRICT sc = reinterpret_cast<const int8_t*>(blk + kIQ4XSScales) + sl;
+    const uint8_t* HWY_RESTRICT q = blk + kIQ4XSQuants + 2 * sl;
+    for (size_t j = 0; j < 8; ++j) {
+      uint8x16_t lo[4], hi[4];
+      for (size_t k = 0; k < 4; ++k) {
+        const uint8x16_t v = PairChunks(q + kIQ4XSSubBytes * j + 64 * k);
+        lo[k] = Iq4(vandq_u8(v, k0F));
+        hi[k] = Iq4(vshrq_n_u8(v, 4));
+      }
+      const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, sc + kPackRows * j));
+#define TOWERS_DOT(i)                                                                                  \
+  s##i = hn::Add(s##i, hn::Mul(V32{Dot16(Dot16(zero, lo[0], lo[1], lo[2], lo[3], A[i].q8 + e + 32 * j), \
+                                         hi[0], hi[1], hi[2], hi[3], A[i].q8 + e + 32 * j + 16)},      \
+                               scv));
+      TOWERS_EACH_P(TOWERS_DOT)
+#undef TOWERS_DOT
+    }
+  } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
+    // Per sub-block sb = 8h + 2j + k of 16: the 2-bit codes at bits 2j of chunks 16h + 8k + p (Q3_K:
+    // | bit 4h + j of hmask chunk 8k + p, at bit 2), as PackedSums.
+    const hn::Rebind<uint8_t, D32> du8x32;
+    const hn::Rebind<int8_t, D32> di8x32;
+    const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants) + 2 * sl;
+    const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask + 2 * sl;
+    const uint8_t* HWY_RESTRICT sc = blk + (kType == kQ2_K ? kQ2KScales : kQ3KScales) + sl;
+    for (size_t sb = 0; sb < 16; ++sb) {
+      const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
+      uint8x16_t w[4];
+      for (size_t pp = 0; pp < 4; ++pp) {  // elements 16 sb + 4pp..
+        w[pp] = BitsAt(PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp)), 2 * j, 3, 0);
+        if constexpr (kType == kQ3_K) w[pp] = vorrq_u8(w[pp], BitsAt(PairChunks(hm + 32 * (8 * k + 2 * pp)), 4 * h + j, 1, 2));
+      }
+      if constexpr (kType == kQ2_K) {
+        const auto scb = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + kPackRows * sb));
+        const auto scale = hn::And(scb, hn::Set(d32, 15));
+        const auto mn = hn::ShiftRight<4>(scb);
+#define TOWERS_DOT(i)                                                                             \
+  s##i = hn::Add(s##i, hn::Mul(V32{Dot16(zero, w[0], w[1], w[2], w[3], A[i].q8 + e + 16 * sb)}, scale)); \
+  m##i = hn::Add(m##i, hn::Mul(mn, hn::Set(d32, A[i].bs16[16 * b + sb])));
+        TOWERS_EACH_P(TOWERS_DOT)
+#undef TOWERS_DOT
+      } else {
+        const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, reinterpret_cast<const int8_t*>(sc) + kPackRows * sb));
+#define TOWERS_DOT(i)                                                                                         \
+  s##i = hn::Add(s##i, hn::Mul(hn::Sub(V32{Dot16(zero, w[0], w[1], w[2], w[3], A[i].q8 + e + 16 * sb)},      \
+                                       hn::Set(d32, 4 * A[i].bs16[16 * b + sb])),                           \
+                               scv));
+        TOWERS_EACH_P(TOWERS_DOT)
+#undef TOWERS_DOT
+      }
+    }
   } else if constexpr (kType == kQ6_K) {
     // Per 16-element scale group g: the 6-bit codes (0..63) times x, minus 32 * the group's
     // activation sum (A256 bs16), is sum (q - 32) * x; times the row's int8 scale. Chunk pair j
@@ -130,9 +219,10 @@ HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t 
 #undef TOWERS_DOT
     }
   } else {
-    static_assert(kType == kQ4_K);
-    // Per 64-element part c: sub-block 2c in the low nibbles, 2c+1 in the high ones; each sub-block's
-    // exact sum of q * x times the row's 6-bit scale, as PackedSums; then the min term.
+    static_assert(kType == kQ4_K || kType == kQ5_K);
+    // Per 64-element part c: sub-block 2c in the low nibbles, 2c+1 in the high ones (Q5_K: their fifth
+    // bits at bits 2c, 2c+1 of the qh chunks); each sub-block's exact sum of q * x times the row's
+    // 6-bit scale, as PackedSums; then the min term.
     const hn::Rebind<uint8_t, D32> du8x32;
     const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales + sl;
     const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants + 2 * sl;
@@ -142,6 +232,11 @@ HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t 
         const uint8x16_t v = PairChunks(q + 512 * c + 64 * k);
         lo[k] = vandq_u8(v, k0F);   // elements 64c + 4k..
         hi[k] = vshrq_n_u8(v, 4);  // elements 64c + 32 + 4k..
+        if constexpr (kType == kQ5_K) {
+          const uint8x16_t H = PairChunks(blk + kQ5KQh + 2 * sl + 64 * k);
+          lo[k] = vorrq_u8(lo[k], BitsAt(H, static_cast<int>(2 * c), 1, 4));
+          hi[k] = vorrq_u8(hi[k], BitsAt(H, static_cast<int>(2 * c + 1), 1, 4));
+        }
       }
       const auto scl = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c));
       const auto sch = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + 32 * c + 16));

@@ -40,10 +40,6 @@ using namespace qd;  // NOLINT
 // broadcast to all lanes. Offsets are exact int32 terms: Q4_0 -8 * sum(x), Q5_0 -16 * sum(x), Q8_0 and
 // IQ4 -128 * sum(x), Q3_K -4 and Q6_K -32 times 16-element sums. Every sum is the same integer as on
 // the other targets.
-template <GgmlType kType>
-constexpr bool kVnni = kType == kQ4_0 || kType == kQ8_0 || kType == kQ4_K || kType == kQ6_K || kType == kIQ4_NL ||
-                       kType == kIQ4_XS || kType == kQ2_K || kType == kQ3_K || kType == kQ5_K || kType == kQ4_1 ||
-                       kType == kQ5_0 || kType == kQ5_1;
 
 // Lane r (of 16) = words r and 16 + r of v: row r's bytes of chunk p, then of chunk p + 1.
 HWY_INLINE __m512i PairChunks(const uint8_t* HWY_RESTRICT p) {
@@ -371,9 +367,6 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
     Q4KMinSums<R>(d32, blk + kQ4KMins, A, b, m0, m1, m2, m3, m4, m5, m6, m7);
   }
 }
-#else
-template <GgmlType kType>
-constexpr bool kVnni = false;
 #endif  // HWY_TARGET == HWY_AVX3_DL
 
 }  // namespace HWY_NAMESPACE

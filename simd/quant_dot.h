@@ -133,11 +133,10 @@ void gemm_q(uint32_t weight_type, const void* w, size_t row_stride, size_t rows,
 // Per (row, token) the kernel sums exact int32 products per block and adds (int32 sum as f32) *
 // (d_w * d_x) into an f32 accumulator block after block: the result does not depend on T, on the
 // group range of the call or on the thread (it differs from gemm_q's rounding).
-// On aarch64 CPUs with the Armv8.2 dot product (HWCAP_ASIMDDP), Highway's NEON target runs Q4_0,
-// Q8_0, Q4_K and Q6_K with sdot (gemm_packed_sdot-inl.h): one instruction per 4 int8 products per
-// row, weight bytes paired per row as for VNNI, the same exact int32 sums, so the same bits. (Q2_K,
-// Q3_K, Q4_1, Q5_0, Q5_1, Q5_K, IQ4_NL and IQ4_XS take the int16 madd kernels there: no sdot variant
-// yet.)
+// On aarch64 CPUs with the Armv8.2 dot product (HWCAP_ASIMDDP), Highway's NEON target runs every
+// packed type with sdot (gemm_packed_sdot-inl.h): one instruction per 4 int8 products per row, weight
+// bytes paired per row as for VNNI (IQ4 values through a tbl lookup, read as signed), the same exact
+// int32 sums, so the same bits.
 constexpr size_t kPackRows = 16;
 // True for the types with a packed layout: every type gemm_q reads.
 bool has_packed(uint32_t weight_type);

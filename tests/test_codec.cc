@@ -568,7 +568,7 @@ TEST_CASE("a record decodes with the rounding it was coded with: F32 (older stor
 }
 
 TEST_CASE("a record decodes with the packed kernel set it was coded with: gemm_q (older stores) or packed") {
-  // Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS matrices: packed copies since 2026-11-28
+  // Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS matrices: packed copies since 2026-11-27
   // (PackedSet::Extended), gemm_q's rows before.
   for (const char* type : {"q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k_m", "q5_k_m"}) {
     CAPTURE(type);

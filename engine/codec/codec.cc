@@ -278,7 +278,7 @@ constexpr uint8_t kMagic[4] = {'T', 'W', 'C', 'Z'};
 // Store header flags (byte 5).
 constexpr uint8_t kFlagFast = 1;          // the fast kernels (else the reference ones)
 constexpr uint8_t kFlagGgmlRounding = 2;  // Rounding::Ggml (else F32: stores written before 2026-11-27)
-// Bits 2-3: the PackedSet number (0 = Classic: stores written before 2026-11-28).
+// Bits 2-3: the PackedSet number (0 = Classic: every store written before the field existed).
 constexpr int kFlagPackedSetShift = 2;
 constexpr uint8_t kFlagPackedSetMask = 3 << kFlagPackedSetShift;
 constexpr uint16_t kChunkedFlag = 0x8000;  // in a record's first two bytes, above the tokens check
@@ -487,7 +487,7 @@ struct Start {
 //   (Forward::set_onednn_min_tokens), and encoding prefills chunks where decoding goes token by token,
 //   so only the fast kernels give both sides the same probabilities (docs/codec.md);
 // - the rounding and the packed kernel set the store header records (Rounding::Ggml since 2026-11-27,
-//   F32 before; PackedSet::Extended since 2026-11-28, Classic before), so a record decodes with the
+//   F32 before; PackedSet::Extended since later that day, Classic before), so a record decodes with the
 //   arithmetic that coded it.
 class StoreArithmetic {
  public:

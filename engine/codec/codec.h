@@ -90,7 +90,7 @@ struct CodecStoreHeader {
   // The Forward's rounding the records were coded with (flags bit 1; stores written before
   // 2026-11-27 have F32); the codec's passes switch the Forward to it.
   Rounding rounding = Rounding::Ggml;
-  // The Forward's packed kernel set (flags bits 2-3; stores written before 2026-11-28 have Classic).
+  // The Forward's packed kernel set (flags bits 2-3; stores written before it existed have 0, Classic).
   PackedSet packed_set = kLatestPackedSet;
   uint64_t fingerprint = 0;  // model_fingerprint of the coder model
   uint16_t target_tag = 0;   // codec_target_tag() of the encoder (named in errors when logits differ)

@@ -35,8 +35,8 @@ enum class Rounding : uint8_t { Ggml, F32 };
 // (Forward::set_packed_set); the others take gemm_q's per-row kernels, which round otherwise. Numbered
 // in the order they were added: the codec's store header records the number (docs/codec.md).
 enum class PackedSet : uint8_t {
-  Classic = 0,  // Q4_0, Q8_0, Q4_K, Q6_K: stores written before 2026-11-28
-  Extended = 1,  // every type gemm_q reads (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS too): 2026-11-28
+  Classic = 0,   // Q4_0, Q8_0, Q4_K, Q6_K: every store written before Extended (flags bits 2-3 zero)
+  Extended = 1,  // every type gemm_q reads (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS too)
 };
 constexpr PackedSet kLatestPackedSet = PackedSet::Extended;
 // Whether the packed copy of a matrix of this GGUF type is read under `set`.
