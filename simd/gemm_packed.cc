@@ -291,14 +291,10 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
 #undef TOWERS_FIN
   } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
     // Per sub-block sb = 8h + 2j + k of 16 (elements 16 sb + 2p, +1 in bits 2j of quant chunk
-    // 16h + 8k + p; Q3_K's third bit is bit 4h + j of hmask chunk 8k + p): exact int32 sums of q * x
-    // (Q3_K: q - 4), times the row's scale (Q2_K: the low nibble of its scale byte; the high nibble
-    // is the min, times A256's 16-element sum, into m).
-    const hn::Rebind<uint8_t, D32> du8x32;
-    const hn::Rebind<int8_t, D32> di8x32;
+    // 16h + 8k + p; Q3_K's third bit is bit 4h + j of hmask chunk 8k + p): exact int32 sums of the
+    // codes times x, then LowBitScales (Q2_K's scale and min; Q3_K's q = code - 4 and scale).
     const auto k3 = hn::Set(du16, uint16_t{3});
     const auto k1 = hn::Set(du16, uint16_t{1});
-    const auto k4 = hn::Set(du16, uint16_t{4});
     const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants) + 2 * sl;
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask + 2 * sl;
     const uint8_t* HWY_RESTRICT sc = blk + (kType == kQ2_K ? kQ2KScales : kQ3KScales) + sl;
@@ -310,28 +306,18 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
         auto w = hn::And(hn::ShiftRightSame(hn::PromoteTo(du16, hn::LoadU(du8, q + 32 * (16 * h + 8 * k + p))), 2 * j), k3);
         if constexpr (kType == kQ3_K) {
           const auto hb = hn::PromoteTo(du16, hn::LoadU(du8, hm + 32 * (8 * k + p)));
-          w = hn::Sub(hn::Or(w, hn::ShiftLeft<2>(hn::And(hn::ShiftRightSame(hb, 4 * h + j), k1))), k4);
+          w = hn::Or(w, hn::ShiftLeft<2>(hn::And(hn::ShiftRightSame(hb, 4 * h + j), k1)));
         }
         const auto wv = hn::BitCast(d16, w);
 #define TOWERS_MAC(i) l##i = hn::ReorderWidenMulAccumulate(d32, wv, PairAt(d16, aq##i + 16 * sb + 2 * p), l##i, lu##i);
         TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
       }
-      if constexpr (kType == kQ2_K) {
-        const auto scb = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + kPackRows * sb));
-        const auto scale = hn::And(scb, hn::Set(d32, 15));
-        const auto mn = hn::ShiftRight<4>(scb);
-#define TOWERS_SC(i)                                                                   \
-  s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scale)); \
-  m##i = hn::Add(m##i, hn::Mul(mn, hn::Set(d32, A[i].bs16[16 * b + sb])));
-        TOWERS_EACH_P(TOWERS_SC)
-#undef TOWERS_SC
-      } else {
-        const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, reinterpret_cast<const int8_t*>(sc) + kPackRows * sb));
-#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::RearrangeToOddPlusEven(l##i, lu##i), scv));
-        TOWERS_EACH_P(TOWERS_SC)
-#undef TOWERS_SC
-      }
+#define TOWERS_FIN(i) l##i = hn::RearrangeToOddPlusEven(l##i, lu##i);
+      TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+      LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4,
+                             s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
     }
   } else if constexpr (kType == kIQ4_XS) {
     // Per sub-block j of 32: IQ4_NL's sums, times the row's int8 scale (|sum| <= 127 * 127 * 32, times

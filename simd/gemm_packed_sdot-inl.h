@@ -159,8 +159,6 @@ HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t 
   } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
     // Per sub-block sb = 8h + 2j + k of 16: the 2-bit codes at bits 2j of chunks 16h + 8k + p (Q3_K:
     // | bit 4h + j of hmask chunk 8k + p, at bit 2), as PackedSums.
-    const hn::Rebind<uint8_t, D32> du8x32;
-    const hn::Rebind<int8_t, D32> di8x32;
     const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants) + 2 * sl;
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask + 2 * sl;
     const uint8_t* HWY_RESTRICT sc = blk + (kType == kQ2_K ? kQ2KScales : kQ3KScales) + sl;
@@ -171,24 +169,12 @@ HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t 
         w[pp] = BitsAt(PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp)), 2 * j, 3, 0);
         if constexpr (kType == kQ3_K) w[pp] = vorrq_u8(w[pp], BitsAt(PairChunks(hm + 32 * (8 * k + 2 * pp)), 4 * h + j, 1, 2));
       }
-      if constexpr (kType == kQ2_K) {
-        const auto scb = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + kPackRows * sb));
-        const auto scale = hn::And(scb, hn::Set(d32, 15));
-        const auto mn = hn::ShiftRight<4>(scb);
-#define TOWERS_DOT(i)                                                                             \
-  s##i = hn::Add(s##i, hn::Mul(V32{Dot16(zero, w[0], w[1], w[2], w[3], A[i].q8 + e + 16 * sb)}, scale)); \
-  m##i = hn::Add(m##i, hn::Mul(mn, hn::Set(d32, A[i].bs16[16 * b + sb])));
-        TOWERS_EACH_P(TOWERS_DOT)
+      TOWERS_ZERO8(l, z)
+#define TOWERS_DOT(i) l##i = V32{Dot16(zero, w[0], w[1], w[2], w[3], A[i].q8 + e + 16 * sb)};
+      TOWERS_EACH_P(TOWERS_DOT)
 #undef TOWERS_DOT
-      } else {
-        const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, reinterpret_cast<const int8_t*>(sc) + kPackRows * sb));
-#define TOWERS_DOT(i)                                                                                         \
-  s##i = hn::Add(s##i, hn::Mul(hn::Sub(V32{Dot16(zero, w[0], w[1], w[2], w[3], A[i].q8 + e + 16 * sb)},      \
-                                       hn::Set(d32, 4 * A[i].bs16[16 * b + sb])),                           \
-                               scv));
-        TOWERS_EACH_P(TOWERS_DOT)
-#undef TOWERS_DOT
-      }
+      LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4,
+                             s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
     }
   } else if constexpr (kType == kQ6_K) {
     // Per 16-element scale group g: the 6-bit codes (0..63) times x, minus 32 * the group's

@@ -192,8 +192,6 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
     // Q3_K: | bit 4h + j of hmask chunk 8k + p, shifted to bit 2) as the unsigned operand, so Q3_K's
     // sum of (q - 4) * x is minus 4 * A256's 16-element sum; times the scale as in PackedSums. Up to 2
     // tokens the chunks 0-3 and 4-7 go to separate sums (shorter chains).
-    const hn::Rebind<uint8_t, D32> du8x32;
-    const hn::Rebind<int8_t, D32> di8x32;
     const __m512i k03 = _mm512_set1_epi8(3), k01 = _mm512_set1_epi8(1);
     const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants);
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask;
@@ -224,22 +222,11 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
 #undef TOWERS_MAC
         }
       }
-      if constexpr (kType == kQ2_K) {
-        const auto scb = hn::PromoteTo(d32, hn::LoadU(du8x32, sc + kPackRows * sb));
-        const auto scale = hn::And(scb, hn::Set(d32, 15));
-        const auto mn = hn::ShiftRight<4>(scb);
-#define TOWERS_SC(i)                                                 \
-  s##i = hn::Add(s##i, hn::Mul(hn::Add(l##i, h##i), scale)); \
-  m##i = hn::Add(m##i, hn::Mul(mn, hn::Set(d32, A[i].bs16[16 * b + sb])));
-        TOWERS_EACH_P(TOWERS_SC)
-#undef TOWERS_SC
-      } else {
-        const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, reinterpret_cast<const int8_t*>(sc) + kPackRows * sb));
-#define TOWERS_SC(i) \
-  s##i = hn::Add(s##i, hn::Mul(hn::Sub(hn::Add(l##i, h##i), hn::Set(d32, 4 * A[i].bs16[16 * b + sb])), scv));
-        TOWERS_EACH_P(TOWERS_SC)
-#undef TOWERS_SC
-      }
+#define TOWERS_FIN(i) l##i = hn::Add(l##i, h##i);
+      TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+      LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4,
+                             s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
     }
   } else if constexpr (kType == kIQ4_XS) {
     // Per sub-block j: IQ4_NL's sum (codebook + 128, minus 128 * A256's 32-element sum), times the

@@ -1,7 +1,7 @@
 // Per-target helpers shared by the quantized-dot kernels (gemm_q.cc, gemm_packed.cc and
 // gemm_packed_vnni-inl.h): f16 loads, int16 scale pairs and activation pairs broadcast to all lanes,
-// the IQ4 codebook lookup, the packed Q4_K min term, and the expansion of one statement per
-// activation row. Included once per Highway target.
+// the IQ4 codebook lookup, the packed Q2_K/Q3_K scale step and Q4_K min term, and the expansion of one
+// statement per activation row. Included once per Highway target.
 
 // The row expansions are plain macros (defined once for all targets).
 #ifndef TOWERS_SIMD_QUANT_DOT_ROWS
@@ -111,6 +111,34 @@ HWY_INLINE hn::Vec<D16> Iq4Values(D16 d16, hn::Vec<hn::Rebind<uint8_t, D16>> idx
     return hn::PromoteTo(d16, hn::BitCast(di8, hn::TableLookupBytes(hn::LoadDup128(d8, kIq4nlValues), idx)));
   }
 #endif
+}
+
+// Q2_K's and Q3_K's per-sub-block step in the packed kernels (every target): from l_i, the exact int32
+// sums of sub-block sb's codes times activation row i (one lane per row of the slice), s_i += scale *
+// l_i (Q3_K: scale * (l_i - 4 * the sub-block's 16-element sum), its codes being q + 4), and Q2_K's
+// m_i += min * that sum. sc: the slice's scale bytes of sub-block sb (Q2_K scale | min << 4, Q3_K
+// int8).
+template <GgmlType kType, size_t R, class D32, class V32>
+HWY_INLINE void LowBitScales(D32 d32, const uint8_t* HWY_RESTRICT sc, const qd::ActRow* A, size_t b, size_t sb,
+                             TOWERS_V8(l), TOWERS_V8(s), TOWERS_V8(m)) {
+  if constexpr (kType == GgmlType::Q2_K) {
+    const hn::Rebind<uint8_t, D32> du8x32;
+    const auto scb = hn::PromoteTo(d32, hn::LoadU(du8x32, sc));
+    const auto scale = hn::And(scb, hn::Set(d32, 15));
+    const auto mn = hn::ShiftRight<4>(scb);
+#define TOWERS_SC(i)                                   \
+  s##i = hn::Add(s##i, hn::Mul(l##i, scale)); \
+  m##i = hn::Add(m##i, hn::Mul(mn, hn::Set(d32, A[i].bs16[16 * b + sb])));
+    TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+  } else {
+    static_assert(kType == GgmlType::Q3_K);
+    const hn::Rebind<int8_t, D32> di8x32;
+    const auto scv = hn::PromoteTo(d32, hn::LoadU(di8x32, reinterpret_cast<const int8_t*>(sc)));
+#define TOWERS_SC(i) s##i = hn::Add(s##i, hn::Mul(hn::Sub(l##i, hn::Set(d32, 4 * A[i].bs16[16 * b + sb])), scv));
+    TOWERS_EACH_P(TOWERS_SC)
+#undef TOWERS_SC
+  }
 }
 
 // Q4_K's min term in the packed kernels, for up to 8 activation rows: m_i += sum_j min_j * bsum_j
