@@ -192,41 +192,50 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
     // Q3_K: | bit 4h + j of hmask chunk 8k + p, shifted to bit 2) as the unsigned operand, so Q3_K's
     // sum of (q - 4) * x is minus 4 * A256's 16-element sum; times the scale as in PackedSums. Up to 2
     // tokens the chunks 0-3 and 4-7 go to separate sums (shorter chains).
+    // The 4 chunk pairs of (h, k) serve its 4 sub-blocks j (one shift each): loaded once.
     const __m512i k03 = _mm512_set1_epi8(3), k01 = _mm512_set1_epi8(1);
     const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants);
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask;
     const uint8_t* HWY_RESTRICT sc = blk + (kType == kQ2_K ? kQ2KScales : kQ3KScales);
-    for (size_t sb = 0; sb < 16; ++sb) {
-      const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
-      const __m128i qshift = _mm_cvtsi32_si128(2 * j), hshift = _mm_cvtsi32_si128(4 * h + j);
-      auto codes = [&](size_t p) {  // elements 16 sb + 2p .. + 3 of each row
-        __m512i w = _mm512_and_si512(_mm512_srl_epi16(PairChunks(q + 32 * (16 * h + 8 * k + p)), qshift), k03);
-        if constexpr (kType == kQ3_K) {
-          const __m512i hb = _mm512_and_si512(_mm512_srl_epi16(PairChunks(hm + 32 * (8 * k + p)), hshift), k01);
-          w = _mm512_or_si512(w, _mm512_slli_epi16(hb, 2));
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 2; ++k) {
+        __m512i v[4], hb[4];
+        for (size_t pp = 0; pp < 4; ++pp) {  // elements 4pp .. 4pp + 3 of each sub-block of (h, k)
+          v[pp] = PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp));
+          hb[pp] = kType == kQ3_K ? PairChunks(hm + 32 * (8 * k + 2 * pp)) : v[pp];
         }
-        return w;
-      };
-      TOWERS_ZERO8(l, z)
-      TOWERS_ZERO8(h, z)
-      const size_t es = e + 16 * sb;
-      for (size_t p = 0; p < 4; p += 2) {
-        const __m512i wa = codes(p), wb = codes(p + 4);
-        if constexpr (R <= 2) {
-#define TOWERS_MAC(i) l##i = Dp(l##i, wa, A[i].q8 + es + 2 * p); h##i = Dp(h##i, wb, A[i].q8 + es + 2 * p + 8);
-          TOWERS_EACH_P(TOWERS_MAC)
+        for (int j = 0; j < 4; ++j) {
+          const size_t sb = static_cast<size_t>(8 * h + 2 * j + k);
+          const __m128i qshift = _mm_cvtsi32_si128(2 * j), hshift = _mm_cvtsi32_si128(4 * h + j);
+          auto codes = [&](size_t pp) {
+            __m512i w = _mm512_and_si512(_mm512_srl_epi16(v[pp], qshift), k03);
+            if constexpr (kType == kQ3_K) {
+              w = _mm512_or_si512(w, _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(hb[pp], hshift), k01), 2));
+            }
+            return w;
+          };
+          TOWERS_ZERO8(l, z)
+          TOWERS_ZERO8(h, z)
+          const size_t es = e + 16 * sb;
+          for (size_t pp = 0; pp < 2; ++pp) {
+            const __m512i wa = codes(pp), wb = codes(pp + 2);
+            if constexpr (R <= 2) {
+#define TOWERS_MAC(i) l##i = Dp(l##i, wa, A[i].q8 + es + 4 * pp); h##i = Dp(h##i, wb, A[i].q8 + es + 4 * pp + 8);
+              TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
-        } else {
-#define TOWERS_MAC(i) l##i = Dp(Dp(l##i, wa, A[i].q8 + es + 2 * p), wb, A[i].q8 + es + 2 * p + 8);
-          TOWERS_EACH_P(TOWERS_MAC)
+            } else {
+#define TOWERS_MAC(i) l##i = Dp(Dp(l##i, wa, A[i].q8 + es + 4 * pp), wb, A[i].q8 + es + 4 * pp + 8);
+              TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
+            }
+          }
+#define TOWERS_FIN(i) l##i = hn::Add(l##i, h##i);
+          TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+          LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3,
+                                 s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
         }
       }
-#define TOWERS_FIN(i) l##i = hn::Add(l##i, h##i);
-      TOWERS_EACH_P(TOWERS_FIN)
-#undef TOWERS_FIN
-      LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4,
-                             s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
     }
   } else if constexpr (kType == kIQ4_XS) {
     // Per sub-block j: IQ4_NL's sum (codebook + 128, minus 128 * A256's 32-element sum), times the
