@@ -42,8 +42,9 @@ using namespace qd;  // NOLINT
 // int32 lane r of a slice = row r. Activation pairs (two int16 = one int32) are broadcast to all
 // lanes; weights are unpacked once per block and applied to up to kPackR (8 with AVX-512's 32
 // registers, else 4) activation rows. Per (row, token) and block, every type computes exact int32
-// sums and then acc += (sum as f32) * (d_w * d_x); Q4_K adds a second such term, its min sum times
-// (-dmin_w * d_x). The SCALAR target runs the same arithmetic with plain loops.
+// sums and then acc += (sum as f32) * (d_w * d_x); Q2_K, Q4_K and Q5_K add a second such term, their
+// min sum times (-dmin_w * d_x), Q4_1 and Q5_1 add m_w * ds_x. The SCALAR target runs the same
+// arithmetic with plain loops.
 
 // The types with a min term (m sums times -dmin, at kQ4KDmin = kQ2KDmin).
 template <GgmlType kType>

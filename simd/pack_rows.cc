@@ -130,11 +130,7 @@ void pack_legacy(const Block& blk, uint8_t* o, size_t r) {
 }
 }  // namespace
 
-bool has_packed(uint32_t t) {
-  const GgmlType type = static_cast<GgmlType>(t);
-  return type == kQ4_0 || type == kQ8_0 || type == kQ4_K || type == kQ6_K || type == kIQ4_NL || type == kIQ4_XS ||
-         type == kQ2_K || type == kQ3_K || type == kQ5_K || type == kQ4_1 || type == kQ5_0 || type == kQ5_1;
-}
+bool has_packed(uint32_t t) { return has_kernel(static_cast<GgmlType>(t)); }  // every gemm_q type
 
 size_t packed_group_bytes(uint32_t t, size_t n) {
   const GgmlType type = static_cast<GgmlType>(t);

@@ -39,6 +39,12 @@ for chunk in 0 64; do
   cmp "$tmp/in.txt" "$tmp/out$chunk.txt" || { echo "round trip is not exact"; exit 1; }
 done
 
+# `codec info` names the arithmetic a container was coded with (docs/codec.md, store header flags).
+info="$("$towerctl" codec info "$tmp/c0.tcz")"
+for want in "kernels fast" "rounding ggml" "packed_set 1"; do
+  grep -qx "$want" <<< "$info" || { echo "codec info lacks '$want':"; echo "$info"; exit 1; }
+done
+
 # A damaged container is refused (non-zero exit, a message naming the CRC), and so is another model.
 cp "$tmp/c0.tcz" "$tmp/bad.tcz"
 byte=$(od -An -tu1 -j40 -N1 "$tmp/bad.tcz" | tr -d ' ')
