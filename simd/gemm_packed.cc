@@ -90,7 +90,7 @@ HWY_INLINE void ScalarPackedSums(const uint8_t* HWY_RESTRICT blk, size_t r, cons
     }
   } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
     const int16_t* x = a.q + b * 256;
-    const size_t quants = kType == kQ2_K ? kQ2KQuants : kQ3KQuants;
+    const size_t quants = packed_qs_at(kType);
     for (size_t sb = 0; sb < 16; ++sb) {
       const size_t h = sb / 8, j = (sb % 8) / 2, k = sb % 2;
       int32_t l = 0;
@@ -250,16 +250,16 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
     const uint8_t* HWY_RESTRICT qs = blk + packed_qs_at(kType) + 2 * sl;
     const uint8_t* HWY_RESTRICT qh = blk + packed_qh_at(kType) + 2 * sl;
     const auto k16 = hn::Set(du16, uint16_t{16});
-    auto fifth = [&](size_t plane, int p) {
-      const auto H = hn::PromoteTo(du16, hn::LoadU(du8, qh + 32 * plane));
-      return hn::And(hn::ShiftLeft<4>(hn::ShiftRightSame(H, p)), k16);
-    };
+    // The planes (loaded once; Q4_1 has none and ignores them), bit p as 16.
+    const auto H0 = kHasQh<kType> ? hn::PromoteTo(du16, hn::LoadU(du8, qh)) : k16;
+    const auto H1 = kHasQh<kType> ? hn::PromoteTo(du16, hn::LoadU(du8, qh + 32)) : k16;
+    auto fifth = [&](decltype(k16) H, int p) { return hn::And(hn::ShiftLeft<4>(hn::ShiftRightSame(H, p)), k16); };
     for (size_t p = 0; p < 8; ++p) {
       const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qs + 32 * p));
       auto lo16 = hn::And(bytes, k15), hi16 = hn::ShiftRight<4>(bytes);
       if constexpr (kHasQh<kType>) {
-        lo16 = hn::Or(lo16, fifth(0, static_cast<int>(p)));
-        hi16 = hn::Or(hi16, fifth(1, static_cast<int>(p)));
+        lo16 = hn::Or(lo16, fifth(H0, static_cast<int>(p)));
+        hi16 = hn::Or(hi16, fifth(H1, static_cast<int>(p)));
       }
       const auto lo = hn::BitCast(d16, lo16), hi = hn::BitCast(d16, hi16);
 #define TOWERS_MAC(i)                                                                    \
@@ -296,9 +296,9 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
     // codes times x, then LowBitScales (Q2_K's scale and min; Q3_K's q = code - 4 and scale).
     const auto k3 = hn::Set(du16, uint16_t{3});
     const auto k1 = hn::Set(du16, uint16_t{1});
-    const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants) + 2 * sl;
+    const uint8_t* HWY_RESTRICT q = blk + packed_qs_at(kType) + 2 * sl;
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask + 2 * sl;
-    const uint8_t* HWY_RESTRICT sc = blk + (kType == kQ2_K ? kQ2KScales : kQ3KScales) + sl;
+    const uint8_t* HWY_RESTRICT sc = blk + packed_scales_at(kType) + sl;
     for (size_t sb = 0; sb < 16; ++sb) {
       const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
       TOWERS_ZERO8(l, z)
@@ -392,8 +392,8 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
     const uint8_t* HWY_RESTRICT sc = blk + kQ4KScales + sl;
     const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants + 2 * sl;
     const auto k16 = hn::Set(du16, uint16_t{16});
-    auto fifth = [&](size_t p, int bit) {  // Q5_K: bit `bit` of qh chunk p, as 16
-      const auto H = hn::PromoteTo(du16, hn::LoadU(du8, blk + kQ5KQh + 2 * sl + 32 * p));
+    const uint8_t* HWY_RESTRICT qh = blk + kQ5KQh + 2 * sl;
+    auto fifth = [&](decltype(k16) H, int bit) {  // Q5_K: bit `bit` of a qh chunk H, as 16
       return hn::And(hn::ShiftLeft<4>(hn::ShiftRightSame(H, bit)), k16);
     };
     // Up to 4 tokens: both sub-blocks of a part at once (each chunk unpacked once).
@@ -408,8 +408,9 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
         const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qc + 32 * p));
         auto lo16 = hn::And(bytes, k15), hi16 = hn::ShiftRight<4>(bytes);
         if constexpr (kType == kQ5_K) {
-          lo16 = hn::Or(lo16, fifth(p, static_cast<int>(2 * c)));
-          hi16 = hn::Or(hi16, fifth(p, static_cast<int>(2 * c + 1)));
+          const auto H = hn::PromoteTo(du16, hn::LoadU(du8, qh + 32 * p));
+          lo16 = hn::Or(lo16, fifth(H, static_cast<int>(2 * c)));
+          hi16 = hn::Or(hi16, fifth(H, static_cast<int>(2 * c + 1)));
         }
         const auto lo = hn::BitCast(d16, lo16);
         const auto hi = hn::BitCast(d16, hi16);
@@ -438,7 +439,9 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
       for (size_t p = 0; p < 16; ++p) {
         const auto bytes = hn::PromoteTo(du16, hn::LoadU(du8, qc + 32 * p));
         auto w16 = half ? hn::ShiftRight<4>(bytes) : hn::And(bytes, k15);
-        if constexpr (kType == kQ5_K) w16 = hn::Or(w16, fifth(p, static_cast<int>(j)));
+        if constexpr (kType == kQ5_K) {
+          w16 = hn::Or(w16, fifth(hn::PromoteTo(du16, hn::LoadU(du8, qh + 32 * p)), static_cast<int>(j)));
+        }
         const auto w = hn::BitCast(d16, w16);
 #define TOWERS_MAC(i) l##i = hn::ReorderWidenMulAccumulate(d32, w, PairAt(d16, aq##i + ej + 2 * p), l##i, lu##i);
         TOWERS_EACH_P(TOWERS_MAC)

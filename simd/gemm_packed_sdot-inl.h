@@ -115,6 +115,7 @@ HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t 
     const uint8_t* HWY_RESTRICT qs = blk + packed_qs_at(kType) + 2 * sl;
     const uint8_t* HWY_RESTRICT qh = blk + packed_qh_at(kType) + 2 * sl;
     uint8x16_t lo[4], hi[4];
+    [[maybe_unused]] const uint8x16_t H0 = DupChunk(qh), H1 = DupChunk(qh + 32);  // Q5_0 / Q5_1 planes
     for (size_t k = 0; k < 4; ++k) {
       const uint8x16_t v = PairChunks(qs + 64 * k);
       lo[k] = vandq_u8(v, k0F);   // elements 4k..4k+3
@@ -126,8 +127,8 @@ HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t 
         const uint8_t a = static_cast<uint8_t>(-static_cast<int>(2 * k)), c = static_cast<uint8_t>(-static_cast<int>(2 * k + 1));
         const int8x16_t shift = vreinterpretq_s8_u32(vdupq_n_u32(a | a << 8 | c << 16 | static_cast<uint32_t>(c) << 24));
         const uint8x16_t k01 = vdupq_n_u8(1);
-        lo[k] = vorrq_u8(lo[k], vshlq_n_u8(vandq_u8(vshlq_u8(DupChunk(qh), shift), k01), 4));
-        hi[k] = vorrq_u8(hi[k], vshlq_n_u8(vandq_u8(vshlq_u8(DupChunk(qh + 32), shift), k01), 4));
+        lo[k] = vorrq_u8(lo[k], vshlq_n_u8(vandq_u8(vshlq_u8(H0, shift), k01), 4));
+        hi[k] = vorrq_u8(hi[k], vshlq_n_u8(vandq_u8(vshlq_u8(H1, shift), k01), 4));
       }
     }
 #define TOWERS_DOT(i)                                                                                  \
@@ -159,9 +160,9 @@ HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t 
   } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
     // Per sub-block sb = 8h + 2j + k of 16: the 2-bit codes at bits 2j of chunks 16h + 8k + p (Q3_K:
     // | bit 4h + j of hmask chunk 8k + p, at bit 2), as PackedSums.
-    const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants) + 2 * sl;
+    const uint8_t* HWY_RESTRICT q = blk + packed_qs_at(kType) + 2 * sl;
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask + 2 * sl;
-    const uint8_t* HWY_RESTRICT sc = blk + (kType == kQ2_K ? kQ2KScales : kQ3KScales) + sl;
+    const uint8_t* HWY_RESTRICT sc = blk + packed_scales_at(kType) + sl;
     for (size_t sb = 0; sb < 16; ++sb) {
       const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
       uint8x16_t w[4];

@@ -194,9 +194,9 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
     // tokens the chunks 0-3 and 4-7 go to separate sums (shorter chains).
     // The 4 chunk pairs of (h, k) serve its 4 sub-blocks j (one shift each): loaded once.
     const __m512i k03 = _mm512_set1_epi8(3), k01 = _mm512_set1_epi8(1);
-    const uint8_t* HWY_RESTRICT q = blk + (kType == kQ2_K ? kQ2KQuants : kQ3KQuants);
+    const uint8_t* HWY_RESTRICT q = blk + packed_qs_at(kType);
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask;
-    const uint8_t* HWY_RESTRICT sc = blk + (kType == kQ2_K ? kQ2KScales : kQ3KScales);
+    const uint8_t* HWY_RESTRICT sc = blk + packed_scales_at(kType);
     for (int h = 0; h < 2; ++h) {
       for (int k = 0; k < 2; ++k) {
         __m512i v[4], hb[4];
@@ -312,9 +312,8 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
     const uint8_t* HWY_RESTRICT q = blk + kQ4KQuants;
     // Q5_K: bit `bit` of the qh chunk pair at p, as 16 (the fifth bit of sub-block `bit`'s codes).
     const __m512i k10 = _mm512_set1_epi8(0x10);
-    auto fifth = [&](size_t p, int bit) {
-      const __m512i H = _mm512_srl_epi16(PairChunks(blk + kQ5KQh + 32 * p), _mm_cvtsi32_si128(bit));
-      return _mm512_and_si512(_mm512_slli_epi16(H, 4), k10);
+    auto fifth = [&](__m512i H, int bit) {
+      return _mm512_and_si512(_mm512_slli_epi16(_mm512_srl_epi16(H, _mm_cvtsi32_si128(bit)), 4), k10);
     };
     // Up to 2 tokens: both sub-blocks of a part from one load of each chunk pair.
     if constexpr (R <= 2) for (size_t c = 0; c < 4; ++c) {
@@ -326,8 +325,9 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
         const __m512i v = PairChunks(qc + 32 * p);
         __m512i wl = _mm512_and_si512(v, k0F), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), k0F);
         if constexpr (kType == kQ5_K) {
-          wl = _mm512_or_si512(wl, fifth(p, static_cast<int>(2 * c)));
-          wh = _mm512_or_si512(wh, fifth(p, static_cast<int>(2 * c + 1)));
+          const __m512i H = PairChunks(blk + kQ5KQh + 32 * p);
+          wl = _mm512_or_si512(wl, fifth(H, static_cast<int>(2 * c)));
+          wh = _mm512_or_si512(wh, fifth(H, static_cast<int>(2 * c + 1)));
         }
 #define TOWERS_MAC(i) l##i = Dp(l##i, wl, x##i + ec + 2 * p); h##i = Dp(h##i, wh, x##i + ec + 32 + 2 * p);
         TOWERS_EACH_P(TOWERS_MAC)
@@ -349,7 +349,7 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
       for (size_t p = 0; p < 16; p += 2) {
         const __m512i v = PairChunks(qc + 32 * p);
         __m512i w = _mm512_and_si512(half ? _mm512_srli_epi16(v, 4) : v, k0F);
-        if constexpr (kType == kQ5_K) w = _mm512_or_si512(w, fifth(p, static_cast<int>(j)));
+        if constexpr (kType == kQ5_K) w = _mm512_or_si512(w, fifth(PairChunks(blk + kQ5KQh + 32 * p), static_cast<int>(j)));
 #define TOWERS_MAC(i) l##i = Dp(l##i, w, x##i + ej + 2 * p);
         TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC

@@ -88,12 +88,16 @@ constexpr size_t kQ4KDmin = 2 * kPackRows, kQ4KScales = 4 * kPackRows, kQ4KMins 
 // chunks), then the quant chunks as Q4_0's.
 constexpr size_t kPackedM = 2 * kPackRows;
 constexpr size_t packed_qh_at(GgmlType t) { return t == kQ5_1 ? 4 * kPackRows : 2 * kPackRows; }
-constexpr size_t packed_qs_at(GgmlType t) {
-  return t == kQ4_1 ? 4 * kPackRows : t == kQ5_0 ? 6 * kPackRows : t == kQ5_1 ? 8 * kPackRows : kPackedQs;
-}
-constexpr size_t kIQ4XSScales = 2 * kPackRows, kIQ4XSQuants = 10 * kPackRows, kIQ4XSSubBytes = 256;
 constexpr size_t kQ2KDmin = 2 * kPackRows, kQ2KScales = 4 * kPackRows, kQ2KQuants = 20 * kPackRows;
 constexpr size_t kQ3KScales = 2 * kPackRows, kQ3KQuants = 18 * kPackRows, kQ3KHmask = 82 * kPackRows;
+// Where a block's quant chunks start: the 32-element types' (Q4_0's chunks) and Q2_K's / Q3_K's.
+constexpr size_t packed_qs_at(GgmlType t) {
+  return t == kQ4_1 ? 4 * kPackRows : t == kQ5_0 ? 6 * kPackRows : t == kQ5_1 ? 8 * kPackRows
+         : t == kQ2_K ? kQ2KQuants : t == kQ3_K ? kQ3KQuants : kPackedQs;
+}
+// Where Q2_K's / Q3_K's per-sub-block scale bytes start.
+constexpr size_t packed_scales_at(GgmlType t) { return t == kQ2_K ? kQ2KScales : kQ3KScales; }
+constexpr size_t kIQ4XSScales = 2 * kPackRows, kIQ4XSQuants = 10 * kPackRows, kIQ4XSSubBytes = 256;
 static_assert(kQ4KDmin == kQ2KDmin, "the packed kernels read Q4_K's and Q2_K's dmin at one offset");
 
 }  // namespace towers::simd::qd

@@ -274,11 +274,8 @@ void Forward::add_residual(const Weight& post_norm, int T) {
 
 bool reads_packed(PackedSet set, uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
-    case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q6_K: return true;
-    case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q2_K: case GgmlType::Q3_K:
-    case GgmlType::Q5_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
-      return set >= PackedSet::Extended;
-    default: return false;
+    case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q6_K: return true;  // Classic
+    default: return set >= PackedSet::Extended && simd::has_packed(ggml_type);
   }
 }
 
