@@ -23,13 +23,14 @@ inline std::unique_ptr<Model> load_shared(const char* rel) {
   return std::move(m.value());
 }
 
-// The synthetic "tiny" model in file type `type` (f16, q8_0, ...), written once per build tree as
-// <file_tag>-tiny-<type>.gguf. Each test executable passes its own tag: ctest runs them in parallel.
-inline std::unique_ptr<Model> synth_tiny(const std::string& file_tag, const std::string& type) {
+// A synthetic model of `towerctl model synth --shape SHAPE --type TYPE`, written once per build tree as
+// <file_tag>-<shape>-<type>.gguf. Each test executable passes its own tag: ctest runs them in parallel.
+inline std::unique_ptr<Model> synth_shape(const std::string& file_tag, const std::string& shape,
+                                          const std::string& type) {
   SynthOptions o;
-  o.shape = "tiny";
+  o.shape = shape;
   o.type = type;
-  o.out = (temp_dir() / (file_tag + "-tiny-" + type + ".gguf")).string();
+  o.out = (temp_dir() / (file_tag + "-" + shape + "-" + type + ".gguf")).string();
   o.shared_dir = shared_dir().string();
   if (!std::filesystem::exists(o.out)) {
     auto st = synthesize_model(o);
@@ -38,6 +39,11 @@ inline std::unique_ptr<Model> synth_tiny(const std::string& file_tag, const std:
   auto m = Model::load(o.out);
   REQUIRE_MESSAGE(m.ok(), m.error());
   return std::move(m.value());
+}
+
+// The synthetic "tiny" model in file type `type` (f16, q8_0, ...).
+inline std::unique_ptr<Model> synth_tiny(const std::string& file_tag, const std::string& type) {
+  return synth_shape(file_tag, "tiny", type);
 }
 
 // Passages of the TinyStories corpus, tokenized (BOS first), each at least n tokens, cut to n.

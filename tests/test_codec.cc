@@ -13,6 +13,7 @@
 #include "engine/codec/range_coder.h"
 #include "engine/model/synth.h"
 #include "engine/text/tokenizer.h"
+#include "model_fixtures.h"
 #include "test_support.h"
 
 using namespace towers;
@@ -70,6 +71,20 @@ std::vector<int32_t> decode_ok(const Codec& codec, Forward& fwd, std::span<const
   auto r = codec.decode(fwd, ctx, bytes, o);
   REQUIRE_MESSAGE(r.ok(), r.error());
   return std::move(r.value());
+}
+
+// toks after ctx coded by `encoder` in chunks of 16 (several chunks: the codec's prefill side too).
+std::vector<uint8_t> encode_chunked(const Model& model, ThreadPool& pool, Forward& encoder,
+                                    std::span<const int32_t> ctx, std::span<const int32_t> toks) {
+  CodecOptions o;
+  o.chunk = 16;
+  return encode_ok(Codec(model, &pool), encoder, ctx, toks, o);
+}
+
+// Logits of every token of toks, from an empty cache.
+std::vector<float> logits_from_start(Forward& fwd, const Model& model, std::span<const int32_t> toks) {
+  DenseKvCache cache(model.config(), 64);
+  return test::eval_all(fwd, cache, toks);
 }
 
 // Rewrites the CRC in the 4 bytes after [begin, end) of c (forged containers and store headers).
@@ -514,15 +529,8 @@ TEST_CASE("a store: one header, records of 2 bytes + streams, checked without a 
 
 TEST_CASE("a record decodes with the rounding it was coded with: F32 (older stores) or ggml's") {
   // Q8_0 llama: the activation block scales differ; F16 gemma2: GeGLU's f16 table differs.
-  SynthOptions go;
-  go.shape = "tiny-gemma2-l26";
-  go.type = "f16";
-  go.out = (test::temp_dir() / "codec-tiny-gemma2-f16.gguf").string();
-  go.shared_dir = test::shared_dir().string();
-  if (!std::filesystem::exists(go.out)) REQUIRE(synthesize_model(go).ok());
-  auto gemma = Model::load(go.out);
-  REQUIRE_MESSAGE(gemma.ok(), gemma.error());
-  for (const Model* model : std::vector<const Model*>{&tiny(), gemma->get()}) {
+  const auto gemma = test::synth_shape("codec", "tiny-gemma2-l26", "f16");
+  for (const Model* model : std::vector<const Model*>{&tiny(), gemma.get()}) {
     CAPTURE(model->config().arch_name);
     const int V = model->config().n_vocab;
     ThreadPool pool(2);
@@ -531,27 +539,15 @@ TEST_CASE("a record decodes with the rounding it was coded with: F32 (older stor
     Forward fwd(*model, pool);
     REQUIRE(fwd.rounding() == Rounding::Ggml);  // the default
     // The two roundings give other logits here (else this test would show nothing).
-    std::vector<float> ggml_logits, f32_logits;
-    {
-      DenseKvCache cache(model->config(), 64);
-      REQUIRE(fwd.eval(cache, toks, Logits::All, ggml_logits).ok());
-    }
-    {
-      Forward old(*model, pool);
-      old.set_rounding(Rounding::F32);
-      DenseKvCache cache(model->config(), 64);
-      REQUIRE(old.eval(cache, toks, Logits::All, f32_logits).ok());
-    }
-    CHECK(ggml_logits != f32_logits);
+    Forward old(*model, pool);
+    old.set_rounding(Rounding::F32);
+    CHECK(logits_from_start(fwd, *model, toks) != logits_from_start(old, *model, toks));
 
     for (Rounding coded : {Rounding::F32, Rounding::Ggml}) {
       CAPTURE(static_cast<int>(coded));
       Forward encoder(*model, pool);
       encoder.set_rounding(coded);
-      Codec codec(*model, &pool);
-      CodecOptions o;
-      o.chunk = 16;
-      const auto bytes = encode_ok(codec, encoder, ctx, toks, o);
+      const auto bytes = encode_chunked(*model, pool, encoder, ctx, toks);
       auto c = read_codec_container(bytes);
       REQUIRE(c.ok());
       CHECK(c->store.rounding == coded);
@@ -560,7 +556,7 @@ TEST_CASE("a record decodes with the rounding it was coded with: F32 (older stor
       // A Forward on the default decodes either: the codec runs the header's rounding for its pass,
       // then gives the Forward back its own.
       Forward decoder(*model, pool);
-      CHECK(decode_ok(codec, decoder, ctx, bytes) == toks);
+      CHECK(decode_ok(Codec(*model, &pool), decoder, ctx, bytes) == toks);
       CHECK(decoder.rounding() == Rounding::Ggml);
       CHECK(encoder.rounding() == coded);
     }
@@ -572,46 +568,28 @@ TEST_CASE("a record decodes with the packed kernel set it was coded with: gemm_q
   // (PackedSet::Extended), gemm_q's rows before.
   for (const char* type : {"q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k_m", "q5_k_m"}) {
     CAPTURE(type);
-    SynthOptions so;
-    so.shape = "tiny-llama-256";
-    so.type = type;
-    so.out = (test::temp_dir() / (std::string("codec-tiny-llama-256-") + type + ".gguf")).string();
-    so.shared_dir = test::shared_dir().string();
-    if (!std::filesystem::exists(so.out)) REQUIRE(synthesize_model(so).ok());
-    auto model = Model::load(so.out);
-    REQUIRE_MESSAGE(model.ok(), model.error());
-    const int V = (*model)->config().n_vocab;
+    const auto model = test::synth_shape("codec", "tiny-llama-256", type);
+    const int V = model->config().n_vocab;
     ThreadPool pool(2);
     std::mt19937 rng(37);
     const auto ctx = random_tokens(rng, 6, V), toks = random_tokens(rng, 40, V);
-    Forward fwd(**model, pool);
+    Forward fwd(*model, pool);
     REQUIRE(fwd.packed_set() == kLatestPackedSet);
-    std::vector<float> packed_logits, rows_logits;
-    {
-      DenseKvCache cache((*model)->config(), 64);
-      REQUIRE(fwd.eval(cache, toks, Logits::All, packed_logits).ok());
-    }
-    {
-      Forward old(**model, pool);
-      old.set_packed_set(PackedSet::Classic);
-      DenseKvCache cache((*model)->config(), 64);
-      REQUIRE(old.eval(cache, toks, Logits::All, rows_logits).ok());
-    }
-    CHECK(packed_logits != rows_logits);  // the two kernel sets round differently here
+    Forward old(*model, pool);
+    old.set_packed_set(PackedSet::Classic);
+    // The two kernel sets round differently here.
+    CHECK(logits_from_start(fwd, *model, toks) != logits_from_start(old, *model, toks));
     for (PackedSet coded : {PackedSet::Classic, PackedSet::Extended}) {
       CAPTURE(static_cast<int>(coded));
-      Forward encoder(**model, pool);
+      Forward encoder(*model, pool);
       encoder.set_packed_set(coded);
-      Codec codec(**model, &pool);
-      CodecOptions o;
-      o.chunk = 16;
-      const auto bytes = encode_ok(codec, encoder, ctx, toks, o);
+      const auto bytes = encode_chunked(*model, pool, encoder, ctx, toks);
       auto c = read_codec_container(bytes);
       REQUIRE(c.ok());
       CHECK(c->store.packed_set == coded);
       CHECK(bytes[5] == (3 | static_cast<int>(coded) << 2));
-      Forward decoder(**model, pool);
-      CHECK(decode_ok(codec, decoder, ctx, bytes) == toks);
+      Forward decoder(*model, pool);
+      CHECK(decode_ok(Codec(*model, &pool), decoder, ctx, bytes) == toks);
       CHECK(decoder.packed_set() == kLatestPackedSet);
       CHECK(encoder.packed_set() == coded);
     }
