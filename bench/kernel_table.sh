@@ -6,25 +6,19 @@
 # Models missing from MODEL_DIR are written first with `towerctl model synth` (random weights, ~0.8-1.3 GB
 # each). Run it on an otherwise idle machine: every number is a ratio of this machine's own bandwidth.
 set -euo pipefail
-build="${1:-build}"; models="${2:-/tmp}"
-towerctl="$build/cli/towerctl"
-[ -x "$towerctl" ] || { echo "no $towerctl: build first (scripts/build.sh)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_towerctl "${1:-build}"; models="${2:-/tmp}"
 prompt="${PROMPT:-512}"; gen="${GEN:-128}"; runs="${RUNS:-5}"
 echo "| type | threads | pp tok/s | tg tok/s | roofline tg | tg / roofline | bandwidth GB/s |"
 echo "|---|---|---|---|---|---|---|"
 for type in ${TYPES:-q4_0 q4_k_m q8_0}; do
   model="$models/perf-1b-$type.gguf"
-  if [ ! -f "$model" ]; then
-    echo "writing $model" >&2
-    "$towerctl" model synth --shape llama3.2-1b --type "$type" -o "$model" >&2
-  fi
+  synth_if_missing "$model" llama3.2-1b "$type"
   for t in ${THREADS:-1 2}; do
-    line="$("$towerctl" bench --model "$model" --threads "$t" --prompt "$prompt" --gen "$gen" --runs "$runs" 2>/dev/null |
-            grep '^bench model=')"
-    # bench model=NAME type=TYPE threads=T pp=X tg=Y roofline_tg=Z bw_gbs=W
-    field() { sed -E "s/.* $1=([^ ]+).*/\1/" <<<"$line"; }
-    pp="$(field pp)"; tg="$(field tg)"; roof="$(field roofline_tg)"; bw="$(field bw_gbs)"
-    frac="$(awk -v a="$tg" -v b="$roof" 'BEGIN { printf "%.0f%%", 100 * a / b }')"
+    line="$(bench_line "$model" "$t" "$prompt" "$gen" "$runs")"
+    pp="$(field pp "$line")"; tg="$(field tg "$line")"; roof="$(field roofline_tg "$line")"; bw="$(field bw_gbs "$line")"
+    frac="$(percent "$tg" "$roof")"
     echo "| $type | $t | $pp | $tg | $roof | $frac | $bw |"
   done
 done

@@ -11,26 +11,13 @@
 # perf-8b-TYPE.gguf; 0.8-4.9 GB each). Run it on an otherwise idle machine; every ratio is of two
 # numbers from this run. Prints a markdown table; progress on stderr.
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 llama_bench="${1:?usage: bench/prefill_table.sh LLAMA_BENCH [BUILD_DIR] [MODEL_DIR]}"
-build="${2:-build}"; models="${3:-/tmp}"
-towerctl="$build/cli/towerctl"
-[ -x "$towerctl" ] || { echo "no $towerctl: build first (scripts/build.sh)" >&2; exit 1; }
-[ -x "$llama_bench" ] || { echo "no llama-bench at $llama_bench" >&2; exit 1; }
+need_towerctl "${2:-build}"; need_llama_bench "$llama_bench"; models="${3:-/tmp}"
 runs="${RUNS:-3}"; long_runs="${LONG_RUNS:-1}"; threads="${THREADS:-2}"
-
-field() { sed -E "s/.* $1=([^ ]+).*/\1/" <<<"$2"; }
-ours() {  # MODEL PROMPT GEN RUNS [--onednn] -> the "bench model=..." line
-  "$towerctl" bench --model "$1" --threads "$threads" --prompt "$2" --gen "$3" --runs "$4" ${5:-} 2>/dev/null |
-    grep '^bench model='
-}
-llama() {  # MODEL RUNS ARGS... -> "n_prompt n_gen avg_ts" lines
-  local model="$1" r="$2"; shift 2
-  env ${LLAMA_OMP_WAIT:+OMP_WAIT_POLICY=$LLAMA_OMP_WAIT} "$llama_bench" -m "$model" -t "$threads" -r "$r" -o csv "$@" 2>/dev/null |
-    python3 -c 'import csv, sys
-for row in csv.DictReader(sys.stdin):
-    print(row["n_prompt"], row["n_gen"], row["avg_ts"])'
-}
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
+ours() { bench_line "$1" "$threads" "$2" "$3" "$4" "${@:5}"; }  # MODEL PROMPT GEN RUNS [--onednn]
+llama() { local model="$1" r="$2"; shift 2; llama_rows "$llama_bench" "$model" "$threads" "$r" "$@"; }
 
 echo "| model | pp512 fast | pp512 oneDNN | pp512 llama.cpp | pp4096 fast | pp4096 oneDNN | pp4096 llama.cpp | tg128 | tg128 llama.cpp | roofline tg | oneDNN pp512 / llama.cpp | pp4096 / pp512 (oneDNN) | tg / roofline |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -38,10 +25,7 @@ for spec in ${MODELS:-1b:q4_0 1b:q4_k_m 1b:q8_0 8b:q4_k_m}; do
   size="${spec%%:*}"; type="${spec##*:}"
   shape=llama3.2-1b; [ "$size" = 8b ] && shape=llama3.1-8b
   model="$models/perf-$size-$type.gguf"
-  if [ ! -f "$model" ]; then
-    echo "writing $model" >&2
-    "$towerctl" model synth --shape "$shape" --type "$type" -o "$model" >&2
-  fi
+  synth_if_missing "$model" "$shape" "$type"
   echo "$size $type: ours, fast kernels" >&2
   line="$(ours "$model" 512 128 "$runs")"
   pp="$(field pp "$line")"; tg="$(field tg "$line")"; roof="$(field roofline_tg "$line")"
@@ -58,5 +42,5 @@ for spec in ${MODELS:-1b:q4_0 1b:q4_k_m 1b:q8_0 8b:q4_k_m}; do
   printf '| %s %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %s | %s |\n' \
     "$size" "$type" "$pp" "$pp_dnn" "$l_pp" "$pp_long" "$pp_dnn_long" "$l_pp_long" "$tg" "$l_tg" "$roof" \
     "$(ratio "$pp_dnn" "$l_pp")" "$(ratio "$pp_dnn_long" "$pp_dnn")" \
-    "$(awk -v a="$tg" -v b="$roof" 'BEGIN { printf "%.0f%%", 100 * a / b }')"
+    "$(percent "$tg" "$roof")"
 done

@@ -10,38 +10,26 @@
 # Run it on an otherwise idle machine: ours and llama.cpp alternate per model, so each ratio is of two
 # numbers minutes apart. Prints a markdown table; progress on stderr.
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 llama_bench="${1:?usage: bench/side_by_side.sh LLAMA_BENCH [BUILD_DIR] [MODEL_DIR]}"
-build="${2:-build}"; models="${3:-/tmp}"
-towerctl="$build/cli/towerctl"
-[ -x "$towerctl" ] || { echo "no $towerctl: build first (scripts/build.sh)" >&2; exit 1; }
-[ -x "$llama_bench" ] || { echo "no llama-bench at $llama_bench" >&2; exit 1; }
+need_towerctl "${2:-build}"; need_llama_bench "$llama_bench"; models="${3:-/tmp}"
 prompt="${PROMPT:-128}"; gen="${GEN:-32}"; runs="${RUNS:-3}"; threads="${THREADS:-2}"
 default_models="llama3.2-1b:q2_k llama3.2-1b:q3_k_m llama3.2-1b:q5_1 llama3.2-1b:iq4_nl llama3.2-1b:iq4_xs gemma2-2b:q4_0"
-
-field() { sed -E "s/.* $1=([^ ]+).*/\1/" <<<"$2"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
 
 echo "| model | type | pp$prompt ours | pp$prompt llama.cpp | pp ratio | tg$gen ours | tg$gen llama.cpp | tg ratio | tg / roofline |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 for spec in ${MODELS:-$default_models}; do
   shape="${spec%%:*}"; type="${spec##*:}"
   model="$models/side-$shape-$type.gguf"
-  if [ ! -f "$model" ]; then
-    echo "writing $model" >&2
-    "$towerctl" model synth --shape "$shape" --type "$type" -o "$model" >&2
-  fi
+  synth_if_missing "$model" "$shape" "$type"
   echo "$shape $type: ours" >&2
-  line="$("$towerctl" bench --model "$model" --threads "$threads" --prompt "$prompt" --gen "$gen" --runs "$runs" 2>/dev/null |
-          grep '^bench model=')"
+  line="$(bench_line "$model" "$threads" "$prompt" "$gen" "$runs")"
   pp="$(field pp "$line")"; tg="$(field tg "$line")"; roof="$(field roofline_tg "$line")"
   echo "$shape $type: llama.cpp" >&2
-  l="$(env ${LLAMA_OMP_WAIT:+OMP_WAIT_POLICY=$LLAMA_OMP_WAIT} "$llama_bench" -m "$model" -t "$threads" -r "$runs" \
-         -p "$prompt" -n "$gen" -o csv 2>/dev/null |
-       python3 -c 'import csv, sys
-for row in csv.DictReader(sys.stdin):
-    print(row["n_prompt"], row["n_gen"], row["avg_ts"])')" || l=""
+  l="$(llama_rows "$llama_bench" "$model" "$threads" "$runs" -p "$prompt" -n "$gen")" || l=""
   l_pp="$(awk -v p="$prompt" '$1 == p && $2 == 0 { print $3 }' <<<"$l")"; l_pp="${l_pp:-0}"
   l_tg="$(awk -v g="$gen" '$1 == 0 && $2 == g { print $3 }' <<<"$l")"; l_tg="${l_tg:-0}"
   printf '| %s | %s | %.1f | %.1f | %s | %.1f | %.1f | %s | %s |\n' "$shape" "$type" "$pp" "$l_pp" "$(ratio "$pp" "$l_pp")" \
-    "$tg" "$l_tg" "$(ratio "$tg" "$l_tg")" "$(awk -v a="$tg" -v b="$roof" 'BEGIN { printf "%.0f%%", 100 * a / b }')"
+    "$tg" "$l_tg" "$(ratio "$tg" "$l_tg")" "$(percent "$tg" "$roof")"
 done
