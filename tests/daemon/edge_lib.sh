@@ -10,8 +10,7 @@
 #                            it closes the flood's stdin, which this shell holds)
 #   probe ARGS...            http_probe.py on $sock (as root); prints its JSON line
 #   json_get EXPR            evaluates EXPR on the JSON read from stdin (d = the object)
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY="$(command -v python3)"
+PY="$towers_python"
 edge_share() {
   chmod 755 "$tmp" "$(dirname "$tmp")"
   cp "$(dirname "${BASH_SOURCE[0]}")/http_flood.py" "$(dirname "${BASH_SOURCE[0]}")/http_probe.py" "$tmp/"

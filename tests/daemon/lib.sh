@@ -20,6 +20,12 @@ towerd_setup() {
 cleanup() { [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
 fail() { echo "FAIL: $*"; echo "--- towerd log:"; tail -20 "$tmp/log" || true; exit 1; }
 api() { curl -s --unix-socket "$sock" "$@"; }
+# The checks call Python hundreds of times and need only its standard library: Debian's interpreter
+# starts in 0.04 s, a version manager's shim (pyenv, as on CI's machines) in 0.4 s, a minute and more
+# of a run.
+towers_python=/usr/bin/python3
+[ -x "$towers_python" ] || towers_python="$(command -v python3 || echo python3)"
+python3() { "$towers_python" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 healthy() { curl -sf --unix-socket "$sock" http://localhost/healthz >/dev/null 2>&1; }
 start() {
