@@ -299,17 +299,52 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
     const uint8_t* HWY_RESTRICT q = blk + packed_qs_at(kType) + 2 * sl;
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask + 2 * sl;
     const uint8_t* HWY_RESTRICT sc = blk + packed_scales_at(kType) + sl;
+    auto codes = [&](auto c, auto hb, int h, int j) {
+      auto w = hn::And(hn::ShiftRightSame(c, 2 * j), k3);
+      if constexpr (kType == kQ3_K) w = hn::Or(w, hn::ShiftLeft<2>(hn::And(hn::ShiftRightSame(hb, 4 * h + j), k1)));
+      return hn::BitCast(d16, w);
+    };
+    if constexpr (R == 1) {
+      // Decode: each chunk (and hmask chunk) of (h, k) loaded and widened once for its 4 sub-blocks j,
+      // whose sums stay in registers (8 vectors); unrolled, so every shift count is a constant. The
+      // int32 sums are the same as the loop below (exact), added to s and m in another order.
+      TOWERS_ZERO8(l, z)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; ++k) {
+          // Sums of sub-block j = 0..3 in l<j> (even pairs) and u<j> (odd); no arrays of vectors (SVE's are sizeless).
+          auto l_0 = z, l_1 = z, l_2 = z, l_3 = z, u_0 = z, u_1 = z, u_2 = z, u_3 = z;
+#pragma GCC unroll 8
+          for (size_t p = 0; p < 8; ++p) {
+            const auto c = hn::PromoteTo(du16, hn::LoadU(du8, q + 32 * (16 * h + 8 * k + p)));
+            const auto hb = kType == kQ3_K ? hn::PromoteTo(du16, hn::LoadU(du8, hm + 32 * (8 * k + p))) : c;
+            auto mac = [&](auto& l, auto& u, int j) {
+              const size_t sb = static_cast<size_t>(8 * h + 2 * j + k);
+              l = hn::ReorderWidenMulAccumulate(d32, codes(c, hb, h, j), PairAt(d16, aq0 + 16 * sb + 2 * p), l, u);
+            };
+            mac(l_0, u_0, 0), mac(l_1, u_1, 1), mac(l_2, u_2, 2), mac(l_3, u_3, 3);
+          }
+          auto scale = [&](auto l, auto u, int j) {
+            const size_t sb = static_cast<size_t>(8 * h + 2 * j + k);
+            l0 = hn::RearrangeToOddPlusEven(l, u);
+            LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2,
+                                   s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+          };
+          scale(l_0, u_0, 0), scale(l_1, u_1, 1), scale(l_2, u_2, 2), scale(l_3, u_3, 3);
+        }
+      }
+      return;
+    }
     for (size_t sb = 0; sb < 16; ++sb) {
       const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
       TOWERS_ZERO8(l, z)
       TOWERS_ZERO8(lu, z)
+#pragma GCC unroll 8
       for (size_t p = 0; p < 8; ++p) {
-        auto w = hn::And(hn::ShiftRightSame(hn::PromoteTo(du16, hn::LoadU(du8, q + 32 * (16 * h + 8 * k + p))), 2 * j), k3);
-        if constexpr (kType == kQ3_K) {
-          const auto hb = hn::PromoteTo(du16, hn::LoadU(du8, hm + 32 * (8 * k + p)));
-          w = hn::Or(w, hn::ShiftLeft<2>(hn::And(hn::ShiftRightSame(hb, 4 * h + j), k1)));
-        }
-        const auto wv = hn::BitCast(d16, w);
+        const auto c = hn::PromoteTo(du16, hn::LoadU(du8, q + 32 * (16 * h + 8 * k + p)));
+        const auto hb = kType == kQ3_K ? hn::PromoteTo(du16, hn::LoadU(du8, hm + 32 * (8 * k + p))) : c;
+        const auto wv = codes(c, hb, h, j);
 #define TOWERS_MAC(i) l##i = hn::ReorderWidenMulAccumulate(d32, wv, PairAt(d16, aq##i + 16 * sb + 2 * p), l##i, lu##i);
         TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC

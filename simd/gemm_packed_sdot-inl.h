@@ -163,19 +163,36 @@ HWY_INLINE void PackedSumsSdot(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t 
     const uint8_t* HWY_RESTRICT q = blk + packed_qs_at(kType) + 2 * sl;
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask + 2 * sl;
     const uint8_t* HWY_RESTRICT sc = blk + packed_scales_at(kType) + sl;
-    for (size_t sb = 0; sb < 16; ++sb) {
-      const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
-      uint8x16_t w[4];
-      for (size_t pp = 0; pp < 4; ++pp) {  // elements 16 sb + 4pp..
-        w[pp] = BitsAt(PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp)), 2 * j, 3, 0);
-        if constexpr (kType == kQ3_K) w[pp] = vorrq_u8(w[pp], BitsAt(PairChunks(hm + 32 * (8 * k + 2 * pp)), 4 * h + j, 1, 2));
-      }
-      TOWERS_ZERO8(l, z)
+    // The chunk pairs of (h, k) (and their hmask pairs) are paired once for its 4 sub-blocks j;
+    // unrolled, so every shift is an immediate. The int32 sums are exact: the order of the sub-blocks
+    // does not change them.
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+      for (int k = 0; k < 2; ++k) {
+        uint8x16_t qp[4], hp[4];
+#pragma GCC unroll 4
+        for (size_t pp = 0; pp < 4; ++pp) {  // elements 4pp.. of each sub-block of (h, k)
+          qp[pp] = PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp));
+          hp[pp] = kType == kQ3_K ? PairChunks(hm + 32 * (8 * k + 2 * pp)) : qp[pp];
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          const size_t sb = static_cast<size_t>(8 * h + 2 * j + k);
+          uint8x16_t w[4];
+#pragma GCC unroll 4
+          for (size_t pp = 0; pp < 4; ++pp) {
+            w[pp] = BitsAt(qp[pp], 2 * j, 3, 0);
+            if constexpr (kType == kQ3_K) w[pp] = vorrq_u8(w[pp], BitsAt(hp[pp], 4 * h + j, 1, 2));
+          }
+          TOWERS_ZERO8(l, z)
 #define TOWERS_DOT(i) l##i = V32{Dot16(zero, w[0], w[1], w[2], w[3], A[i].q8 + e + 16 * sb)};
-      TOWERS_EACH_P(TOWERS_DOT)
+          TOWERS_EACH_P(TOWERS_DOT)
 #undef TOWERS_DOT
-      LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4,
-                             s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+          LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3,
+                                 s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+        }
+      }
     }
   } else if constexpr (kType == kQ6_K) {
     // Per 16-element scale group g: the 6-bit codes (0..63) times x, minus 32 * the group's
