@@ -197,56 +197,75 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
     const uint8_t* HWY_RESTRICT q = blk + packed_qs_at(kType);
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask;
     const uint8_t* HWY_RESTRICT sc = blk + packed_scales_at(kType);
-    // Unrolled (GCC kept the loops, the chunk pairs in memory and the shift counts in registers:
-    // Q3_K ran at 24 GB/s from L2 against Q4_K's 63): every shift is an immediate and v, hb stay in
-    // registers.
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 2
-      for (int k = 0; k < 2; ++k) {
-        __m512i v[4], hb[4];
-#pragma GCC unroll 4
-        for (size_t pp = 0; pp < 4; ++pp) {  // elements 4pp .. 4pp + 3 of each sub-block of (h, k)
-          v[pp] = PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp));
-          hb[pp] = kType == kQ3_K ? PairChunks(hm + 32 * (8 * k + 2 * pp)) : v[pp];
+    // The chunk pairs of (h, k) and their hmask pairs (elements 4pp .. 4pp + 3 of each of its 4
+    // sub-blocks).
+    auto pairs = [&](int h, int k, __m512i* v, __m512i* hb) {
+      for (size_t pp = 0; pp < 4; ++pp) {
+        v[pp] = PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp));
+        hb[pp] = kType == kQ3_K ? PairChunks(hm + 32 * (8 * k + 2 * pp)) : v[pp];
+      }
+    };
+    // Sub-block j of (h, k): its codes times x, then its scale.
+    auto sub = [&](int h, int k, int j, const __m512i* v, const __m512i* hb) {
+      const size_t sb = static_cast<size_t>(8 * h + 2 * j + k);
+      const __m128i qshift = _mm_cvtsi32_si128(2 * j);
+      // Q3_K's high bit: bit hbit of each hmask byte shifted straight to bit 2 (within its byte:
+      // hbit <= 7), then OR'ed in under the mask 4 by one ternary-logic op (q | (hs & 4): 0xF8).
+      const int hbit = 4 * h + j;
+      const __m128i hshift = _mm_cvtsi32_si128(hbit >= 2 ? hbit - 2 : 2 - hbit);
+      auto codes = [&](size_t pp) {
+        const __m512i w = _mm512_and_si512(_mm512_srl_epi16(v[pp], qshift), k03);
+        if constexpr (kType == kQ3_K) {
+          const __m512i hs = hbit >= 2 ? _mm512_srl_epi16(hb[pp], hshift) : _mm512_sll_epi16(hb[pp], hshift);
+          return _mm512_ternarylogic_epi32(w, hs, k04, 0xF8);
         }
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-          const size_t sb = static_cast<size_t>(8 * h + 2 * j + k);
-          const __m128i qshift = _mm_cvtsi32_si128(2 * j);
-          // Q3_K's high bit: bit hbit of each hmask byte shifted straight to bit 2 (within its byte:
-          // hbit <= 7), then OR'ed in under the mask 4 by one ternary-logic op (q | (hs & 4): 0xF8).
-          const int hbit = 4 * h + j;
-          const __m128i hshift = _mm_cvtsi32_si128(hbit >= 2 ? hbit - 2 : 2 - hbit);
-          auto codes = [&](size_t pp) {
-            const __m512i w = _mm512_and_si512(_mm512_srl_epi16(v[pp], qshift), k03);
-            if constexpr (kType == kQ3_K) {
-              const __m512i hs = hbit >= 2 ? _mm512_srl_epi16(hb[pp], hshift) : _mm512_sll_epi16(hb[pp], hshift);
-              return _mm512_ternarylogic_epi32(w, hs, k04, 0xF8);
-            }
-            return w;
-          };
-          TOWERS_ZERO8(l, z)
-          TOWERS_ZERO8(h, z)
-          const size_t es = e + 16 * sb;
-#pragma GCC unroll 2
-          for (size_t pp = 0; pp < 2; ++pp) {
-            const __m512i wa = codes(pp), wb = codes(pp + 2);
-            if constexpr (R <= 2) {
+        return w;
+      };
+      TOWERS_ZERO8(l, z)
+      TOWERS_ZERO8(h, z)
+      const size_t es = e + 16 * sb;
+      for (size_t pp = 0; pp < 2; ++pp) {
+        const __m512i wa = codes(pp), wb = codes(pp + 2);
+        if constexpr (R <= 2) {
 #define TOWERS_MAC(i) l##i = Dp(l##i, wa, A[i].q8 + es + 4 * pp); h##i = Dp(h##i, wb, A[i].q8 + es + 4 * pp + 8);
-              TOWERS_EACH_P(TOWERS_MAC)
+          TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
-            } else {
+        } else {
 #define TOWERS_MAC(i) l##i = Dp(Dp(l##i, wa, A[i].q8 + es + 4 * pp), wb, A[i].q8 + es + 4 * pp + 8);
-              TOWERS_EACH_P(TOWERS_MAC)
+          TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
-            }
-          }
+        }
+      }
 #define TOWERS_FIN(i) l##i = hn::Add(l##i, h##i);
-          TOWERS_EACH_P(TOWERS_FIN)
+      TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
-          LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3,
-                                 s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+      LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4,
+                             s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+    };
+    if constexpr (R <= 2) {
+      // Decode: unrolled, so every shift is an immediate and the pairs stay in registers (GCC kept the
+      // loops and the pairs in memory: Q3_K ran at 24 GB/s from L2, Q4_K at 63). Not for more
+      // tokens: their 16 sums and the 8 pairs would not fit in the 32 registers (prefill lost 8%).
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; ++k) {
+          __m512i v[4], hb[4];  // loaded here, not by pairs(): GCC then keeps them in registers
+#pragma GCC unroll 4
+          for (size_t pp = 0; pp < 4; ++pp) {
+            v[pp] = PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp));
+            hb[pp] = kType == kQ3_K ? PairChunks(hm + 32 * (8 * k + 2 * pp)) : v[pp];
+          }
+#pragma GCC unroll 4
+          for (int j = 0; j < 4; ++j) sub(h, k, j, v, hb);
+        }
+      }
+    } else {
+      for (int h = 0; h < 2; ++h) {
+        for (int k = 0; k < 2; ++k) {
+          __m512i v[4], hb[4];
+          pairs(h, k, v, hb);
+          for (int j = 0; j < 4; ++j) sub(h, k, j, v, hb);
         }
       }
     }
