@@ -64,6 +64,78 @@ HWY_INLINE V512 Dp(V512 acc, __m512i w, const int8_t* HWY_RESTRICT x) {
   return V512{_mm512_dpbusd_epi32(acc.raw, w, Bcast4(x))};
 }
 
+// Q2_K / Q3_K sub-block sb = 8h + 2j + k of block b for R activation rows: the 2-bit codes (bits 2j of
+// the quant chunk pairs v of (h, k); Q3_K: | bit 4h + j of the hmask pairs hb, at bit 2) as the
+// unsigned operand, so Q3_K's sum of (q - 4) * x is minus 4 * A256's 16-element sum; then the scales
+// (LowBitScales). Up to 2 tokens the pairs 0-1 and 2-3 go to separate sums (shorter chains). A function
+// (always inlined), not a lambda: GCC stopped inlining PackedSumsVnni with the lambdas (prefill -30%).
+template <GgmlType kType, size_t R, class D32, class V32>
+HWY_INLINE void LowBitSubBlock(D32 d32, const __m512i* HWY_RESTRICT v, const __m512i* HWY_RESTRICT hb, int h, int k,
+                               int j, const ActRow* A, size_t b, size_t e, const uint8_t* HWY_RESTRICT sc, TOWERS_V8(s),
+                               TOWERS_V8(m)) {
+  const __m512i k03 = _mm512_set1_epi8(3), k04 = _mm512_set1_epi8(4);
+  const size_t sb = static_cast<size_t>(8 * h + 2 * j + k);
+  const __m128i qshift = _mm_cvtsi32_si128(2 * j);
+  // Q3_K's high bit: bit hbit of each hmask byte shifted straight to bit 2 (within its byte: hbit <= 7),
+  // then OR'ed in under the mask 4 by one ternary-logic op (q | (hs & 4): 0xF8).
+  const int hbit = 4 * h + j;
+  const __m128i hshift = _mm_cvtsi32_si128(hbit >= 2 ? hbit - 2 : 2 - hbit);
+  auto codes = [&](size_t pp) {
+    const __m512i w = _mm512_and_si512(_mm512_srl_epi16(v[pp], qshift), k03);
+    if constexpr (kType == kQ3_K) {
+      const __m512i hs = hbit >= 2 ? _mm512_srl_epi16(hb[pp], hshift) : _mm512_sll_epi16(hb[pp], hshift);
+      return _mm512_ternarylogic_epi32(w, hs, k04, 0xF8);
+    }
+    return w;
+  };
+  const auto z = hn::Zero(d32);
+  TOWERS_ZERO8(l, z)
+  TOWERS_ZERO8(h, z)
+  const size_t es = e + 16 * sb;
+  for (size_t pp = 0; pp < 2; ++pp) {
+    const __m512i wa = codes(pp), wb = codes(pp + 2);
+    if constexpr (R <= 2) {
+#define TOWERS_MAC(i) l##i = Dp(l##i, wa, A[i].q8 + es + 4 * pp); h##i = Dp(h##i, wb, A[i].q8 + es + 4 * pp + 8);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    } else {
+#define TOWERS_MAC(i) l##i = Dp(Dp(l##i, wa, A[i].q8 + es + 4 * pp), wb, A[i].q8 + es + 4 * pp + 8);
+      TOWERS_EACH_P(TOWERS_MAC)
+#undef TOWERS_MAC
+    }
+  }
+#define TOWERS_FIN(i) l##i = hn::Add(l##i, h##i);
+  TOWERS_EACH_P(TOWERS_FIN)
+#undef TOWERS_FIN
+  LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4, s5,
+                         s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+}
+
+// Q2_K / Q3_K: the 4 sub-blocks j of (h, k) from its 4 chunk pairs (elements 4pp .. 4pp + 3 of each
+// sub-block) and Q3_K's hmask pairs, loaded once. Up to 2 tokens the sub-blocks are unrolled, so every
+// shift is an immediate (GCC kept the loop and its shift counts in registers: Q3_K decode ran at 24
+// GB/s from L2, Q4_K at 63); with more, the loop stays (unrolled, prefill lost 8%).
+template <GgmlType kType, size_t R, class D32, class V32>
+HWY_INLINE void LowBitHalf(D32 d32, const uint8_t* HWY_RESTRICT q, const uint8_t* HWY_RESTRICT hm, int h, int k,
+                           const ActRow* A, size_t b, size_t e, const uint8_t* HWY_RESTRICT sc, TOWERS_V8(s),
+                           TOWERS_V8(m)) {
+  __m512i v[4], hb[4];
+#pragma GCC unroll 4
+  for (size_t pp = 0; pp < 4; ++pp) {
+    v[pp] = PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp));
+    hb[pp] = kType == kQ3_K ? PairChunks(hm + 32 * (8 * k + 2 * pp)) : v[pp];
+  }
+#define TOWERS_SUB(j)                                                                                              \
+  LowBitSubBlock<kType, R, D32, V32>(d32, v, hb, h, k, j, A, b, e, sc, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, \
+                                     m3, m4, m5, m6, m7);
+  if constexpr (R <= 2) {
+    TOWERS_SUB(0) TOWERS_SUB(1) TOWERS_SUB(2) TOWERS_SUB(3)
+  } else {
+    for (int j = 0; j < 4; ++j) TOWERS_SUB(j)
+  }
+#undef TOWERS_SUB
+}
+
 template <GgmlType kType, size_t R, class D32, class V32>
 HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const ActRow* A, size_t b,
                                TOWERS_V8(s), TOWERS_V8(m)) {
@@ -188,87 +260,14 @@ HWY_INLINE void PackedSumsVnni(D32 d32, const uint8_t* HWY_RESTRICT blk, const A
     TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
   } else if constexpr (kType == kQ2_K || kType == kQ3_K) {
-    // Per sub-block sb = 8h + 2j + k of 16: the 2-bit codes (bits 2j of the quant chunks 16h + 8k + p;
-    // Q3_K: | bit 4h + j of hmask chunk 8k + p, shifted to bit 2) as the unsigned operand, so Q3_K's
-    // sum of (q - 4) * x is minus 4 * A256's 16-element sum; times the scale as in PackedSums. Up to 2
-    // tokens the chunks 0-3 and 4-7 go to separate sums (shorter chains).
-    // The 4 chunk pairs of (h, k) serve its 4 sub-blocks j (one shift each): loaded once.
-    const __m512i k03 = _mm512_set1_epi8(3), k04 = _mm512_set1_epi8(4);
+    // Per (h, k): its 4 chunk pairs (and Q3_K's hmask pairs) loaded once for its 4 sub-blocks j.
     const uint8_t* HWY_RESTRICT q = blk + packed_qs_at(kType);
     const uint8_t* HWY_RESTRICT hm = blk + kQ3KHmask;
     const uint8_t* HWY_RESTRICT sc = blk + packed_scales_at(kType);
-    // The chunk pairs of (h, k) and their hmask pairs (elements 4pp .. 4pp + 3 of each of its 4
-    // sub-blocks).
-    auto pairs = [&](int h, int k, __m512i* v, __m512i* hb) {
-      for (size_t pp = 0; pp < 4; ++pp) {
-        v[pp] = PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp));
-        hb[pp] = kType == kQ3_K ? PairChunks(hm + 32 * (8 * k + 2 * pp)) : v[pp];
-      }
-    };
-    // Sub-block j of (h, k): its codes times x, then its scale.
-    auto sub = [&](int h, int k, int j, const __m512i* v, const __m512i* hb) {
-      const size_t sb = static_cast<size_t>(8 * h + 2 * j + k);
-      const __m128i qshift = _mm_cvtsi32_si128(2 * j);
-      // Q3_K's high bit: bit hbit of each hmask byte shifted straight to bit 2 (within its byte:
-      // hbit <= 7), then OR'ed in under the mask 4 by one ternary-logic op (q | (hs & 4): 0xF8).
-      const int hbit = 4 * h + j;
-      const __m128i hshift = _mm_cvtsi32_si128(hbit >= 2 ? hbit - 2 : 2 - hbit);
-      auto codes = [&](size_t pp) {
-        const __m512i w = _mm512_and_si512(_mm512_srl_epi16(v[pp], qshift), k03);
-        if constexpr (kType == kQ3_K) {
-          const __m512i hs = hbit >= 2 ? _mm512_srl_epi16(hb[pp], hshift) : _mm512_sll_epi16(hb[pp], hshift);
-          return _mm512_ternarylogic_epi32(w, hs, k04, 0xF8);
-        }
-        return w;
-      };
-      TOWERS_ZERO8(l, z)
-      TOWERS_ZERO8(h, z)
-      const size_t es = e + 16 * sb;
-      for (size_t pp = 0; pp < 2; ++pp) {
-        const __m512i wa = codes(pp), wb = codes(pp + 2);
-        if constexpr (R <= 2) {
-#define TOWERS_MAC(i) l##i = Dp(l##i, wa, A[i].q8 + es + 4 * pp); h##i = Dp(h##i, wb, A[i].q8 + es + 4 * pp + 8);
-          TOWERS_EACH_P(TOWERS_MAC)
-#undef TOWERS_MAC
-        } else {
-#define TOWERS_MAC(i) l##i = Dp(Dp(l##i, wa, A[i].q8 + es + 4 * pp), wb, A[i].q8 + es + 4 * pp + 8);
-          TOWERS_EACH_P(TOWERS_MAC)
-#undef TOWERS_MAC
-        }
-      }
-#define TOWERS_FIN(i) l##i = hn::Add(l##i, h##i);
-      TOWERS_EACH_P(TOWERS_FIN)
-#undef TOWERS_FIN
-      LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4,
-                             s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
-    };
-    if constexpr (R <= 2) {
-      // Decode: unrolled, so every shift is an immediate and the pairs stay in registers (GCC kept the
-      // loops and the pairs in memory: Q3_K ran at 24 GB/s from L2, Q4_K at 63). Not for more
-      // tokens: their 16 sums and the 8 pairs would not fit in the 32 registers (prefill lost 8%).
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 2
-        for (int k = 0; k < 2; ++k) {
-          __m512i v[4], hb[4];  // loaded here, not by pairs(): GCC then keeps them in registers
-#pragma GCC unroll 4
-          for (size_t pp = 0; pp < 4; ++pp) {
-            v[pp] = PairChunks(q + 32 * (16 * h + 8 * k + 2 * pp));
-            hb[pp] = kType == kQ3_K ? PairChunks(hm + 32 * (8 * k + 2 * pp)) : v[pp];
-          }
-#pragma GCC unroll 4
-          for (int j = 0; j < 4; ++j) sub(h, k, j, v, hb);
-        }
-      }
-    } else {
-      for (int h = 0; h < 2; ++h) {
-        for (int k = 0; k < 2; ++k) {
-          __m512i v[4], hb[4];
-          pairs(h, k, v, hb);
-          for (int j = 0; j < 4; ++j) sub(h, k, j, v, hb);
-        }
-      }
-    }
+#define TOWERS_HALF(h, k) \
+  LowBitHalf<kType, R, D32, V32>(d32, q, hm, h, k, A, b, e, sc, s0, s1, s2, s3, s4, s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+    TOWERS_HALF(0, 0) TOWERS_HALF(0, 1) TOWERS_HALF(1, 0) TOWERS_HALF(1, 1)
+#undef TOWERS_HALF
   } else if constexpr (kType == kIQ4_XS) {
     // Per sub-block j: IQ4_NL's sum (codebook + 128, minus 128 * A256's 32-element sum), times the
     // row's int8 scale. Up to 2 tokens the low and high nibbles go to separate sums (shorter chains).
