@@ -6,6 +6,7 @@
 #   fail MESSAGE                          prints it and the end of towerd's log, exits 1
 #   api CURL_ARGS...                      curl on towerd's socket
 #   json PY_EXPR                          evaluates PY_EXPR on the JSON read from stdin (as d)
+#   python3 ARGS...                       Debian's /usr/bin/python3 when present (towers_python)
 #   node_checks FILE.mjs                  sets npm_dir ($tmp/npm) holding FILE.mjs and node_client.mjs;
 #                                         exits 77 without node, npm or curl
 # healthy() asks /healthz with curl; a script may redefine it (check_towerctl.sh uses towerctl).
