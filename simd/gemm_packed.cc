@@ -334,26 +334,26 @@ HWY_INLINE void PackedSums(D32 d32, const uint8_t* HWY_RESTRICT blk, size_t sl, 
           scale(l_0, u_0, 0), scale(l_1, u_1, 1), scale(l_2, u_2, 2), scale(l_3, u_3, 3);
         }
       }
-      return;
-    }
-    for (size_t sb = 0; sb < 16; ++sb) {
-      const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
-      TOWERS_ZERO8(l, z)
-      TOWERS_ZERO8(lu, z)
+    } else {
+      for (size_t sb = 0; sb < 16; ++sb) {
+        const int h = static_cast<int>(sb / 8), j = static_cast<int>(sb % 8 / 2), k = static_cast<int>(sb % 2);
+        TOWERS_ZERO8(l, z)
+        TOWERS_ZERO8(lu, z)
 #pragma GCC unroll 8
-      for (size_t p = 0; p < 8; ++p) {
-        const auto c = hn::PromoteTo(du16, hn::LoadU(du8, q + 32 * (16 * h + 8 * k + p)));
-        const auto hb = kType == kQ3_K ? hn::PromoteTo(du16, hn::LoadU(du8, hm + 32 * (8 * k + p))) : c;
-        const auto wv = codes(c, hb, h, j);
+        for (size_t p = 0; p < 8; ++p) {
+          const auto c = hn::PromoteTo(du16, hn::LoadU(du8, q + 32 * (16 * h + 8 * k + p)));
+          const auto hb = kType == kQ3_K ? hn::PromoteTo(du16, hn::LoadU(du8, hm + 32 * (8 * k + p))) : c;
+          const auto wv = codes(c, hb, h, j);
 #define TOWERS_MAC(i) l##i = hn::ReorderWidenMulAccumulate(d32, wv, PairAt(d16, aq##i + 16 * sb + 2 * p), l##i, lu##i);
-        TOWERS_EACH_P(TOWERS_MAC)
+          TOWERS_EACH_P(TOWERS_MAC)
 #undef TOWERS_MAC
-      }
+        }
 #define TOWERS_FIN(i) l##i = hn::RearrangeToOddPlusEven(l##i, lu##i);
-      TOWERS_EACH_P(TOWERS_FIN)
+        TOWERS_EACH_P(TOWERS_FIN)
 #undef TOWERS_FIN
-      LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4,
-                             s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+        LowBitScales<kType, R>(d32, sc + kPackRows * sb, A, b, sb, l0, l1, l2, l3, l4, l5, l6, l7, s0, s1, s2, s3, s4,
+                               s5, s6, s7, m0, m1, m2, m3, m4, m5, m6, m7);
+      }
     }
   } else if constexpr (kType == kIQ4_XS) {
     // Per sub-block j of 32: IQ4_NL's sums, times the row's int8 scale (|sum| <= 127 * 127 * 32, times

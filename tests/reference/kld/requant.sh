@@ -17,19 +17,22 @@ head -c 40000 "$shared/corpora/tinystories_val_subset.txt" > "$work/text.txt"
 read -r -a shapes <<< "${SHAPES:-tiny-llama-256 tiny-mixtral tiny-qwen2moe tiny-olmoe tiny-gemma2-l26}"
 read -r -a types <<< "${TYPES:-Q8_0 Q4_0 Q5_1 Q2_K Q3_K_M Q4_K_M Q5_K_M IQ4_NL IQ4_XS}"
 chunks="${CHUNKS:-16}"
+# BIN_DIR LOG ARGS...: llama-perplexity of BIN_DIR on the quantized file with the KL base file, into LOG.
+perplexity() {
+  local dir="$1" log="$2"; shift 2
+  "$dir/llama-perplexity" -m "$work/q.gguf" -f "$work/text.txt" -c 128 -b 128 --chunks "$chunks" -t 2 -ctk f32 -ctv f32 \
+    --kl-divergence-base "$work/q.kld" "$@" > "$log" 2>&1 || { cat "$log"; exit 1; }
+}
 for shape in "${shapes[@]}"; do
   TOWERS_SHARED=/nonexistent "$towerctl" model synth --shape "$shape" --type f16 -o "$work/f16.gguf" 2>/dev/null
   for type in "${types[@]}"; do
     "$bin/llama-quantize" "$work/f16.gguf" "$work/q.gguf" "$type" 2 > "$work/quantize.log" 2>&1 \
       || { cat "$work/quantize.log"; exit 1; }
-    "$bin/llama-perplexity" -m "$work/q.gguf" -f "$work/text.txt" -c 128 -b 128 --chunks "$chunks" -t 2 -ctk f32 -ctv f32 \
-      --kl-divergence-base "$work/q.kld" > "$work/ppl.log" 2>&1 || { cat "$work/ppl.log"; exit 1; }
+    perplexity "$bin" "$work/ppl.log"
     line="$("$towerctl" perplexity -m "$work/q.gguf" -t 2 --kl-divergence-base "$work/q.kld" 2>/dev/null | tail -n 1)"
     spread=""
     if [ -n "${LLAMA_CPP_BIN2:-}" ]; then
-      "$LLAMA_CPP_BIN2/llama-perplexity" -m "$work/q.gguf" -f "$work/text.txt" -c 128 -b 128 --chunks "$chunks" -t 2 \
-        -ctk f32 -ctv f32 --kl-divergence-base "$work/q.kld" --kl-divergence > "$work/ppl2.log" 2>&1 \
-        || { cat "$work/ppl2.log"; exit 1; }
+      perplexity "$LLAMA_CPP_BIN2" "$work/ppl2.log" --kl-divergence
       spread=" llama.cpp2=$(awk '/^Mean +KLD:/ { k = $3 } /^Same top p:/ { p = $4 } END { printf "%.6f/%.3f", k, p }' "$work/ppl2.log")"
     fi
     echo "requant shape=$shape type=$type ${line#kld model=q }$spread"
