@@ -83,7 +83,9 @@ float SoftmaxBlock(const float* s, int n, float scale, float* m, float* l, float
 
 void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
               float scale, float* m, float* l, float* acc, float softcap) {
-  constexpr int kG = 4;  // queries per pass of the group kernels
+  // Queries per pass over a block (a prefill tile's 64): the kernels read or decode each K and V
+  // vector once for all of them (the scores' keys-in-lanes path transposes a K block once for them).
+  constexpr int kG = 64;
   HWY_ALIGN float s[kG * kAttnBlock];
   const auto* kb = static_cast<const uint8_t*>(k);
   const auto* vb = static_cast<const uint8_t*>(v);
@@ -91,7 +93,6 @@ void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v,
     const int nb = std::min(kAttnBlock, n - j0);
     const uint8_t* kj = kb + size_t(j0) * stride;
     const uint8_t* vj = vb + size_t(j0) * stride;
-    // Up to four queries of the group at once: one decode of each K and V vector serves them all.
     for (int g0 = 0; g0 < n_q; g0 += kG) {
       const int G = std::min(kG, n_q - g0);
       kv_dot_group(q, qv + size_t(g0) * dim, G, kj, stride, nb, dim, s, kAttnBlock, n - j0 - nb);

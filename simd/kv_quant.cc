@@ -601,6 +601,330 @@ HWY_INLINE void AccBlockPasses(const float* const* wp, int wstride, const uint8_
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// F32/F16 on x86 (AVX2 and AVX-512): the same arithmetic as above, laid out for wide vectors.
+//
+// Scores, keys in lanes. Per (query, key) the kernels above run two chains of 8 lanes: lane i of
+// `a` sums q_e k_e for e = i, 16 + i, 32 + i, ... (then the tail element D16 + i when dim % 16 == 8),
+// lane i of `b` for e = 8 + i, 24 + i, ...; then x = a + b, and the score is Highway's 8-lane
+// SumOfLanes of x: ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)). Here a block of kNK keys (8 or
+// 16, the f32 lanes) is transposed once, element e of key t at kt[e * kNK + t], and serves every
+// query of the call: chain i of a query is a run of kNK-wide fused multiply-adds of a broadcast q_e
+// with row e of kt, and each node of the tree is one vector add. The same operations on the same
+// values in the same order per score, so the same bits (tests/test_kv_quant.cc, "keys in lanes"),
+// with no horizontal sum per score and every FMA kNK wide. The transposition costs about as much as
+// one query's FMAs, so it pays from kKeysInLanesMinQueries queries per call (a prefill tile has 64).
+//
+// Weighted sums, 16 lanes (AVX-512). They are elementwise (acc[e] = fma(p_j, x_e, acc[e]), j
+// ascending), so 16 lanes give the bits of 8 with half the instructions.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define TOWERS_KV_KEYS_IN_LANES 1
+using DK = hn::ScalableTag<float>;
+using VK = hn::Vec<DK>;
+constexpr size_t kNK = hn::MaxLanes(DK());
+static_assert(kNK == 8 || kNK == 16, "x86 f32 vectors");
+// Queries per pass over a transposed block: their 16 chains' partial sums stay in registers (4 x ~6
+// vectors of 32 on AVX-512, 2 of 16 on AVX2).
+constexpr int kQueriesPerPass = kNK == 16 ? 4 : 2;
+// From this many queries per call the transposition pays (bench/ab, "kv_attend n_q=4").
+constexpr int kKeysInLanesMinQueries = 8;
+
+// Elements [e, e + kNK) of a vector (the upper half zero when `half`: the last 8 of dim % 16 == 8).
+template <KvQuant kQ, bool kHalf>
+HWY_INLINE VK LoadWide(const uint8_t* HWY_RESTRICT row, size_t e) {
+  const DK dk;
+  if constexpr (kHalf) {
+    const hn::Half<DK> dh;
+    if constexpr (kQ == KvQuant::F32) {
+      return hn::ZeroExtendVector(dk, hn::LoadU(dh, reinterpret_cast<const float*>(row) + e));
+    } else {
+      const hn::Rebind<hwy::float16_t, decltype(dh)> d16;
+      return hn::ZeroExtendVector(dk, hn::PromoteTo(dh, hn::LoadU(d16, reinterpret_cast<const hwy::float16_t*>(row) + e)));
+    }
+  } else if constexpr (kQ == KvQuant::F32) {
+    return hn::LoadU(dk, reinterpret_cast<const float*>(row) + e);
+  } else {
+    const hn::Rebind<hwy::float16_t, DK> d16;
+    return hn::PromoteTo(dk, hn::LoadU(d16, reinterpret_cast<const hwy::float16_t*>(row) + e));
+  }
+}
+
+// r[t] = elements c..c + kNK of key t  ->  r[e] = element c + e of keys 0 .. kNK - 1. log2(kNK)
+// rounds of ConcatEven / ConcatOdd, each rotating the bits of (row, column) right by one.
+HWY_INLINE void TransposeSquare(VK* HWY_RESTRICT r) {
+  const DK dk;
+#pragma GCC unroll 4
+  for (size_t round = 1; round < kNK; round *= 2) {
+    VK t[kNK];
+#pragma GCC unroll 8
+    for (size_t p = 0; p < kNK / 2; ++p) {
+      t[p] = hn::ConcatEven(dk, r[2 * p + 1], r[2 * p]);
+      t[p + kNK / 2] = hn::ConcatOdd(dk, r[2 * p + 1], r[2 * p]);
+    }
+#pragma GCC unroll 16
+    for (size_t p = 0; p < kNK; ++p) r[p] = t[p];
+  }
+}
+
+template <KvQuant kQ, bool kHalf>
+HWY_INLINE void TransposeColumns(const uint8_t* const* HWY_RESTRICT rows, size_t c, size_t w,
+                                 float* HWY_RESTRICT kt) {
+  const DK dk;
+  VK r[kNK];
+#pragma GCC unroll 16
+  for (size_t t = 0; t < kNK; ++t) r[t] = LoadWide<kQ, kHalf>(rows[t], c);
+  TransposeSquare(r);
+  for (size_t e = 0; e < w; ++e) hn::Store(r[e], dk, kt + (c + e) * kNK);
+}
+
+// Keys j .. j + cnt - 1 (k + j*stride ...) transposed into kt; lanes past cnt repeat the last key.
+template <KvQuant kQ>
+HWY_INLINE void TransposeKeys(const uint8_t* HWY_RESTRICT k, size_t stride, int j, int cnt, int n_end, size_t D,
+                              float* HWY_RESTRICT kt) {
+  const uint8_t* rows[kNK];
+  const size_t vb = vec_bytes(kQ, static_cast<int>(D));
+  for (size_t t = 0; t < kNK; ++t) {
+    rows[t] = k + size_t(j + std::min<int>(static_cast<int>(t), cnt - 1)) * stride;
+    if (static_cast<int>(t) < cnt) PrefetchAhead(k, j + static_cast<int>(t), n_end, stride, vb);
+  }
+  size_t c = 0;
+  for (; c + kNK <= D; c += kNK) TransposeColumns<kQ, false>(rows, c, kNK, kt);
+  if (c < D) TransposeColumns<kQ, true>(rows, c, D - c, kt);  // the last 8 (kNK == 16)
+}
+
+// x_g = lane i of the 8-lane kernels' a + b for the G queries: chain i (c_g = fma(q_g[e], kt row e,
+// c_g) for e = i, i + 16, ... below D16, then the tail element D16 + i when `tail`) plus chain i + 8.
+// The two chains run in one loop: 2G independent FMA chains for the out-of-order core.
+template <int G>
+HWY_INLINE void PairG(const float* HWY_RESTRICT q0, const float* HWY_RESTRICT q1, const float* HWY_RESTRICT q2,
+                      const float* HWY_RESTRICT q3, const float* HWY_RESTRICT kt, size_t D16, bool tail, size_t i,
+                      VK& x0, VK& x1, VK& x2, VK& x3) {
+  const DK dk;
+  VK b0, b1, b2, b3;
+  x0 = x1 = x2 = x3 = b0 = b1 = b2 = b3 = hn::Zero(dk);
+  for (size_t e = i; e < D16; e += 16) {
+    const VK ca = hn::Load(dk, kt + e * kNK), cb = hn::Load(dk, kt + (e + 8) * kNK);
+#define TOWERS_KV_FMA(g)                                      \
+  if constexpr (G > g) {                                      \
+    x##g = hn::MulAdd(hn::Set(dk, q##g[e]), ca, x##g);        \
+    b##g = hn::MulAdd(hn::Set(dk, q##g[e + 8]), cb, b##g);    \
+  }
+    TOWERS_KV_G4(TOWERS_KV_FMA)
+#undef TOWERS_KV_FMA
+  }
+  if (tail) {
+    const size_t e = D16 + i;
+    const VK ca = hn::Load(dk, kt + e * kNK);
+#define TOWERS_KV_FMA(g) \
+  if constexpr (G > g) x##g = hn::MulAdd(hn::Set(dk, q##g[e]), ca, x##g);
+    TOWERS_KV_G4(TOWERS_KV_FMA)
+#undef TOWERS_KV_FMA
+  }
+#define TOWERS_KV_ADD(g) \
+  if constexpr (G > g) x##g = hn::Add(x##g, b##g);
+  TOWERS_KV_G4(TOWERS_KV_ADD)
+#undef TOWERS_KV_ADD
+}
+
+// s_g[j .. j + cnt) = the scores of the G queries against the transposed block kt.
+template <int G>
+HWY_NOINLINE void ScoresG(const float* const* HWY_RESTRICT qp, const float* HWY_RESTRICT kt, size_t D,
+                          float* const* HWY_RESTRICT sp, int j, int cnt) {
+  const DK dk;
+  const float* HWY_RESTRICT q0 = qp[0];
+  const float* HWY_RESTRICT q1 = qp[G > 1 ? 1 : 0];
+  const float* HWY_RESTRICT q2 = qp[G > 2 ? 2 : 0];
+  const float* HWY_RESTRICT q3 = qp[G > 3 ? 3 : 0];
+  const size_t D16 = D / 16 * 16;
+  const bool tail = D16 < D;
+  VK x0, x1, x2, x3, y0, y1, y2, y3, u0, u1, u2, u3, w0, w1, w2, w3;
+  // u = (x0 + x4) + (x2 + x6)
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 0, x0, x1, x2, x3);
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 4, y0, y1, y2, y3);
+#define TOWERS_KV_U(g) \
+  if constexpr (G > g) u##g = hn::Add(x##g, y##g);
+  TOWERS_KV_G4(TOWERS_KV_U)
+#undef TOWERS_KV_U
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 2, x0, x1, x2, x3);
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 6, y0, y1, y2, y3);
+#define TOWERS_KV_U(g) \
+  if constexpr (G > g) u##g = hn::Add(u##g, hn::Add(x##g, y##g));
+  TOWERS_KV_G4(TOWERS_KV_U)
+#undef TOWERS_KV_U
+  // w = (x1 + x5) + (x3 + x7)
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 1, x0, x1, x2, x3);
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 5, y0, y1, y2, y3);
+#define TOWERS_KV_W(g) \
+  if constexpr (G > g) w##g = hn::Add(x##g, y##g);
+  TOWERS_KV_G4(TOWERS_KV_W)
+#undef TOWERS_KV_W
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 3, x0, x1, x2, x3);
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 7, y0, y1, y2, y3);
+#define TOWERS_KV_OUT(g)                                                     \
+  if constexpr (G > g) {                                                     \
+    const VK score = hn::Add(u##g, hn::Add(w##g, hn::Add(x##g, y##g)));      \
+    if (cnt == static_cast<int>(kNK)) {                                      \
+      hn::StoreU(score, dk, sp[g] + j);                                      \
+    } else {                                                                 \
+      HWY_ALIGN float tmp[kNK];                                              \
+      hn::Store(score, dk, tmp);                                             \
+      std::memcpy(sp[g] + j, tmp, sizeof(float) * size_t(cnt));             \
+    }                                                                        \
+  }
+  TOWERS_KV_G4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+}
+
+// kv_dot_group for F32/F16 with keys in lanes (n_q >= kKeysInLanesMinQueries).
+template <KvQuant kQ>
+HWY_NOINLINE void DotKeysInLanes(const float* HWY_RESTRICT qv, int n_q, const uint8_t* HWY_RESTRICT k, size_t stride,
+                                 int n, int n_ahead, int dim, float* HWY_RESTRICT scores, size_t score_stride) {
+  HWY_ALIGN float kt[kKvMaxDim * kNK];
+  const size_t D = static_cast<size_t>(dim);
+  for (int j = 0; j < n; j += static_cast<int>(kNK)) {
+    const int cnt = std::min(static_cast<int>(kNK), n - j);
+    TransposeKeys<kQ>(k, stride, j, cnt, n + n_ahead, D, kt);
+    for (int g0 = 0; g0 < n_q; g0 += kQueriesPerPass) {
+      const int G = std::min(kQueriesPerPass, n_q - g0);
+      const float* qp[4];
+      float* sp[4];
+      for (int g = 0; g < G; ++g) {
+        qp[g] = qv + size_t(g0 + g) * D;
+        sp[g] = scores + size_t(g0 + g) * score_stride;
+      }
+      switch (G) {
+        case 4: ScoresG<4>(qp, kt, D, sp, j, cnt); break;
+        case 3: ScoresG<3>(qp, kt, D, sp, j, cnt); break;
+        case 2: ScoresG<2>(qp, kt, D, sp, j, cnt); break;
+        default: ScoresG<1>(qp, kt, D, sp, j, cnt); break;
+      }
+    }
+  }
+}
+#endif  // keys in lanes
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define TOWERS_KV_WIDE_SUMS 1
+// Elements [e0, e0 + 16 NV) of the G queries' sums over vectors [0, n), 16 lanes. The pass over the
+// first elements prefetches the vectors ahead (below n_end).
+template <KvQuant kQ, int NV, int G>
+HWY_INLINE void AccWideG(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v, size_t stride, int n,
+                         int n_end, size_t vb, size_t e0, float* const* HWY_RESTRICT ap) {
+  const DK dk;
+  const float* HWY_RESTRICT p0 = pp[0];
+  const float* HWY_RESTRICT p1 = pp[G > 1 ? 1 : 0];
+  const float* HWY_RESTRICT p2 = pp[G > 2 ? 2 : 0];
+  const float* HWY_RESTRICT p3 = pp[G > 3 ? 3 : 0];
+  float* HWY_RESTRICT acc0 = ap[0];
+  float* HWY_RESTRICT acc1 = ap[G > 1 ? 1 : 0];
+  float* HWY_RESTRICT acc2 = ap[G > 2 ? 2 : 0];
+  float* HWY_RESTRICT acc3 = ap[G > 3 ? 3 : 0];
+  const VK z = hn::Zero(dk);
+  // a<g><k>: query g, elements e0 + 16k ..
+#define TOWERS_KV_ON(g, k) (G > g && NV > k)
+#define TOWERS_KV_LD(g, k) \
+  VK a##g##k = z;          \
+  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::LoadU(dk, acc##g + e0 + 16 * k);
+#define TOWERS_KV_EACH(X, g) X(g, 0) X(g, 1) X(g, 2) X(g, 3)
+#define TOWERS_KV_ALL(X) TOWERS_KV_EACH(X, 0) TOWERS_KV_EACH(X, 1) TOWERS_KV_EACH(X, 2) TOWERS_KV_EACH(X, 3)
+  TOWERS_KV_ALL(TOWERS_KV_LD)
+#undef TOWERS_KV_LD
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* HWY_RESTRICT row = v + size_t(j) * stride;
+    if (e0 == 0) PrefetchAhead(v, j, n_end, stride, vb);
+    VK x0 = z, x1 = z, x2 = z, x3 = z;
+    x0 = LoadWide<kQ, false>(row, e0);
+    if constexpr (NV > 1) x1 = LoadWide<kQ, false>(row, e0 + 16);
+    if constexpr (NV > 2) x2 = LoadWide<kQ, false>(row, e0 + 32);
+    if constexpr (NV > 3) x3 = LoadWide<kQ, false>(row, e0 + 48);
+#define TOWERS_KV_UPD(g, k) \
+  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::MulAdd(w, x##k, a##g##k);
+#define TOWERS_KV_HEAD(g)                \
+  if constexpr (G > g) {                 \
+    const VK w = hn::Set(dk, p##g[j]);   \
+    TOWERS_KV_EACH(TOWERS_KV_UPD, g)     \
+  }
+    TOWERS_KV_G4(TOWERS_KV_HEAD)
+#undef TOWERS_KV_HEAD
+#undef TOWERS_KV_UPD
+  }
+#define TOWERS_KV_ST(g, k) \
+  if constexpr (TOWERS_KV_ON(g, k)) hn::StoreU(a##g##k, dk, acc##g + e0 + 16 * k);
+  TOWERS_KV_ALL(TOWERS_KV_ST)
+#undef TOWERS_KV_ST
+#undef TOWERS_KV_ALL
+#undef TOWERS_KV_EACH
+#undef TOWERS_KV_ON
+}
+
+// AccumulateGroupT for F32/F16 in 16 lanes; a last 8 elements (dim % 16 == 8) by AccBlockG.
+template <KvQuant kQ, int G>
+HWY_INLINE void AccumulateWideG(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v, size_t stride,
+                                int n, int n_ahead, int dim, float* const* HWY_RESTRICT ap) {
+  const size_t D = static_cast<size_t>(dim), D16 = D / 16 * 16;
+  const int n_end = n + n_ahead;
+  const size_t vb = vec_bytes(kQ, dim);
+  size_t e0 = 0;
+  for (; e0 + 64 <= D16; e0 += 64) AccWideG<kQ, 4, G>(pp, v, stride, n, n_end, vb, e0, ap);
+  switch ((D16 - e0) / 16) {
+    case 3: AccWideG<kQ, 3, G>(pp, v, stride, n, n_end, vb, e0, ap); break;
+    case 2: AccWideG<kQ, 2, G>(pp, v, stride, n, n_end, vb, e0, ap); break;
+    case 1: AccWideG<kQ, 1, G>(pp, v, stride, n, n_end, vb, e0, ap); break;
+    default: break;
+  }
+  if (D16 < D) {  // elements D - 8 .. D - 1: group NG - 1 of the last block
+    const size_t b0 = (D - 1) / kKvBlock * kKvBlock;
+    if (D - b0 == 24) {
+      AccBlockG<kQ, 3, 2, 3, G>(pp, 1, v, stride, 0, n, 0, D, b0, 0, ap);
+    } else {
+      AccBlockG<kQ, 1, 0, 1, G>(pp, 1, v, stride, 0, n, 0, D, b0, 0, ap);
+    }
+  }
+}
+
+// AccumulateGroupQ for F32/F16 and many queries: a chunk of vectors is first copied, as f32, to one
+// contiguous buffer, then each group of four queries runs over the copy. In a KV cache a head's
+// vectors are a whole row apart (2 KiB for Llama-3.2-1B's f32 rows): their cache lines fall in a few
+// L1 sets, so a block of them does not stay in L1 between the groups of queries, where the copy does
+// (and F16 is converted once, not once per group). Same operations on the same values: same bits.
+constexpr size_t kStageFloats = 8192;
+template <KvQuant kQ>
+HWY_NOINLINE void AccumulateStaged(const float* p, size_t p_stride, int n_q, const uint8_t* HWY_RESTRICT v,
+                                   size_t stride, int n, int n_ahead, int dim, float* acc) {
+  HWY_ALIGN float vt[kStageFloats];
+  const size_t D = static_cast<size_t>(dim), vb = vec_bytes(kQ, dim);
+  const int rows = static_cast<int>(kStageFloats / D);
+  for (int j0 = 0; j0 < n; j0 += rows) {
+    const int cnt = std::min(rows, n - j0);
+    for (int j = 0; j < cnt; ++j) {
+      const uint8_t* row = v + size_t(j0 + j) * stride;
+      PrefetchAhead(v, j0 + j, n + n_ahead, stride, vb);
+      if constexpr (kQ == KvQuant::F32) {
+        std::memcpy(vt + size_t(j) * D, row, sizeof(float) * D);
+      } else {
+        F16ToF32(row, dim, vt + size_t(j) * D);
+      }
+    }
+    const auto* staged = reinterpret_cast<const uint8_t*>(vt);
+    for (int g0 = 0; g0 < n_q; g0 += 4) {
+      const int G = std::min(4, n_q - g0);
+      const float* pp[4];
+      float* ap[4];
+      for (int g = 0; g < G; ++g) {
+        pp[g] = p + size_t(g0 + g) * p_stride + j0;
+        ap[g] = acc + size_t(g0 + g) * D;
+      }
+      switch (G) {
+        case 4: AccumulateWideG<KvQuant::F32, 4>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
+        case 3: AccumulateWideG<KvQuant::F32, 3>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
+        case 2: AccumulateWideG<KvQuant::F32, 2>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
+        default: AccumulateWideG<KvQuant::F32, 1>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
+      }
+    }
+  }
+}
+#endif  // wide sums
+
 // acc_g[i] += sum_j p_g[j] * dequant(vector j)[i] for g < G; AccumulateT's operations per query.
 template <KvQuant kQ, int G>
 HWY_NOINLINE void AccumulateGroupT(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v,
@@ -650,6 +974,14 @@ HWY_NOINLINE void AccumulateGroupT(const float* const* HWY_RESTRICT pp, const ui
 template <KvQuant kQ>
 void DotGroupQ(const float* qv, int n_q, const uint8_t* k, size_t stride, int n, int n_ahead, int dim,
                float* scores, size_t score_stride) {
+#ifdef TOWERS_KV_KEYS_IN_LANES
+  if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16) {
+    if (n_q >= kKeysInLanesMinQueries) {
+      DotKeysInLanes<kQ>(qv, n_q, k, stride, n, n_ahead, dim, scores, score_stride);
+      return;
+    }
+  }
+#endif
   for (int g0 = 0; g0 < n_q; g0 += 4) {
     const int G = std::min(4, n_q - g0);
     const float* qp[4];
@@ -670,6 +1002,14 @@ void DotGroupQ(const float* qv, int n_q, const uint8_t* k, size_t stride, int n,
 template <KvQuant kQ>
 void AccumulateGroupQ(const float* p, size_t p_stride, int n_q, const uint8_t* v, size_t stride, int n, int n_ahead,
                       int dim, float* acc) {
+#ifdef TOWERS_KV_WIDE_SUMS
+  if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16) {
+    if (n_q >= kKeysInLanesMinQueries) {
+      AccumulateStaged<kQ>(p, p_stride, n_q, v, stride, n, n_ahead, dim, acc);
+      return;
+    }
+  }
+#endif
   for (int g0 = 0; g0 < n_q; g0 += 4) {
     const int G = std::min(4, n_q - g0);
     const float* pp[4];
@@ -678,6 +1018,17 @@ void AccumulateGroupQ(const float* p, size_t p_stride, int n_q, const uint8_t* v
       pp[g] = p + size_t(g0 + g) * p_stride;
       ap[g] = acc + size_t(g0 + g) * size_t(dim);
     }
+#ifdef TOWERS_KV_WIDE_SUMS
+    if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16) {
+      switch (G) {
+        case 4: AccumulateWideG<kQ, 4>(pp, v, stride, n, n_ahead, dim, ap); break;
+        case 3: AccumulateWideG<kQ, 3>(pp, v, stride, n, n_ahead, dim, ap); break;
+        case 2: AccumulateWideG<kQ, 2>(pp, v, stride, n, n_ahead, dim, ap); break;
+        default: AccumulateWideG<kQ, 1>(pp, v, stride, n, n_ahead, dim, ap); break;
+      }
+      continue;
+    }
+#endif
     switch (G) {
       case 4: AccumulateGroupT<kQ, 4>(pp, v, stride, n, n_ahead, dim, ap); break;
       case 3: AccumulateGroupT<kQ, 3>(pp, v, stride, n, n_ahead, dim, ap); break;
@@ -732,6 +1083,10 @@ void Accumulate(KvQuant q, const float* p, const void* v, size_t stride, int n, 
     case KvQuant::Q4: return AccumulateT<KvQuant::Q4>(p, vb, stride, n, dim, acc);
   }
 }
+
+// (Per target: foreach_target compiles this file once for each.)
+#undef TOWERS_KV_KEYS_IN_LANES
+#undef TOWERS_KV_WIDE_SUMS
 
 }  // namespace HWY_NAMESPACE
 }  // namespace towers::simd

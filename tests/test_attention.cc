@@ -218,8 +218,9 @@ TEST_CASE("attention: kv_attend against a double reference, groups and splits ar
   for (int dim : {8, 40, 64, 128}) {
     for (int n : {1, 5, 128, 129, 300, 700}) check_attend(rng, dim, n);
   }
-  // Groups of 4 (the Llama shapes), 7 (one pass of 4 and one of 3), 2 and 1.
-  for (int n_q : {1, 2, 4, 7}) {
+  // Groups of 4 (the Llama shapes), 7 (one pass of 4 and one of 3), 2 and 1; a prefill tile's 64 query
+  // heads and more than one pass of them (x86 F32/F16: keys in lanes, staged sums).
+  for (int n_q : {1, 2, 4, 7, 9, 64, 67}) {
     for (int dim : {24, 64}) check_attend(rng, dim, 300, n_q);
   }
 }
@@ -232,6 +233,7 @@ TEST_CASE("attention: every compiled target") {
     for (int dim : {24, 64}) {
       check_attend(rng, dim, 300);
       check_attend(rng, dim, 300, 7);
+      check_attend(rng, dim, 300, 19);
     }
   });
 }

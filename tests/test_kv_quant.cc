@@ -232,13 +232,14 @@ void check_half_step(KvQuant q, const float* x, const uint8_t* v, const float* y
   }
 }
 
-// kv_dot_group / kv_accumulate_group for n_q = 1..7 queries (passes of 4, 3, 2 and 1): every query's
-// scores and sums have the bits of kv_dot_many / kv_accumulate for that query alone, for whole ranges
-// and for split calls.
+// kv_dot_group / kv_accumulate_group for n_q = 1..7 queries (passes of 4, 3, 2 and 1) and for 8, 9, 13
+// and 66 (on x86, F32/F16: keys in lanes, 8 or 16 per block, and sums over a staged copy; a prefill
+// tile has 64): every query's scores and sums have the bits of kv_dot_many / kv_accumulate for that
+// query alone, for whole ranges and for split calls.
 void check_group(const Cache& c, std::mt19937& rng) {
   const int dim = c.dim, n = c.n;
   std::uniform_real_distribution<float> ud(0.f, 1.f);
-  for (int n_q = 1; n_q <= 7; ++n_q) {
+  for (int n_q : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 66}) {
     CAPTURE(n_q);
     const auto qv = randn(rng, size_t(n_q) * dim);
     const size_t ss = size_t(n) + 3;  // score / weight stride

@@ -2,6 +2,7 @@
 // bench/ab/ab_kernels.sh: against this tree, and with -DAB_OLD against an old tree whose simd/ was
 // renamed to towers::simd_old.
 #include "bench/ab/ab_api.h"
+#include "simd/attention.h"
 #include "simd/kv_quant.h"
 #include "simd/quant_dot.h"
 
@@ -32,6 +33,10 @@ KernelApi AB_FACTORY() {
   a.kv_accumulate_group = [](int q, const float* p, size_t ps, int n_q, const void* v, size_t stride, int n,
                              int dim, float* acc) {
     kern::kv_accumulate_group(static_cast<kern::KvQuant>(q), p, ps, n_q, v, stride, n, dim, acc);
+  };
+  a.kv_attend = [](int q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
+                   float scale, float* m, float* l, float* acc) {
+    kern::kv_attend(static_cast<kern::KvQuant>(q), qv, n_q, k, v, stride, n, dim, scale, m, l, acc);
   };
   return a;
 }

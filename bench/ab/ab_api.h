@@ -22,6 +22,8 @@ struct KernelApi {
                        float* scores, size_t score_stride);
   void (*kv_accumulate_group)(int q, const float* p, size_t p_stride, int n_q, const void* v, size_t stride,
                               int n, int dim, float* acc);
+  void (*kv_attend)(int q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
+                    float scale, float* m, float* l, float* acc);
 };
 
 KernelApi old_api();  // ab_adapter.cc compiled against the old tree (AB_OLD)

@@ -4,6 +4,8 @@
 // process keeps both sides under the same load, caches and clock, which separate processes on a
 // shared VM do not. Also checks that both versions give the same bytes.
 //   ab_kernels [reps] [ms_per_batch] [self]
+// AB_ONLY=text in the environment times only the cases whose names contain it (outputs are compared
+// for all).
 // "self": the new version against itself, i.e. the bias of the harness (buffer placement, order).
 #include <time.h>
 
@@ -39,6 +41,8 @@ int g_mismatches = 0;
 // Runs old() and new() alternately; prints the best seconds per call of each and old/new.
 void compare(const std::string& name, const std::function<void()>& f_old, const std::function<void()>& f_new,
         double units, const char* unit) {
+  static const char* only = std::getenv("AB_ONLY");
+  if (only != nullptr && name.find(only) == std::string::npos) return;
   f_old();
   f_new();
   size_t calls = 1;
@@ -137,7 +141,7 @@ int main(int argc, char** argv) {
         N.kv_quantize(q, src.data(), cache.data() + size_t(j) * vb, dim);
       }
       const std::string fn = std::string(fmt_names[q]) + " dim " + std::to_string(dim);
-      for (int nq : {1, 4}) {
+      for (int nq : {1, 4, 64}) {
         std::vector<float> qv(size_t(nq) * dim), so(size_t(nq) * nv), sn(size_t(nq) * nv), p(size_t(nq) * nv);
         for (auto& v : qv) v = nd(rng);
         for (auto& v : p) v = std::fabs(nd(rng)) / nv;
@@ -158,6 +162,47 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // kv_attend as Forward::attention calls it: a prefill tile's query heads (16 tokens x 4 heads of one
+  // KV head: 64) or a decode step's 4, over 2048 rows of one KV head in a layer of 8 KV heads.
+  for (int q : {0, 1, 2, 4}) {
+    for (int dim : {64, 128}) {
+      const int nv = 2048, n_kv = 8;
+      const size_t vb = N.kv_vec_bytes(q, dim), row = vb * n_kv;
+      std::vector<uint8_t> k(size_t(nv) * row), v(size_t(nv) * row);
+      std::vector<float> src(dim);
+      for (int j = 0; j < nv; ++j) {
+        for (int h = 0; h < n_kv; ++h) {
+          for (auto& x : src) x = nd(rng);
+          N.kv_quantize(q, src.data(), k.data() + size_t(j) * row + h * vb, dim);
+          for (auto& x : src) x = nd(rng);
+          N.kv_quantize(q, src.data(), v.data() + size_t(j) * row + h * vb, dim);
+        }
+      }
+      for (int nq : {4, 64}) {
+        std::vector<float> qv(size_t(nq) * dim);
+        for (auto& x : qv) x = nd(rng);
+        struct State {
+          std::vector<float> m, l, acc;
+        };
+        auto run = [&](const ab::KernelApi& api, State& st) {
+          st.m.assign(nq, -INFINITY);
+          st.l.assign(nq, 0.f);
+          st.acc.assign(size_t(nq) * dim, 0.f);
+          api.kv_attend(q, qv.data(), nq, k.data(), v.data(), row, nv, dim, 0.125f, st.m.data(), st.l.data(),
+                        st.acc.data());
+        };
+        State so, sn;
+        const std::string name = std::string(fmt_names[q]) + " dim " + std::to_string(dim) + " kv_attend n_q=" +
+                                 std::to_string(nq) + " n=" + std::to_string(nv);
+        compare(name, [&] { run(O, so); }, [&] { run(N, sn); }, double(nv) * nq, "ns/score");
+        run(O, so);
+        run(N, sn);
+        same(name + " acc", so.acc, sn.acc);
+        same(name + " l", so.l, sn.l);
+      }
+    }
+  }
+
   std::vector<double> r = g_ratios;
   std::sort(r.begin(), r.end());
   double lg = 0;

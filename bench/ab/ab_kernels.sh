@@ -5,7 +5,7 @@
 # give the same bytes. For refactors of kernels that must stay bit-identical and no slower.
 #   bench/ab/ab_kernels.sh OLD_REV [BUILD_DIR] [reps] [ms_per_batch] [self]   (defaults: build, 15, 4)
 # "self" runs the new version against itself: the harness's own bias, to read the A/B ratios against.
-# BUILD_DIR must have towers_engine and towers_simd built (cmake --build BUILD --target towers_engine).
+# BUILD_DIR must have towers_gguf and towers_simd built (cmake --build BUILD --target towers_gguf towers_simd).
 set -euo pipefail
 old_rev="$1"; build="$(cd "${2:-build}" && pwd)"; reps="${3:-15}"; ms="${4:-4}"; self="${5:-}"
 src="$(git rev-parse --show-toplevel)"
@@ -43,6 +43,6 @@ compile "$work/obj/adapter_old.o" "$src/bench/ab/ab_adapter.cc" -DAB_OLD -I"$wor
 compile "$work/obj/adapter_new.o" "$src/bench/ab/ab_adapter.cc" -I"$src"
 compile "$work/obj/ab_kernels.o" "$src/bench/ab/ab_kernels.cc" -I"$src"
 "${cxx[0]}" -o "$work/ab_kernels" "$work/obj/ab_kernels.o" "$work/obj/adapter_new.o" "$work/obj/adapter_old.o" \
-  "${objs[@]}" "$build/engine/libtowers_engine.a" "$build/simd/libtowers_simd.a" -lhwy -lpcre2-8 -lpthread
+  "${objs[@]}" "$build/engine/libtowers_gguf.a" "$build/engine/libtowers_base.a" "$build/simd/libtowers_simd.a" -lhwy -lpcre2-8 -lpthread
 echo "old = $old_rev ($(git -C "$src" rev-parse --short "$old_rev")), new = this tree ($build)"
 "$work/ab_kernels" "$reps" "$ms" $self
