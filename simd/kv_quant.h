@@ -70,11 +70,12 @@
 // in a fixed order, four vectors at a time (a last group of fewer repeats its last vector and drops
 // the copies). The score of vector j therefore depends only on q and vector j: not on n, on the
 // other vectors, or on how the caller splits the range (n vectors in one call equal n calls with
-// n = 1, bit for bit). On x86 (AVX2, AVX-512), kv_dot_group with 8 or more F32/F16 queries runs the
-// same chains and the same final tree with keys in lanes (a block of 8 or 16 keys transposed once for
-// all the queries; no horizontal sum per score), and its weighted sums over a contiguous f32 copy of
-// the vectors in 16 lanes on AVX-512: the same operations, so the same bits (kv_quant.cc, "F32/F16 on
-// x86"); a prefill tile's attention runs 2x faster (bench/README.md, issue 26).
+// n = 1, bit for bit). On x86 (AVX2, AVX-512), kv_dot_group with 8 or more queries runs the same
+// chains and the same final tree with keys in lanes (a block of 8 or 16 keys decoded and transposed
+// once for all the queries; no horizontal sum per score), and kv_accumulate_group sums over a
+// contiguous f32 copy of the vectors' codes, in 16 lanes on AVX-512: the same operations, so the same
+// bits (kv_quant.cc, "x86"); a prefill tile's attention runs ~2x faster in every format
+// (bench/README.md, issue 26).
 // kv_accumulate, per element e and vector j in ascending order:
 //     Q6/Q4:   acc[e] = acc[e] + fma(p_j * d_b, c_e, p_j * m_b)
 //     Q8:      acc[e] = fma(p_j * d_b, c_e, acc[e])
