@@ -1,0 +1,664 @@
+// Part of simd/kv_quant.cc: its attention kernels on x86, for many queries per call (keys in lanes,
+// staged sums) and F32/F16 sums in 16 lanes. Included by kv_quant.cc inside its per-target namespace,
+// after the 8-lane kernels whose arithmetic these reproduce and whose helpers they use (DecodeBlock,
+// BlockSumsQ, PrefetchAhead, AccBlockG); compiled once per Highway target, like the file around it.
+// Defines TOWERS_KV_KEYS_IN_LANES (AVX2, AVX-512) and TOWERS_KV_WIDE_SUMS (AVX-512) for the targets
+// that have these kernels; kv_quant.cc undefines them at the end of each target.
+//
+// The arithmetic of kv_quant.cc's 8-lane kernels, laid out for wide vectors. Every format for
+// many queries per call (a prefill tile's 64 query heads: scores with keys in lanes, sums over a
+// staged f32 copy of the vectors), and F32/F16 sums in 16 lanes for any number (AVX-512).
+//
+// Scores, keys in lanes. Per (query, key) kv_quant.cc's kernels run two chains of 8 lanes: lane i of
+// `a` sums q_e k_e for e = i, 16 + i, 32 + i, ... (then the tail element D16 + i when dim % 16 == 8),
+// lane i of `b` for e = 8 + i, 24 + i, ...; then x = a + b, and the score is Highway's 8-lane
+// SumOfLanes of x: ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)). Here a block of kNK keys (8 or
+// 16, the f32 lanes) is transposed once, element e of key t at kt[e * kNK + t], and serves every
+// query of the call: chain i of a query is a run of kNK-wide fused multiply-adds of a broadcast q_e
+// with row e of kt, and each node of the tree is one vector add. The same operations on the same
+// values in the same order per score, so the same bits (tests/test_kv_quant.cc, "group kernels give
+// each query's single-query bits", n_q >= 8), with no horizontal sum per score and every FMA kNK
+// wide. The transposition costs several queries' FMAs, so it pays from kKeysInLanesMinQueries queries
+// per call (at 4, a decode step's, it was 1.7x slower: bench/ab, "kv_attend n_q=4").
+//
+// Weighted sums, 16 lanes (AVX-512). They are elementwise (acc[e] = fma(p_j, x_e, acc[e]), j
+// ascending), so 16 lanes give the bits of 8 with half the instructions.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define TOWERS_KV_KEYS_IN_LANES 1
+using DK = hn::ScalableTag<float>;
+using VK = hn::Vec<DK>;
+constexpr size_t kNK = hn::MaxLanes(DK());
+static_assert(kNK == 8 || kNK == 16, "x86 f32 vectors");
+// Queries per pass over a transposed block: their 16 chains' partial sums stay in registers (4 x ~6
+// vectors of 32 on AVX-512, 2 of 16 on AVX2).
+constexpr int kQueriesPerPass = kNK == 16 ? 4 : 2;
+// From this many queries per call the transposition pays (bench/ab, "kv_attend n_q=4").
+constexpr int kKeysInLanesMinQueries = 8;
+
+// Elements [e, e + kNK) of a vector (the upper half zero when `half`: the last 8 of dim % 16 == 8).
+template <KvQuant kQ, bool kHalf>
+HWY_INLINE VK LoadWide(const uint8_t* HWY_RESTRICT row, size_t e) {
+  const DK dk;
+  if constexpr (kHalf) {
+    const hn::Half<DK> dh;
+    if constexpr (kQ == KvQuant::F32) {
+      return hn::ZeroExtendVector(dk, hn::LoadU(dh, reinterpret_cast<const float*>(row) + e));
+    } else {
+      const hn::Rebind<hwy::float16_t, decltype(dh)> d16;
+      return hn::ZeroExtendVector(dk, hn::PromoteTo(dh, hn::LoadU(d16, reinterpret_cast<const hwy::float16_t*>(row) + e)));
+    }
+  } else if constexpr (kQ == KvQuant::F32) {
+    return hn::LoadU(dk, reinterpret_cast<const float*>(row) + e);
+  } else {
+    const hn::Rebind<hwy::float16_t, DK> d16;
+    return hn::PromoteTo(dk, hn::LoadU(d16, reinterpret_cast<const hwy::float16_t*>(row) + e));
+  }
+}
+
+// r[t] = elements c..c + kNK of key t  ->  r[e] = element c + e of keys 0 .. kNK - 1. log2(kNK)
+// rounds of ConcatEven / ConcatOdd, each rotating the bits of (row, column) right by one.
+HWY_INLINE void TransposeSquare(VK* HWY_RESTRICT r) {
+  const DK dk;
+#pragma GCC unroll 4
+  for (size_t round = 1; round < kNK; round *= 2) {
+    VK t[kNK];
+#pragma GCC unroll 8
+    for (size_t p = 0; p < kNK / 2; ++p) {
+      t[p] = hn::ConcatEven(dk, r[2 * p + 1], r[2 * p]);
+      t[p + kNK / 2] = hn::ConcatOdd(dk, r[2 * p + 1], r[2 * p]);
+    }
+#pragma GCC unroll 16
+    for (size_t p = 0; p < kNK; ++p) r[p] = t[p];
+  }
+}
+
+template <KvQuant kQ, bool kHalf>
+HWY_INLINE void TransposeColumns(const uint8_t* const* HWY_RESTRICT rows, size_t c, size_t w,
+                                 float* HWY_RESTRICT kt) {
+  const DK dk;
+  VK r[kNK];
+#pragma GCC unroll 16
+  for (size_t t = 0; t < kNK; ++t) r[t] = LoadWide<kQ, kHalf>(rows[t], c);
+  TransposeSquare(r);
+  for (size_t e = 0; e < w; ++e) hn::Store(r[e], dk, kt + (c + e) * kNK);
+}
+
+// Keys j .. j + cnt - 1 (k + j*stride ...) transposed into kt; lanes past cnt repeat the last key.
+template <KvQuant kQ>
+HWY_INLINE void TransposeKeys(const uint8_t* HWY_RESTRICT k, size_t stride, int j, int cnt, int n_end, size_t D,
+                              float* HWY_RESTRICT kt) {
+  const uint8_t* rows[kNK];
+  const size_t vb = vec_bytes(kQ, static_cast<int>(D));
+  for (size_t t = 0; t < kNK; ++t) {
+    rows[t] = k + size_t(j + std::min<int>(static_cast<int>(t), cnt - 1)) * stride;
+    if (static_cast<int>(t) < cnt) PrefetchAhead(k, j + static_cast<int>(t), n_end, stride, vb);
+  }
+  size_t c = 0;
+  for (; c + kNK <= D; c += kNK) TransposeColumns<kQ, false>(rows, c, kNK, kt);
+  if (c < D) TransposeColumns<kQ, true>(rows, c, D - c, kt);  // the last 8 (kNK == 16)
+}
+
+// x_g = lane i of the 8-lane kernels' a + b for the G queries: chain i (c_g = fma(q_g[e], kt row e,
+// c_g) for e = i, i + 16, ... below D16, then the tail element D16 + i when `tail`) plus chain i + 8.
+// The two chains run in one loop: 2G independent FMA chains for the out-of-order core.
+template <int G>
+HWY_INLINE void PairG(const float* HWY_RESTRICT q0, const float* HWY_RESTRICT q1, const float* HWY_RESTRICT q2,
+                      const float* HWY_RESTRICT q3, const float* HWY_RESTRICT kt, size_t D16, bool tail, size_t i,
+                      VK& x0, VK& x1, VK& x2, VK& x3) {
+  const DK dk;
+  VK b0, b1, b2, b3;
+  x0 = x1 = x2 = x3 = b0 = b1 = b2 = b3 = hn::Zero(dk);
+  for (size_t e = i; e < D16; e += 16) {
+    const VK ca = hn::Load(dk, kt + e * kNK), cb = hn::Load(dk, kt + (e + 8) * kNK);
+#define TOWERS_KV_FMA(g)                                      \
+  if constexpr (G > g) {                                      \
+    x##g = hn::MulAdd(hn::Set(dk, q##g[e]), ca, x##g);        \
+    b##g = hn::MulAdd(hn::Set(dk, q##g[e + 8]), cb, b##g);    \
+  }
+    TOWERS_KV_G4(TOWERS_KV_FMA)
+#undef TOWERS_KV_FMA
+  }
+  if (tail) {
+    const size_t e = D16 + i;
+    const VK ca = hn::Load(dk, kt + e * kNK);
+#define TOWERS_KV_FMA(g) \
+  if constexpr (G > g) x##g = hn::MulAdd(hn::Set(dk, q##g[e]), ca, x##g);
+    TOWERS_KV_G4(TOWERS_KV_FMA)
+#undef TOWERS_KV_FMA
+  }
+#define TOWERS_KV_ADD(g) \
+  if constexpr (G > g) x##g = hn::Add(x##g, b##g);
+  TOWERS_KV_G4(TOWERS_KV_ADD)
+#undef TOWERS_KV_ADD
+}
+
+// The first cnt lanes of a block's scores to s[0 .. cnt).
+HWY_INLINE void StoreScores(VK score, float* HWY_RESTRICT s, int cnt) {
+  const DK dk;
+  if (cnt == static_cast<int>(kNK)) {
+    hn::StoreU(score, dk, s);
+  } else {
+    HWY_ALIGN float tmp[kNK];
+    hn::Store(score, dk, tmp);
+    std::memcpy(s, tmp, sizeof(float) * size_t(cnt));
+  }
+}
+
+// s_g[j .. j + cnt) = the scores of the G queries against the transposed block kt.
+template <int G>
+HWY_NOINLINE void ScoresG(const float* const* HWY_RESTRICT qp, const float* HWY_RESTRICT kt, size_t D,
+                          float* const* HWY_RESTRICT sp, int j, int cnt) {
+  const float* HWY_RESTRICT q0 = qp[0];
+  const float* HWY_RESTRICT q1 = qp[G > 1 ? 1 : 0];
+  const float* HWY_RESTRICT q2 = qp[G > 2 ? 2 : 0];
+  const float* HWY_RESTRICT q3 = qp[G > 3 ? 3 : 0];
+  const size_t D16 = D / 16 * 16;
+  const bool tail = D16 < D;
+  VK x0, x1, x2, x3, y0, y1, y2, y3, u0, u1, u2, u3, w0, w1, w2, w3;
+  // u = (x0 + x4) + (x2 + x6)
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 0, x0, x1, x2, x3);
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 4, y0, y1, y2, y3);
+#define TOWERS_KV_U(g) \
+  if constexpr (G > g) u##g = hn::Add(x##g, y##g);
+  TOWERS_KV_G4(TOWERS_KV_U)
+#undef TOWERS_KV_U
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 2, x0, x1, x2, x3);
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 6, y0, y1, y2, y3);
+#define TOWERS_KV_U(g) \
+  if constexpr (G > g) u##g = hn::Add(u##g, hn::Add(x##g, y##g));
+  TOWERS_KV_G4(TOWERS_KV_U)
+#undef TOWERS_KV_U
+  // w = (x1 + x5) + (x3 + x7)
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 1, x0, x1, x2, x3);
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 5, y0, y1, y2, y3);
+#define TOWERS_KV_W(g) \
+  if constexpr (G > g) w##g = hn::Add(x##g, y##g);
+  TOWERS_KV_G4(TOWERS_KV_W)
+#undef TOWERS_KV_W
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 3, x0, x1, x2, x3);
+  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 7, y0, y1, y2, y3);
+#define TOWERS_KV_OUT(g) \
+  if constexpr (G > g) StoreScores(hn::Add(u##g, hn::Add(w##g, hn::Add(x##g, y##g))), sp[g] + j, cnt);
+  TOWERS_KV_G4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+}
+
+// kv_dot_group for F32/F16 with keys in lanes (n_q >= kKeysInLanesMinQueries).
+template <KvQuant kQ>
+HWY_NOINLINE void DotKeysInLanes(const float* HWY_RESTRICT qv, int n_q, const uint8_t* HWY_RESTRICT k, size_t stride,
+                                 int n, int n_ahead, int dim, float* HWY_RESTRICT scores, size_t score_stride) {
+  HWY_ALIGN float kt[kKvMaxDim * kNK];
+  const size_t D = static_cast<size_t>(dim);
+  for (int j = 0; j < n; j += static_cast<int>(kNK)) {
+    const int cnt = std::min(static_cast<int>(kNK), n - j);
+    TransposeKeys<kQ>(k, stride, j, cnt, n + n_ahead, D, kt);
+    for (int g0 = 0; g0 < n_q; g0 += kQueriesPerPass) {
+      const int G = std::min(kQueriesPerPass, n_q - g0);
+      const float* qp[4];
+      float* sp[4];
+      for (int g = 0; g < G; ++g) {
+        qp[g] = qv + size_t(g0 + g) * D;
+        sp[g] = scores + size_t(g0 + g) * score_stride;
+      }
+      switch (G) {
+        case 4: ScoresG<4>(qp, kt, D, sp, j, cnt); break;
+        case 3: ScoresG<3>(qp, kt, D, sp, j, cnt); break;
+        case 2: ScoresG<2>(qp, kt, D, sp, j, cnt); break;
+        default: ScoresG<1>(qp, kt, D, sp, j, cnt); break;
+      }
+    }
+  }
+}
+
+// Scores of Q8/Q6/Q4 keys with keys in lanes. Per block b the 8-lane kernels run, for lane i, the
+// chain t = fma(q_e, c_e, t) over e = 32b + i, + 8, + 16, + 24 (the block's groups, fewer in a last
+// partial block), then acc_i = fma(d_b, t, acc_i) and, for Q6/Q4, acc_i = fma(m_b, qsum_bi, acc_i)
+// (qsum_bi: the block's q_e of lane i summed, BlockSumsQ); the score is the tree of acc_0 .. acc_7 as
+// for F32. Here the codes (as f32) are transposed like F32 keys and d_b, m_b of the kNK keys are
+// vectors: the same operations per score, so the same bits. Decoding a block of keys once serves
+// every query of the call.
+
+// The codes of one Q8/Q6/Q4 vector (c: after its parameters) as f32, out[0 .. D).
+template <KvQuant kQ>
+HWY_INLINE void DecodeCodes(const uint8_t* HWY_RESTRICT c, size_t D, float* HWY_RESTRICT out) {
+  const DF df;
+  const int nb = n_blocks(static_cast<int>(D));
+  for (int b = 0; b < nb; ++b) {
+    const size_t e0 = size_t(b) * kKvBlock;
+    VF x0, x1, x2, x3;
+    switch ((std::min(D, e0 + kKvBlock) - e0) / 8) {
+      case 4:
+        DecodeBlock<kQ, 4>(c, c + D / 2, e0, 0, x0, x1, x2, x3);
+        hn::StoreU(x3, df, out + e0 + 24);
+        hn::StoreU(x2, df, out + e0 + 16);
+        hn::StoreU(x1, df, out + e0 + 8);
+        break;
+      case 3:
+        DecodeBlock<kQ, 3>(c, c + D / 2, e0, 0, x0, x1, x2, x3);
+        hn::StoreU(x2, df, out + e0 + 16);
+        hn::StoreU(x1, df, out + e0 + 8);
+        break;
+      case 2:
+        DecodeBlock<kQ, 2>(c, c + D / 2, e0, 0, x0, x1, x2, x3);
+        hn::StoreU(x1, df, out + e0 + 8);
+        break;
+      default: DecodeBlock<kQ, 1>(c, c + D / 2, e0, 0, x0, x1, x2, x3); break;
+    }
+    hn::StoreU(x0, df, out + e0);
+  }
+}
+
+// Keys j .. j + cnt - 1 decoded and transposed: codes into kt (as TransposeKeys), parameter i of
+// the keys (d_0, [m_0,] d_1, ...) at prm_t[i * kNK + lane]. rows: kNK * dim floats of scratch.
+template <KvQuant kQ>
+HWY_INLINE void TransposeQuantKeys(const uint8_t* HWY_RESTRICT k, size_t stride, int j, int cnt, int n_end, size_t D,
+                                   float* HWY_RESTRICT rows, float* HWY_RESTRICT kt, float* HWY_RESTRICT prm_t) {
+  constexpr int P = params_per_block(kQ);
+  const int nb = n_blocks(static_cast<int>(D));
+  const size_t hdr = header_bytes(kQ, static_cast<int>(D)), vb = vec_bytes(kQ, static_cast<int>(D));
+  const uint8_t* row_ptr[kNK];
+  HWY_ALIGN float prm[2 * kMaxBlocks];
+  for (size_t t = 0; t < kNK; ++t) {
+    if (static_cast<int>(t) >= cnt) {  // lanes past cnt repeat the last key
+      row_ptr[t] = row_ptr[cnt - 1];
+      for (int i = 0; i < P * nb; ++i) prm_t[size_t(i) * kNK + t] = prm_t[size_t(i) * kNK + size_t(cnt - 1)];
+      continue;
+    }
+    const uint8_t* v = k + size_t(j + static_cast<int>(t)) * stride;
+    PrefetchAhead(k, j + static_cast<int>(t), n_end, stride, vb);
+    F16ToF32(v, P * nb, prm);
+    for (int i = 0; i < P * nb; ++i) prm_t[size_t(i) * kNK + t] = prm[i];
+    float* HWY_RESTRICT out = rows + t * D;
+    DecodeCodes<kQ>(v + hdr, D, out);
+    row_ptr[t] = reinterpret_cast<const uint8_t*>(out);
+  }
+  size_t col = 0;
+  for (; col + kNK <= D; col += kNK) TransposeColumns<KvQuant::F32, false>(row_ptr, col, kNK, kt);
+  if (col < D) TransposeColumns<KvQuant::F32, true>(row_ptr, col, D - col, kt);
+}
+
+// acc_g of lane i (the x_i of the tree) for the G queries; qs_g: query g's BlockSumsQ.
+template <KvQuant kQ, int G>
+HWY_INLINE void QuantLaneG(const float* HWY_RESTRICT q0, const float* HWY_RESTRICT q1, const float* HWY_RESTRICT q2,
+                           const float* HWY_RESTRICT q3, const float* const* HWY_RESTRICT qs,
+                           const float* HWY_RESTRICT kt, const float* HWY_RESTRICT prm_t, size_t D, size_t i,
+                           VK& a0, VK& a1, VK& a2, VK& a3) {
+  constexpr int P = params_per_block(kQ);
+  const DK dk;
+  a0 = a1 = a2 = a3 = hn::Zero(dk);
+  const int nb = n_blocks(static_cast<int>(D));
+  for (int b = 0; b < nb; ++b) {
+    const size_t e0 = size_t(b) * kKvBlock, e1 = std::min(D, e0 + kKvBlock);
+    VK t0 = hn::Zero(dk), t1 = t0, t2 = t0, t3 = t0;
+    for (size_t e = e0 + i; e < e1; e += 8) {
+      const VK col = hn::Load(dk, kt + e * kNK);
+#define TOWERS_KV_FMA(g) \
+  if constexpr (G > g) t##g = hn::MulAdd(hn::Set(dk, q##g[e]), col, t##g);
+      TOWERS_KV_G4(TOWERS_KV_FMA)
+#undef TOWERS_KV_FMA
+    }
+    const VK d = hn::Load(dk, prm_t + size_t(P * b) * kNK);
+#define TOWERS_KV_SCALE(g) \
+  if constexpr (G > g) a##g = hn::MulAdd(d, t##g, a##g);
+    TOWERS_KV_G4(TOWERS_KV_SCALE)
+#undef TOWERS_KV_SCALE
+    if constexpr (P == 2) {
+      const VK m = hn::Load(dk, prm_t + size_t(2 * b + 1) * kNK);
+#define TOWERS_KV_MIN(g) \
+  if constexpr (G > g) a##g = hn::MulAdd(m, hn::Set(dk, qs[g][8 * b + i]), a##g);
+      TOWERS_KV_G4(TOWERS_KV_MIN)
+#undef TOWERS_KV_MIN
+    }
+  }
+}
+
+template <KvQuant kQ, int G>
+HWY_NOINLINE void QuantScoresG(const float* const* HWY_RESTRICT qp, const float* const* HWY_RESTRICT qs,
+                               const float* HWY_RESTRICT kt, const float* HWY_RESTRICT prm_t, size_t D,
+                               float* const* HWY_RESTRICT sp, int j, int cnt) {
+  const float* HWY_RESTRICT q0 = qp[0];
+  const float* HWY_RESTRICT q1 = qp[G > 1 ? 1 : 0];
+  const float* HWY_RESTRICT q2 = qp[G > 2 ? 2 : 0];
+  const float* HWY_RESTRICT q3 = qp[G > 3 ? 3 : 0];
+  VK x0, x1, x2, x3, y0, y1, y2, y3, u0, u1, u2, u3, w0, w1, w2, w3;
+#define TOWERS_KV_LANE(i, a, b, c, d) QuantLaneG<kQ, G>(q0, q1, q2, q3, qs, kt, prm_t, D, i, a, b, c, d)
+  // u = (x0 + x4) + (x2 + x6), w = (x1 + x5) + (x3 + x7): SumOfLanes's tree
+  TOWERS_KV_LANE(0, x0, x1, x2, x3);
+  TOWERS_KV_LANE(4, y0, y1, y2, y3);
+#define TOWERS_KV_U(g) \
+  if constexpr (G > g) u##g = hn::Add(x##g, y##g);
+  TOWERS_KV_G4(TOWERS_KV_U)
+#undef TOWERS_KV_U
+  TOWERS_KV_LANE(2, x0, x1, x2, x3);
+  TOWERS_KV_LANE(6, y0, y1, y2, y3);
+#define TOWERS_KV_U(g) \
+  if constexpr (G > g) u##g = hn::Add(u##g, hn::Add(x##g, y##g));
+  TOWERS_KV_G4(TOWERS_KV_U)
+#undef TOWERS_KV_U
+  TOWERS_KV_LANE(1, x0, x1, x2, x3);
+  TOWERS_KV_LANE(5, y0, y1, y2, y3);
+#define TOWERS_KV_W(g) \
+  if constexpr (G > g) w##g = hn::Add(x##g, y##g);
+  TOWERS_KV_G4(TOWERS_KV_W)
+#undef TOWERS_KV_W
+  TOWERS_KV_LANE(3, x0, x1, x2, x3);
+  TOWERS_KV_LANE(7, y0, y1, y2, y3);
+#undef TOWERS_KV_LANE
+#define TOWERS_KV_OUT(g) \
+  if constexpr (G > g) StoreScores(hn::Add(u##g, hn::Add(w##g, hn::Add(x##g, y##g))), sp[g] + j, cnt);
+  TOWERS_KV_G4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+}
+
+// kv_dot_group for Q8/Q6/Q4 with keys in lanes, in passes of up to kMaxQueriesPerBlock queries.
+constexpr int kMaxQueriesPerBlock = 64;
+template <KvQuant kQ>
+HWY_NOINLINE void DotQuantKeysInLanes(const float* HWY_RESTRICT qv, int n_q, const uint8_t* HWY_RESTRICT k,
+                                      size_t stride, int n, int n_ahead, int dim, float* HWY_RESTRICT scores,
+                                      size_t score_stride) {
+  HWY_ALIGN float kt[kKvMaxDim * kNK];
+  HWY_ALIGN float rows[kKvMaxDim * kNK];
+  HWY_ALIGN float prm_t[2 * kMaxBlocks * kNK];
+  HWY_ALIGN float qsum[kMaxQueriesPerBlock][kMaxBlocks * 8];
+  const size_t D = static_cast<size_t>(dim);
+  for (int c0 = 0; c0 < n_q; c0 += kMaxQueriesPerBlock) {
+    const int nc = std::min(kMaxQueriesPerBlock, n_q - c0);
+    if constexpr (params_per_block(kQ) == 2) {
+      for (int g = 0; g < nc; ++g) BlockSumsQ(qv + size_t(c0 + g) * D, D, qsum[g]);
+    }
+    for (int j = 0; j < n; j += static_cast<int>(kNK)) {
+      const int cnt = std::min(static_cast<int>(kNK), n - j);
+      TransposeQuantKeys<kQ>(k, stride, j, cnt, n + n_ahead, D, rows, kt, prm_t);
+      for (int g0 = 0; g0 < nc; g0 += kQueriesPerPass) {
+        const int G = std::min(kQueriesPerPass, nc - g0);
+        const float* qp[4];
+        const float* qs[4];
+        float* sp[4];
+        for (int g = 0; g < G; ++g) {
+          qp[g] = qv + size_t(c0 + g0 + g) * D;
+          qs[g] = qsum[g0 + g];
+          sp[g] = scores + size_t(c0 + g0 + g) * score_stride;
+        }
+        switch (G) {
+          case 4: QuantScoresG<kQ, 4>(qp, qs, kt, prm_t, D, sp, j, cnt); break;
+          case 3: QuantScoresG<kQ, 3>(qp, qs, kt, prm_t, D, sp, j, cnt); break;
+          case 2: QuantScoresG<kQ, 2>(qp, qs, kt, prm_t, D, sp, j, cnt); break;
+          default: QuantScoresG<kQ, 1>(qp, qs, kt, prm_t, D, sp, j, cnt); break;
+        }
+      }
+    }
+  }
+}
+#endif  // keys in lanes
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define TOWERS_KV_WIDE_SUMS 1
+// Elements [e0, e0 + 16 NV) of the G queries' sums over vectors [0, n), 16 lanes. The pass over the
+// first elements prefetches the vectors ahead (below n_end).
+template <KvQuant kQ, int NV, int G>
+HWY_INLINE void AccWideG(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v, size_t stride, int n,
+                         int n_end, size_t vb, size_t e0, float* const* HWY_RESTRICT ap) {
+  const DK dk;
+  const float* HWY_RESTRICT p0 = pp[0];
+  const float* HWY_RESTRICT p1 = pp[G > 1 ? 1 : 0];
+  const float* HWY_RESTRICT p2 = pp[G > 2 ? 2 : 0];
+  const float* HWY_RESTRICT p3 = pp[G > 3 ? 3 : 0];
+  float* HWY_RESTRICT acc0 = ap[0];
+  float* HWY_RESTRICT acc1 = ap[G > 1 ? 1 : 0];
+  float* HWY_RESTRICT acc2 = ap[G > 2 ? 2 : 0];
+  float* HWY_RESTRICT acc3 = ap[G > 3 ? 3 : 0];
+  const VK z = hn::Zero(dk);
+  // a<g><k>: query g, elements e0 + 16k ..
+#define TOWERS_KV_ON(g, k) (G > g && NV > k)
+#define TOWERS_KV_LD(g, k) \
+  VK a##g##k = z;          \
+  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::LoadU(dk, acc##g + e0 + 16 * k);
+#define TOWERS_KV_EACH(X, g) X(g, 0) X(g, 1) X(g, 2) X(g, 3)
+#define TOWERS_KV_ALL(X) TOWERS_KV_EACH(X, 0) TOWERS_KV_EACH(X, 1) TOWERS_KV_EACH(X, 2) TOWERS_KV_EACH(X, 3)
+  TOWERS_KV_ALL(TOWERS_KV_LD)
+#undef TOWERS_KV_LD
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* HWY_RESTRICT row = v + size_t(j) * stride;
+    if (e0 == 0) PrefetchAhead(v, j, n_end, stride, vb);
+    VK x0 = z, x1 = z, x2 = z, x3 = z;
+    x0 = LoadWide<kQ, false>(row, e0);
+    if constexpr (NV > 1) x1 = LoadWide<kQ, false>(row, e0 + 16);
+    if constexpr (NV > 2) x2 = LoadWide<kQ, false>(row, e0 + 32);
+    if constexpr (NV > 3) x3 = LoadWide<kQ, false>(row, e0 + 48);
+#define TOWERS_KV_UPD(g, k) \
+  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::MulAdd(w, x##k, a##g##k);
+#define TOWERS_KV_HEAD(g)                \
+  if constexpr (G > g) {                 \
+    const VK w = hn::Set(dk, p##g[j]);   \
+    TOWERS_KV_EACH(TOWERS_KV_UPD, g)     \
+  }
+    TOWERS_KV_G4(TOWERS_KV_HEAD)
+#undef TOWERS_KV_HEAD
+#undef TOWERS_KV_UPD
+  }
+#define TOWERS_KV_ST(g, k) \
+  if constexpr (TOWERS_KV_ON(g, k)) hn::StoreU(a##g##k, dk, acc##g + e0 + 16 * k);
+  TOWERS_KV_ALL(TOWERS_KV_ST)
+#undef TOWERS_KV_ST
+#undef TOWERS_KV_ALL
+#undef TOWERS_KV_EACH
+#undef TOWERS_KV_ON
+}
+
+// AccumulateGroupT for F32/F16 in 16 lanes, chunks of kChunk vectors; a last 8 elements (dim % 16
+// == 8) by AccBlockG.
+template <KvQuant kQ, int G>
+HWY_INLINE void AccumulateWideG(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v, size_t stride,
+                                int n, int n_ahead, int dim, float* const* HWY_RESTRICT ap) {
+  const size_t D = static_cast<size_t>(dim), D16 = D / 16 * 16;
+  const size_t vb = vec_bytes(kQ, dim);
+  for (int j0 = 0; j0 < n; j0 += kChunk) {  // a chunk's vectors stay in cache for all its elements
+    const int cnt = std::min(kChunk, n - j0), n_end = n + n_ahead - j0;
+    const uint8_t* HWY_RESTRICT vj = v + size_t(j0) * stride;
+    const float* pj[4];
+    for (int g = 0; g < G; ++g) pj[g] = pp[g] + j0;
+    size_t e0 = 0;
+    for (; e0 + 64 <= D16; e0 += 64) AccWideG<kQ, 4, G>(pj, vj, stride, cnt, n_end, vb, e0, ap);
+    switch ((D16 - e0) / 16) {
+      case 3: AccWideG<kQ, 3, G>(pj, vj, stride, cnt, n_end, vb, e0, ap); break;
+      case 2: AccWideG<kQ, 2, G>(pj, vj, stride, cnt, n_end, vb, e0, ap); break;
+      case 1: AccWideG<kQ, 1, G>(pj, vj, stride, cnt, n_end, vb, e0, ap); break;
+      default: break;
+    }
+    if (D16 < D) {  // elements D - 8 .. D - 1: group NG - 1 of the last block
+      const size_t b0 = (D - 1) / kKvBlock * kKvBlock;
+      if (D - b0 == 24) {
+        AccBlockG<kQ, 3, 2, 3, G>(pj, 1, vj, stride, 0, cnt, 0, D, b0, 0, ap);
+      } else {
+        AccBlockG<kQ, 1, 0, 1, G>(pj, 1, vj, stride, 0, cnt, 0, D, b0, 0, ap);
+      }
+    }
+  }
+}
+
+// AccumulateGroupQ for F32/F16 and many queries: a chunk of vectors is first copied, as f32, to one
+// contiguous buffer, then each group of four queries runs over the copy. In a KV cache a head's
+// vectors are a whole row apart (2 KiB for Llama-3.2-1B's f32 rows): their cache lines fall in a few
+// L1 sets, so a block of them does not stay in L1 between the groups of queries, where the copy does
+// (and F16 is converted once, not once per group). Same operations on the same values: same bits.
+constexpr size_t kStageFloats = 8192;
+template <KvQuant kQ>
+HWY_NOINLINE void AccumulateStaged(const float* p, size_t p_stride, int n_q, const uint8_t* HWY_RESTRICT v,
+                                   size_t stride, int n, int n_ahead, int dim, float* acc) {
+  HWY_ALIGN float vt[kStageFloats];
+  const size_t D = static_cast<size_t>(dim), vb = vec_bytes(kQ, dim);
+  const int rows = static_cast<int>(kStageFloats / D);
+  for (int j0 = 0; j0 < n; j0 += rows) {
+    const int cnt = std::min(rows, n - j0);
+    for (int j = 0; j < cnt; ++j) {
+      const uint8_t* row = v + size_t(j0 + j) * stride;
+      PrefetchAhead(v, j0 + j, n + n_ahead, stride, vb);
+      if constexpr (kQ == KvQuant::F32) {
+        std::memcpy(vt + size_t(j) * D, row, sizeof(float) * D);
+      } else {
+        F16ToF32(row, dim, vt + size_t(j) * D);
+      }
+    }
+    const auto* staged = reinterpret_cast<const uint8_t*>(vt);
+    for (int g0 = 0; g0 < n_q; g0 += 4) {
+      const int G = std::min(4, n_q - g0);
+      const float* pp[4];
+      float* ap[4];
+      for (int g = 0; g < G; ++g) {
+        pp[g] = p + size_t(g0 + g) * p_stride + j0;
+        ap[g] = acc + size_t(g0 + g) * D;
+      }
+      switch (G) {
+        case 4: AccumulateWideG<KvQuant::F32, 4>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
+        case 3: AccumulateWideG<KvQuant::F32, 3>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
+        case 2: AccumulateWideG<KvQuant::F32, 2>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
+        default: AccumulateWideG<KvQuant::F32, 1>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
+      }
+    }
+  }
+}
+
+// Staged sums of Q8/Q6/Q4 vectors: the chunk's codes are decoded once, as f32, with their
+// parameters; per group of queries the weights are the 8-lane kernels' products w = p_j * d_b (and
+// p_j * m_b), and each element gets acc = fma(w, c, acc) (Q8) or acc + fma(w_d, c, w_m) (Q6/Q4), in
+// 16 lanes: the same operations per element, so the same bits.
+constexpr size_t kStageParams = 2048;  // rows * params per vector, at most 2048 (dim 8) for any dim
+
+// Elements [e0, e0 + 16 NV) (e0 a multiple of 64) of the G queries over the n staged vectors; vectors
+// k and k + 1 of the 64 share the block e0 / 32 + k / 2. w_g: query g's weights, kw per vector.
+template <KvQuant kQ, int NV, int G>
+HWY_INLINE void AccWideQG(const float* const* HWY_RESTRICT wp, size_t kw, const float* HWY_RESTRICT codes,
+                          size_t D, int n, size_t e0, float* const* HWY_RESTRICT ap) {
+  constexpr int P = params_per_block(kQ);
+  const DK dk;
+  const size_t b0 = e0 / kKvBlock;
+  float* HWY_RESTRICT acc0 = ap[0];
+  float* HWY_RESTRICT acc1 = ap[G > 1 ? 1 : 0];
+  float* HWY_RESTRICT acc2 = ap[G > 2 ? 2 : 0];
+  float* HWY_RESTRICT acc3 = ap[G > 3 ? 3 : 0];
+  const VK z = hn::Zero(dk);
+#define TOWERS_KV_ON(g, k) (G > g && NV > k)
+#define TOWERS_KV_LD(g, k) \
+  VK a##g##k = z;          \
+  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::LoadU(dk, acc##g + e0 + 16 * k);
+#define TOWERS_KV_EACH(X, g) X(g, 0) X(g, 1) X(g, 2) X(g, 3)
+#define TOWERS_KV_ALL(X) TOWERS_KV_EACH(X, 0) TOWERS_KV_EACH(X, 1) TOWERS_KV_EACH(X, 2) TOWERS_KV_EACH(X, 3)
+  TOWERS_KV_ALL(TOWERS_KV_LD)
+#undef TOWERS_KV_LD
+  for (int j = 0; j < n; ++j) {
+    const float* HWY_RESTRICT row = codes + size_t(j) * D + e0;
+    VK x0 = z, x1 = z, x2 = z, x3 = z;
+    x0 = hn::LoadU(dk, row);
+    if constexpr (NV > 1) x1 = hn::LoadU(dk, row + 16);
+    if constexpr (NV > 2) x2 = hn::LoadU(dk, row + 32);
+    if constexpr (NV > 3) x3 = hn::LoadU(dk, row + 48);
+    // ws<h>, wm<h>: the weights of block b0 + h (h = k / 2).
+#define TOWERS_KV_UPD(g, k)                                                     \
+  if constexpr (TOWERS_KV_ON(g, k)) {                                           \
+    if constexpr (P == 2) {                                                     \
+      a##g##k = hn::Add(a##g##k, hn::MulAdd(k < 2 ? ws0 : ws1, x##k, k < 2 ? wm0 : wm1)); \
+    } else {                                                                    \
+      a##g##k = hn::MulAdd(k < 2 ? ws0 : ws1, x##k, a##g##k);                   \
+    }                                                                           \
+  }
+#define TOWERS_KV_HEAD(g)                                                                 \
+  if constexpr (G > g) {                                                                  \
+    const float* HWY_RESTRICT wj = wp[g] + size_t(j) * kw + P * b0;                       \
+    const VK ws0 = hn::Set(dk, wj[0]);                                                    \
+    const VK ws1 = NV > 2 ? hn::Set(dk, wj[P]) : ws0;                                     \
+    const VK wm0 = P == 2 ? hn::Set(dk, wj[1]) : z;                                       \
+    const VK wm1 = P == 2 && NV > 2 ? hn::Set(dk, wj[P + 1]) : z;                         \
+    (void)wm0;                                                                            \
+    (void)wm1;                                                                            \
+    TOWERS_KV_EACH(TOWERS_KV_UPD, g)                                                      \
+  }
+    TOWERS_KV_G4(TOWERS_KV_HEAD)
+#undef TOWERS_KV_HEAD
+#undef TOWERS_KV_UPD
+  }
+#define TOWERS_KV_ST(g, k) \
+  if constexpr (TOWERS_KV_ON(g, k)) hn::StoreU(a##g##k, dk, acc##g + e0 + 16 * k);
+  TOWERS_KV_ALL(TOWERS_KV_ST)
+#undef TOWERS_KV_ST
+#undef TOWERS_KV_ALL
+#undef TOWERS_KV_EACH
+#undef TOWERS_KV_ON
+}
+
+// The last 8 elements (dim % 16 == 8) of the G queries over the n staged vectors, 8 lanes.
+template <KvQuant kQ, int G>
+HWY_INLINE void AccTailQG(const float* const* HWY_RESTRICT wp, size_t kw, const float* HWY_RESTRICT codes, size_t D,
+                          int n, float* const* HWY_RESTRICT ap) {
+  constexpr int P = params_per_block(kQ);
+  const DF df;
+  const size_t e = D - 8, b = e / kKvBlock;
+  for (int g = 0; g < G; ++g) {
+    VF a = hn::LoadU(df, ap[g] + e);
+    for (int j = 0; j < n; ++j) {
+      const VF x = hn::LoadU(df, codes + size_t(j) * D + e);
+      const float* HWY_RESTRICT wj = wp[g] + size_t(j) * kw + P * b;
+      if constexpr (P == 2) {
+        a = hn::Add(a, hn::MulAdd(hn::Set(df, wj[0]), x, hn::Set(df, wj[1])));
+      } else {
+        a = hn::MulAdd(hn::Set(df, wj[0]), x, a);
+      }
+    }
+    hn::StoreU(a, df, ap[g] + e);
+  }
+}
+
+template <KvQuant kQ, int G>
+HWY_INLINE void AccStagedQG(const float* const* wp, size_t kw, const float* codes, size_t D, int n,
+                            float* const* ap) {
+  const size_t D16 = D / 16 * 16;
+  size_t e0 = 0;
+  for (; e0 + 64 <= D16; e0 += 64) AccWideQG<kQ, 4, G>(wp, kw, codes, D, n, e0, ap);
+  switch ((D16 - e0) / 16) {
+    case 3: AccWideQG<kQ, 3, G>(wp, kw, codes, D, n, e0, ap); break;
+    case 2: AccWideQG<kQ, 2, G>(wp, kw, codes, D, n, e0, ap); break;
+    case 1: AccWideQG<kQ, 1, G>(wp, kw, codes, D, n, e0, ap); break;
+    default: break;
+  }
+  if (D16 < D) AccTailQG<kQ, G>(wp, kw, codes, D, n, ap);
+}
+
+template <KvQuant kQ>
+HWY_NOINLINE void AccumulateStagedQ(const float* p, size_t p_stride, int n_q, const uint8_t* HWY_RESTRICT v,
+                                    size_t stride, int n, int n_ahead, int dim, float* acc) {
+  constexpr int P = params_per_block(kQ);
+  HWY_ALIGN float codes[kStageFloats];
+  HWY_ALIGN float prm[kStageParams];
+  HWY_ALIGN float w[4][kStageParams];
+  const size_t D = static_cast<size_t>(dim), vb = vec_bytes(kQ, dim), hdr = header_bytes(kQ, dim);
+  const size_t kw = size_t(P * n_blocks(dim));
+  const int rows = static_cast<int>(std::min(kStageFloats / D, kStageParams / kw));
+  for (int j0 = 0; j0 < n; j0 += rows) {
+    const int cnt = std::min(rows, n - j0);
+    for (int j = 0; j < cnt; ++j) {
+      const uint8_t* row = v + size_t(j0 + j) * stride;
+      PrefetchAhead(v, j0 + j, n + n_ahead, stride, vb);
+      F16ToF32(row, static_cast<int>(kw), prm + size_t(j) * kw);
+      DecodeCodes<kQ>(row + hdr, D, codes + size_t(j) * D);
+    }
+    for (int g0 = 0; g0 < n_q; g0 += 4) {
+      const int G = std::min(4, n_q - g0);
+      const float* wp[4];
+      float* ap[4];
+      for (int g = 0; g < G; ++g) {
+        const float* pg = p + size_t(g0 + g) * p_stride + j0;
+        for (int j = 0; j < cnt; ++j) {
+          for (size_t i = 0; i < kw; ++i) w[g][size_t(j) * kw + i] = pg[j] * prm[size_t(j) * kw + i];
+        }
+        wp[g] = w[g];
+        ap[g] = acc + size_t(g0 + g) * D;
+      }
+      switch (G) {
+        case 4: AccStagedQG<kQ, 4>(wp, kw, codes, D, cnt, ap); break;
+        case 3: AccStagedQG<kQ, 3>(wp, kw, codes, D, cnt, ap); break;
+        case 2: AccStagedQG<kQ, 2>(wp, kw, codes, D, cnt, ap); break;
+        default: AccStagedQG<kQ, 1>(wp, kw, codes, D, cnt, ap); break;
+      }
+    }
+  }
+}
+#endif  // wide sums
