@@ -421,6 +421,15 @@ HWY_INLINE void PrefetchAhead(const uint8_t* base, int j, int n_end, size_t stri
   hwy::Prefetch(p + vb - 1);
 }
 
+// Asks for the cache lines of vectors [from, to) (a prefetch is only a hint).
+HWY_INLINE void PrefetchRows(const uint8_t* base, int from, int to, size_t stride, size_t vb) {
+  for (int j = from; j < to; ++j) {
+    const uint8_t* p = base + size_t(j) * stride;
+    for (size_t o = 0; o < vb; o += 64) hwy::Prefetch(p + o);
+    hwy::Prefetch(p + vb - 1);
+  }
+}
+
 // s_g[j] = q_g . vector j for j < n, g < G. Vector j + kPrefetchRows is prefetched while vector j is
 // read, when it is below n + n_ahead (the caller's next rows).
 template <KvQuant kQ, int G>

@@ -393,11 +393,10 @@ HWY_NOINLINE void DotQuantKeysInLanes(const float* HWY_RESTRICT qv, int n_q, con
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 #define TOWERS_KV_WIDE_SUMS 1
-// Elements [e0, e0 + 16 NV) of the G queries' sums over vectors [0, n), 16 lanes. The pass over the
-// first elements prefetches the vectors ahead (below n_end).
+// Elements [e0, e0 + 16 NV) of the G queries' sums over vectors [0, n), 16 lanes.
 template <KvQuant kQ, int NV, int G>
 HWY_INLINE void AccWideG(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v, size_t stride, int n,
-                         int n_end, size_t vb, size_t e0, float* const* HWY_RESTRICT ap) {
+                         size_t e0, float* const* HWY_RESTRICT ap) {
   const DK dk;
   const float* HWY_RESTRICT p0 = pp[0];
   const float* HWY_RESTRICT p1 = pp[G > 1 ? 1 : 0];
@@ -419,7 +418,6 @@ HWY_INLINE void AccWideG(const float* const* HWY_RESTRICT pp, const uint8_t* HWY
 #undef TOWERS_KV_LD
   for (int j = 0; j < n; ++j) {
     const uint8_t* HWY_RESTRICT row = v + size_t(j) * stride;
-    if (e0 == 0) PrefetchAhead(v, j, n_end, stride, vb);
     VK x0 = z, x1 = z, x2 = z, x3 = z;
     x0 = LoadWide<kQ, false>(row, e0);
     if constexpr (NV > 1) x1 = LoadWide<kQ, false>(row, e0 + 16);
@@ -457,12 +455,15 @@ HWY_INLINE void AccumulateWideG(const float* const* HWY_RESTRICT pp, const uint8
     const uint8_t* HWY_RESTRICT vj = v + size_t(j0) * stride;
     const float* pj[4];
     for (int g = 0; g < G; ++g) pj[g] = pp[g] + j0;
+    // The chunk's vectors are asked for before its sums start, as AccumulateGroupT does: from DRAM (a
+    // long context) a prefetch a few vectors ahead of the sums comes too late.
+    for (int j = 0; j < cnt; ++j) PrefetchAhead(vj, j, n_end, stride, vb);
     size_t e0 = 0;
-    for (; e0 + 64 <= D16; e0 += 64) AccWideG<kQ, 4, G>(pj, vj, stride, cnt, n_end, vb, e0, ap);
+    for (; e0 + 64 <= D16; e0 += 64) AccWideG<kQ, 4, G>(pj, vj, stride, cnt, e0, ap);
     switch ((D16 - e0) / 16) {
-      case 3: AccWideG<kQ, 3, G>(pj, vj, stride, cnt, n_end, vb, e0, ap); break;
-      case 2: AccWideG<kQ, 2, G>(pj, vj, stride, cnt, n_end, vb, e0, ap); break;
-      case 1: AccWideG<kQ, 1, G>(pj, vj, stride, cnt, n_end, vb, e0, ap); break;
+      case 3: AccWideG<kQ, 3, G>(pj, vj, stride, cnt, e0, ap); break;
+      case 2: AccWideG<kQ, 2, G>(pj, vj, stride, cnt, e0, ap); break;
+      case 1: AccWideG<kQ, 1, G>(pj, vj, stride, cnt, e0, ap); break;
       default: break;
     }
     if (D16 < D) {  // elements D - 8 .. D - 1: group NG - 1 of the last block
@@ -477,7 +478,8 @@ HWY_INLINE void AccumulateWideG(const float* const* HWY_RESTRICT pp, const uint8
 }
 
 // AccumulateGroupQ for F32/F16 and many queries: a chunk of vectors is first copied, as f32, to one
-// contiguous buffer, then each group of four queries runs over the copy. In a KV cache a head's
+// contiguous buffer, then each group of four queries runs over the copy (while the next chunk's
+// vectors, or the caller's next rows, are fetched: the copy itself is too quick to hide DRAM). In a KV cache a head's
 // vectors are a whole row apart (2 KiB for Llama-3.2-1B's f32 rows): their cache lines fall in a few
 // L1 sets, so a block of them does not stay in L1 between the groups of queries, where the copy does
 // (and F16 is converted once, not once per group). Same operations on the same values: same bits.
@@ -499,6 +501,7 @@ HWY_NOINLINE void AccumulateStaged(const float* p, size_t p_stride, int n_q, con
         F16ToF32(row, dim, vt + size_t(j) * D);
       }
     }
+    PrefetchRows(v, j0 + cnt, std::min(j0 + cnt + rows, n + n_ahead), stride, vb);
     const auto* staged = reinterpret_cast<const uint8_t*>(vt);
     for (int g0 = 0; g0 < n_q; g0 += 4) {
       const int G = std::min(4, n_q - g0);
@@ -640,6 +643,7 @@ HWY_NOINLINE void AccumulateStagedQ(const float* p, size_t p_stride, int n_q, co
       F16ToF32(row, static_cast<int>(kw), prm + size_t(j) * kw);
       DecodeCodes<kQ>(row + hdr, D, codes + size_t(j) * D);
     }
+    PrefetchRows(v, j0 + cnt, std::min(j0 + cnt + rows, n + n_ahead), stride, vb);
     for (int g0 = 0; g0 < n_q; g0 += 4) {
       const int G = std::min(4, n_q - g0);
       const float* wp[4];

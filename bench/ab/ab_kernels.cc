@@ -203,6 +203,38 @@ int main(int argc, char** argv) {
     }
   }
 
+  // A decode step at a long context: 4 query heads over 8192 rows of one KV head, rotating over 8
+  // layers (256 MiB of f32 K and V: from DRAM, as decode reads them).
+  for (int q : {0, 1}) {
+    const int nv = 8192, n_kv = 8, dim = 64, layers = 8, nq = 4;
+    const size_t vb = N.kv_vec_bytes(q, dim), row = vb * n_kv;
+    std::vector<std::vector<uint8_t>> k(layers), v(layers);
+    std::vector<float> src(dim);
+    for (int L = 0; L < layers; ++L) {
+      k[L].resize(size_t(nv) * row);
+      v[L].resize(size_t(nv) * row);
+      for (size_t j = 0; j < size_t(nv) * n_kv; ++j) {
+        for (auto& x : src) x = nd(rng);
+        N.kv_quantize(q, src.data(), k[L].data() + j * vb, dim);
+        N.kv_quantize(q, src.data(), v[L].data() + j * vb, dim);
+      }
+    }
+    std::vector<float> qv(size_t(nq) * dim);
+    for (auto& x : qv) x = nd(rng);
+    std::vector<float> m(nq), l(nq), acc(size_t(nq) * dim);
+    int li = 0;
+    auto run = [&](const ab::KernelApi& api) {
+      std::fill(m.begin(), m.end(), -INFINITY);
+      std::fill(l.begin(), l.end(), 0.f);
+      std::fill(acc.begin(), acc.end(), 0.f);
+      api.kv_attend(q, qv.data(), nq, k[li].data(), v[li].data(), row, nv, dim, 0.125f, m.data(), l.data(),
+                    acc.data());
+      li = (li + 1) % layers;
+    };
+    compare(std::string(fmt_names[q]) + " dim 64 kv_attend n_q=4 n=8192 cold", [&] { run(O); }, [&] { run(N); },
+            double(nv) * nq, "ns/score");
+  }
+
   std::vector<double> r = g_ratios;
   std::sort(r.begin(), r.end());
   double lg = 0;
