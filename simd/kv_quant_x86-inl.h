@@ -393,15 +393,16 @@ HWY_NOINLINE void DotQuantKeysInLanes(const float* HWY_RESTRICT qv, int n_q, con
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 #define TOWERS_KV_WIDE_SUMS 1
-// Elements [e0, e0 + 16 NV) of the G queries' sums over vectors [0, n), 16 lanes.
-template <KvQuant kQ, int NV, int G>
-HWY_INLINE void AccWideG(const float* const* HWY_RESTRICT pp, const uint8_t* HWY_RESTRICT v, size_t stride, int n,
-                         size_t e0, float* const* HWY_RESTRICT ap) {
+// Elements [e0, e0 + 16 NV) (e0 a multiple of 64) of the G queries' sums over vectors [0, n), 16
+// lanes; vector j's elements are read as kLoad (F32, or F16 widened) at v + j * stride. The weights,
+// as the 8-lane kernels compute them: kP == 0 (F32/F16) w = p_j = wp[g][j], acc = fma(w, x, acc);
+// kP == 1 (Q8) w = p_j * d_b, acc = fma(w, c, acc); kP == 2 (Q6/Q4) acc + fma(p_j * d_b, c, p_j * m_b),
+// the block's weights at wp[g] + j * kw + kP * b (vectors k and k + 1 of the 64 share block e0/32 + k/2).
+template <KvQuant kLoad, int kP, int NV, int G>
+HWY_INLINE void AccWide(const float* const* HWY_RESTRICT wp, size_t kw, const uint8_t* HWY_RESTRICT v,
+                        size_t stride, int n, size_t e0, float* const* HWY_RESTRICT ap) {
   const DK dk;
-  const float* HWY_RESTRICT p0 = pp[0];
-  const float* HWY_RESTRICT p1 = pp[G > 1 ? 1 : 0];
-  const float* HWY_RESTRICT p2 = pp[G > 2 ? 2 : 0];
-  const float* HWY_RESTRICT p3 = pp[G > 3 ? 3 : 0];
+  const size_t wb = kP == 0 ? 0 : kP * (e0 / kKvBlock);
   float* HWY_RESTRICT acc0 = ap[0];
   float* HWY_RESTRICT acc1 = ap[G > 1 ? 1 : 0];
   float* HWY_RESTRICT acc2 = ap[G > 2 ? 2 : 0];
@@ -419,16 +420,29 @@ HWY_INLINE void AccWideG(const float* const* HWY_RESTRICT pp, const uint8_t* HWY
   for (int j = 0; j < n; ++j) {
     const uint8_t* HWY_RESTRICT row = v + size_t(j) * stride;
     VK x0 = z, x1 = z, x2 = z, x3 = z;
-    x0 = LoadWide<kQ, false>(row, e0);
-    if constexpr (NV > 1) x1 = LoadWide<kQ, false>(row, e0 + 16);
-    if constexpr (NV > 2) x2 = LoadWide<kQ, false>(row, e0 + 32);
-    if constexpr (NV > 3) x3 = LoadWide<kQ, false>(row, e0 + 48);
-#define TOWERS_KV_UPD(g, k) \
-  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::MulAdd(w, x##k, a##g##k);
-#define TOWERS_KV_HEAD(g)                \
-  if constexpr (G > g) {                 \
-    const VK w = hn::Set(dk, p##g[j]);   \
-    TOWERS_KV_EACH(TOWERS_KV_UPD, g)     \
+    x0 = LoadWide<kLoad, false>(row, e0);
+    if constexpr (NV > 1) x1 = LoadWide<kLoad, false>(row, e0 + 16);
+    if constexpr (NV > 2) x2 = LoadWide<kLoad, false>(row, e0 + 32);
+    if constexpr (NV > 3) x3 = LoadWide<kLoad, false>(row, e0 + 48);
+    // ws<h>, wm<h>: the weights of the block of vectors 2h, 2h + 1.
+#define TOWERS_KV_UPD(g, k)                                                                 \
+  if constexpr (TOWERS_KV_ON(g, k)) {                                                       \
+    if constexpr (kP == 2) {                                                                \
+      a##g##k = hn::Add(a##g##k, hn::MulAdd(k < 2 ? ws0 : ws1, x##k, k < 2 ? wm0 : wm1));   \
+    } else {                                                                                \
+      a##g##k = hn::MulAdd(k < 2 ? ws0 : ws1, x##k, a##g##k);                               \
+    }                                                                                       \
+  }
+#define TOWERS_KV_HEAD(g)                                                                      \
+  if constexpr (G > g) {                                                                       \
+    const float* HWY_RESTRICT wj = wp[g] + (kP == 0 ? size_t(j) : size_t(j) * kw + wb);        \
+    const VK ws0 = hn::Set(dk, wj[0]);                                                         \
+    const VK ws1 = kP > 0 && NV > 2 ? hn::Set(dk, wj[kP]) : ws0;                               \
+    const VK wm0 = kP == 2 ? hn::Set(dk, wj[1]) : z;                                           \
+    const VK wm1 = kP == 2 && NV > 2 ? hn::Set(dk, wj[kP + 1]) : z;                            \
+    (void)wm0;                                                                                 \
+    (void)wm1;                                                                                 \
+    TOWERS_KV_EACH(TOWERS_KV_UPD, g)                                                           \
   }
     TOWERS_KV_G4(TOWERS_KV_HEAD)
 #undef TOWERS_KV_HEAD
@@ -459,11 +473,11 @@ HWY_INLINE void AccumulateWideG(const float* const* HWY_RESTRICT pp, const uint8
     // long context) a prefetch a few vectors ahead of the sums comes too late.
     for (int j = 0; j < cnt; ++j) PrefetchAhead(vj, j, n_end, stride, vb);
     size_t e0 = 0;
-    for (; e0 + 64 <= D16; e0 += 64) AccWideG<kQ, 4, G>(pj, vj, stride, cnt, e0, ap);
+    for (; e0 + 64 <= D16; e0 += 64) AccWide<kQ, 0, 4, G>(pj, 1, vj, stride, cnt, e0, ap);
     switch ((D16 - e0) / 16) {
-      case 3: AccWideG<kQ, 3, G>(pj, vj, stride, cnt, e0, ap); break;
-      case 2: AccWideG<kQ, 2, G>(pj, vj, stride, cnt, e0, ap); break;
-      case 1: AccWideG<kQ, 1, G>(pj, vj, stride, cnt, e0, ap); break;
+      case 3: AccWide<kQ, 0, 3, G>(pj, 1, vj, stride, cnt, e0, ap); break;
+      case 2: AccWide<kQ, 0, 2, G>(pj, 1, vj, stride, cnt, e0, ap); break;
+      case 1: AccWide<kQ, 0, 1, G>(pj, 1, vj, stride, cnt, e0, ap); break;
       default: break;
     }
     if (D16 < D) {  // elements D - 8 .. D - 1: group NG - 1 of the last block
@@ -527,67 +541,6 @@ HWY_NOINLINE void AccumulateStaged(const float* p, size_t p_stride, int n_q, con
 // 16 lanes: the same operations per element, so the same bits.
 constexpr size_t kStageParams = 2048;  // rows * params per vector, at most 2048 (dim 8) for any dim
 
-// Elements [e0, e0 + 16 NV) (e0 a multiple of 64) of the G queries over the n staged vectors; vectors
-// k and k + 1 of the 64 share the block e0 / 32 + k / 2. w_g: query g's weights, kw per vector.
-template <KvQuant kQ, int NV, int G>
-HWY_INLINE void AccWideQG(const float* const* HWY_RESTRICT wp, size_t kw, const float* HWY_RESTRICT codes,
-                          size_t D, int n, size_t e0, float* const* HWY_RESTRICT ap) {
-  constexpr int P = params_per_block(kQ);
-  const DK dk;
-  const size_t b0 = e0 / kKvBlock;
-  float* HWY_RESTRICT acc0 = ap[0];
-  float* HWY_RESTRICT acc1 = ap[G > 1 ? 1 : 0];
-  float* HWY_RESTRICT acc2 = ap[G > 2 ? 2 : 0];
-  float* HWY_RESTRICT acc3 = ap[G > 3 ? 3 : 0];
-  const VK z = hn::Zero(dk);
-#define TOWERS_KV_ON(g, k) (G > g && NV > k)
-#define TOWERS_KV_LD(g, k) \
-  VK a##g##k = z;          \
-  if constexpr (TOWERS_KV_ON(g, k)) a##g##k = hn::LoadU(dk, acc##g + e0 + 16 * k);
-#define TOWERS_KV_EACH(X, g) X(g, 0) X(g, 1) X(g, 2) X(g, 3)
-#define TOWERS_KV_ALL(X) TOWERS_KV_EACH(X, 0) TOWERS_KV_EACH(X, 1) TOWERS_KV_EACH(X, 2) TOWERS_KV_EACH(X, 3)
-  TOWERS_KV_ALL(TOWERS_KV_LD)
-#undef TOWERS_KV_LD
-  for (int j = 0; j < n; ++j) {
-    const float* HWY_RESTRICT row = codes + size_t(j) * D + e0;
-    VK x0 = z, x1 = z, x2 = z, x3 = z;
-    x0 = hn::LoadU(dk, row);
-    if constexpr (NV > 1) x1 = hn::LoadU(dk, row + 16);
-    if constexpr (NV > 2) x2 = hn::LoadU(dk, row + 32);
-    if constexpr (NV > 3) x3 = hn::LoadU(dk, row + 48);
-    // ws<h>, wm<h>: the weights of block b0 + h (h = k / 2).
-#define TOWERS_KV_UPD(g, k)                                                     \
-  if constexpr (TOWERS_KV_ON(g, k)) {                                           \
-    if constexpr (P == 2) {                                                     \
-      a##g##k = hn::Add(a##g##k, hn::MulAdd(k < 2 ? ws0 : ws1, x##k, k < 2 ? wm0 : wm1)); \
-    } else {                                                                    \
-      a##g##k = hn::MulAdd(k < 2 ? ws0 : ws1, x##k, a##g##k);                   \
-    }                                                                           \
-  }
-#define TOWERS_KV_HEAD(g)                                                                 \
-  if constexpr (G > g) {                                                                  \
-    const float* HWY_RESTRICT wj = wp[g] + size_t(j) * kw + P * b0;                       \
-    const VK ws0 = hn::Set(dk, wj[0]);                                                    \
-    const VK ws1 = NV > 2 ? hn::Set(dk, wj[P]) : ws0;                                     \
-    const VK wm0 = P == 2 ? hn::Set(dk, wj[1]) : z;                                       \
-    const VK wm1 = P == 2 && NV > 2 ? hn::Set(dk, wj[P + 1]) : z;                         \
-    (void)wm0;                                                                            \
-    (void)wm1;                                                                            \
-    TOWERS_KV_EACH(TOWERS_KV_UPD, g)                                                      \
-  }
-    TOWERS_KV_G4(TOWERS_KV_HEAD)
-#undef TOWERS_KV_HEAD
-#undef TOWERS_KV_UPD
-  }
-#define TOWERS_KV_ST(g, k) \
-  if constexpr (TOWERS_KV_ON(g, k)) hn::StoreU(a##g##k, dk, acc##g + e0 + 16 * k);
-  TOWERS_KV_ALL(TOWERS_KV_ST)
-#undef TOWERS_KV_ST
-#undef TOWERS_KV_ALL
-#undef TOWERS_KV_EACH
-#undef TOWERS_KV_ON
-}
-
 // The last 8 elements (dim % 16 == 8) of the G queries over the n staged vectors, 8 lanes.
 template <KvQuant kQ, int G>
 HWY_INLINE void AccTailQG(const float* const* HWY_RESTRICT wp, size_t kw, const float* HWY_RESTRICT codes, size_t D,
@@ -613,13 +566,15 @@ HWY_INLINE void AccTailQG(const float* const* HWY_RESTRICT wp, size_t kw, const 
 template <KvQuant kQ, int G>
 HWY_INLINE void AccStagedQG(const float* const* wp, size_t kw, const float* codes, size_t D, int n,
                             float* const* ap) {
+  constexpr int P = params_per_block(kQ);
+  const auto* rows = reinterpret_cast<const uint8_t*>(codes);
   const size_t D16 = D / 16 * 16;
   size_t e0 = 0;
-  for (; e0 + 64 <= D16; e0 += 64) AccWideQG<kQ, 4, G>(wp, kw, codes, D, n, e0, ap);
+  for (; e0 + 64 <= D16; e0 += 64) AccWide<KvQuant::F32, P, 4, G>(wp, kw, rows, sizeof(float) * D, n, e0, ap);
   switch ((D16 - e0) / 16) {
-    case 3: AccWideQG<kQ, 3, G>(wp, kw, codes, D, n, e0, ap); break;
-    case 2: AccWideQG<kQ, 2, G>(wp, kw, codes, D, n, e0, ap); break;
-    case 1: AccWideQG<kQ, 1, G>(wp, kw, codes, D, n, e0, ap); break;
+    case 3: AccWide<KvQuant::F32, P, 3, G>(wp, kw, rows, sizeof(float) * D, n, e0, ap); break;
+    case 2: AccWide<KvQuant::F32, P, 2, G>(wp, kw, rows, sizeof(float) * D, n, e0, ap); break;
+    case 1: AccWide<KvQuant::F32, P, 1, G>(wp, kw, rows, sizeof(float) * D, n, e0, ap); break;
     default: break;
   }
   if (D16 < D) AccTailQG<kQ, G>(wp, kw, codes, D, n, ap);
