@@ -144,43 +144,59 @@ HWY_INLINE void StoreScores(VK score, float* HWY_RESTRICT s, int cnt) {
   }
 }
 
+// The scores s_g[j .. j + cnt) of the G queries from their lane sums: lane(i, x0, x1, x2, x3) gives
+// x_i of each query (the 8-lane kernels' lane i before their SumOfLanes), and they are added as
+// SumOfLanes adds them: ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)).
+template <int G, class Lane>
+HWY_INLINE void LanePairG(const Lane& lane, size_t a, size_t b, VK& s0, VK& s1, VK& s2, VK& s3) {
+  VK y0, y1, y2, y3;
+  lane(a, s0, s1, s2, s3);
+  lane(b, y0, y1, y2, y3);
+#define TOWERS_KV_ADD(g) \
+  if constexpr (G > g) s##g = hn::Add(s##g, y##g);
+  TOWERS_KV_G4(TOWERS_KV_ADD)
+#undef TOWERS_KV_ADD
+}
+
+template <int G, class Lane>
+HWY_INLINE void TreeScoresG(const Lane& lane, float* const* HWY_RESTRICT sp, int j, int cnt) {
+  VK u0, u1, u2, u3, w0, w1, w2, w3, t0, t1, t2, t3;
+  LanePairG<G>(lane, 0, 4, u0, u1, u2, u3);
+  LanePairG<G>(lane, 2, 6, t0, t1, t2, t3);
+#define TOWERS_KV_U(g) \
+  if constexpr (G > g) u##g = hn::Add(u##g, t##g);
+  TOWERS_KV_G4(TOWERS_KV_U)
+#undef TOWERS_KV_U
+  LanePairG<G>(lane, 1, 5, w0, w1, w2, w3);
+  LanePairG<G>(lane, 3, 7, t0, t1, t2, t3);
+#define TOWERS_KV_OUT(g) \
+  if constexpr (G > g) StoreScores(hn::Add(u##g, hn::Add(w##g, t##g)), sp[g] + j, cnt);
+  TOWERS_KV_G4(TOWERS_KV_OUT)
+#undef TOWERS_KV_OUT
+}
+
+// Lane i of F32/F16 scores: PairG over the transposed block kt.
+template <int G>
+struct F32Lanes {
+  const float* HWY_RESTRICT q0;
+  const float* HWY_RESTRICT q1;
+  const float* HWY_RESTRICT q2;
+  const float* HWY_RESTRICT q3;
+  const float* HWY_RESTRICT kt;
+  size_t D16;
+  bool tail;
+  HWY_INLINE void operator()(size_t i, VK& x0, VK& x1, VK& x2, VK& x3) const {
+    PairG<G>(q0, q1, q2, q3, kt, D16, tail, i, x0, x1, x2, x3);
+  }
+};
+
 // s_g[j .. j + cnt) = the scores of the G queries against the transposed block kt.
 template <int G>
 HWY_NOINLINE void ScoresG(const float* const* HWY_RESTRICT qp, const float* HWY_RESTRICT kt, size_t D,
                           float* const* HWY_RESTRICT sp, int j, int cnt) {
-  const float* HWY_RESTRICT q0 = qp[0];
-  const float* HWY_RESTRICT q1 = qp[G > 1 ? 1 : 0];
-  const float* HWY_RESTRICT q2 = qp[G > 2 ? 2 : 0];
-  const float* HWY_RESTRICT q3 = qp[G > 3 ? 3 : 0];
   const size_t D16 = D / 16 * 16;
-  const bool tail = D16 < D;
-  VK x0, x1, x2, x3, y0, y1, y2, y3, u0, u1, u2, u3, w0, w1, w2, w3;
-  // u = (x0 + x4) + (x2 + x6)
-  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 0, x0, x1, x2, x3);
-  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 4, y0, y1, y2, y3);
-#define TOWERS_KV_U(g) \
-  if constexpr (G > g) u##g = hn::Add(x##g, y##g);
-  TOWERS_KV_G4(TOWERS_KV_U)
-#undef TOWERS_KV_U
-  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 2, x0, x1, x2, x3);
-  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 6, y0, y1, y2, y3);
-#define TOWERS_KV_U(g) \
-  if constexpr (G > g) u##g = hn::Add(u##g, hn::Add(x##g, y##g));
-  TOWERS_KV_G4(TOWERS_KV_U)
-#undef TOWERS_KV_U
-  // w = (x1 + x5) + (x3 + x7)
-  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 1, x0, x1, x2, x3);
-  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 5, y0, y1, y2, y3);
-#define TOWERS_KV_W(g) \
-  if constexpr (G > g) w##g = hn::Add(x##g, y##g);
-  TOWERS_KV_G4(TOWERS_KV_W)
-#undef TOWERS_KV_W
-  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 3, x0, x1, x2, x3);
-  PairG<G>(q0, q1, q2, q3, kt, D16, tail, 7, y0, y1, y2, y3);
-#define TOWERS_KV_OUT(g) \
-  if constexpr (G > g) StoreScores(hn::Add(u##g, hn::Add(w##g, hn::Add(x##g, y##g))), sp[g] + j, cnt);
-  TOWERS_KV_G4(TOWERS_KV_OUT)
-#undef TOWERS_KV_OUT
+  const F32Lanes<G> lanes{qp[0], qp[G > 1 ? 1 : 0], qp[G > 2 ? 2 : 0], qp[G > 3 ? 3 : 0], kt, D16, D16 < D};
+  TreeScoresG<G>(lanes, sp, j, cnt);
 }
 
 // kv_dot_group for F32/F16 with keys in lanes (n_q >= kKeysInLanesMinQueries).
@@ -312,42 +328,28 @@ HWY_INLINE void QuantLaneG(const float* HWY_RESTRICT q0, const float* HWY_RESTRI
   }
 }
 
+// Lane i of Q8/Q6/Q4 scores: QuantLaneG over the transposed block.
+template <KvQuant kQ, int G>
+struct QuantLanes {
+  const float* HWY_RESTRICT q0;
+  const float* HWY_RESTRICT q1;
+  const float* HWY_RESTRICT q2;
+  const float* HWY_RESTRICT q3;
+  const float* const* HWY_RESTRICT qs;
+  const float* HWY_RESTRICT kt;
+  const float* HWY_RESTRICT prm_t;
+  size_t D;
+  HWY_INLINE void operator()(size_t i, VK& x0, VK& x1, VK& x2, VK& x3) const {
+    QuantLaneG<kQ, G>(q0, q1, q2, q3, qs, kt, prm_t, D, i, x0, x1, x2, x3);
+  }
+};
+
 template <KvQuant kQ, int G>
 HWY_NOINLINE void QuantScoresG(const float* const* HWY_RESTRICT qp, const float* const* HWY_RESTRICT qs,
                                const float* HWY_RESTRICT kt, const float* HWY_RESTRICT prm_t, size_t D,
                                float* const* HWY_RESTRICT sp, int j, int cnt) {
-  const float* HWY_RESTRICT q0 = qp[0];
-  const float* HWY_RESTRICT q1 = qp[G > 1 ? 1 : 0];
-  const float* HWY_RESTRICT q2 = qp[G > 2 ? 2 : 0];
-  const float* HWY_RESTRICT q3 = qp[G > 3 ? 3 : 0];
-  VK x0, x1, x2, x3, y0, y1, y2, y3, u0, u1, u2, u3, w0, w1, w2, w3;
-#define TOWERS_KV_LANE(i, a, b, c, d) QuantLaneG<kQ, G>(q0, q1, q2, q3, qs, kt, prm_t, D, i, a, b, c, d)
-  // u = (x0 + x4) + (x2 + x6), w = (x1 + x5) + (x3 + x7): SumOfLanes's tree
-  TOWERS_KV_LANE(0, x0, x1, x2, x3);
-  TOWERS_KV_LANE(4, y0, y1, y2, y3);
-#define TOWERS_KV_U(g) \
-  if constexpr (G > g) u##g = hn::Add(x##g, y##g);
-  TOWERS_KV_G4(TOWERS_KV_U)
-#undef TOWERS_KV_U
-  TOWERS_KV_LANE(2, x0, x1, x2, x3);
-  TOWERS_KV_LANE(6, y0, y1, y2, y3);
-#define TOWERS_KV_U(g) \
-  if constexpr (G > g) u##g = hn::Add(u##g, hn::Add(x##g, y##g));
-  TOWERS_KV_G4(TOWERS_KV_U)
-#undef TOWERS_KV_U
-  TOWERS_KV_LANE(1, x0, x1, x2, x3);
-  TOWERS_KV_LANE(5, y0, y1, y2, y3);
-#define TOWERS_KV_W(g) \
-  if constexpr (G > g) w##g = hn::Add(x##g, y##g);
-  TOWERS_KV_G4(TOWERS_KV_W)
-#undef TOWERS_KV_W
-  TOWERS_KV_LANE(3, x0, x1, x2, x3);
-  TOWERS_KV_LANE(7, y0, y1, y2, y3);
-#undef TOWERS_KV_LANE
-#define TOWERS_KV_OUT(g) \
-  if constexpr (G > g) StoreScores(hn::Add(u##g, hn::Add(w##g, hn::Add(x##g, y##g))), sp[g] + j, cnt);
-  TOWERS_KV_G4(TOWERS_KV_OUT)
-#undef TOWERS_KV_OUT
+  const QuantLanes<kQ, G> lanes{qp[0], qp[G > 1 ? 1 : 0], qp[G > 2 ? 2 : 0], qp[G > 3 ? 3 : 0], qs, kt, prm_t, D};
+  TreeScoresG<G>(lanes, sp, j, cnt);
 }
 
 // kv_dot_group for Q8/Q6/Q4 with keys in lanes, in passes of up to kMaxQueriesPerBlock queries.
