@@ -7,9 +7,10 @@
 // span's first row. Per block it scores every query against the block (kv_dot_many), runs one online-softmax step
 // per query (softmax_block: scale, block max, rescale, exp, sum, in two Highway passes over the
 // L1-resident block) and adds the weighted values. Scores and value sums use the group kernels
-// (kv_dot_group, kv_accumulate_group; four queries per pass): each K/V vector is read from memory and
-// decoded once per group (of up to four query heads), not once per query head, and the results are the
-// bits kv_dot_many / kv_accumulate would give for each query alone.
+// (kv_dot_group, kv_accumulate_group), given up to 64 queries at once (a prefill tile's): each K/V
+// vector is read from memory and decoded once for all of them (on x86 a block of keys is transposed
+// once for all of them), not once per query head, and the results are the bits kv_dot_many /
+// kv_accumulate would give for each query alone.
 //
 // Determinism: a query's result depends only on that query, the rows and n, never on the other
 // queries of the call or on the caller's threads (each query's state is updated by the same
