@@ -85,7 +85,8 @@ float SoftmaxBlock(const float* s, int n, float scale, float* m, float* l, float
 HWY_INLINE void ScaleRow(float* HWY_RESTRICT a, int dim, float c) {
   const hn::CappedTag<float, 8> d8;
   const auto vc = hn::Set(d8, c);
-  for (int e = 0; e < dim; e += static_cast<int>(hn::Lanes(d8))) hn::StoreU(hn::Mul(hn::LoadU(d8, a + e), vc), d8, a + e);
+  const int N = static_cast<int>(hn::Lanes(d8));
+  for (int e = 0; e < dim; e += N) hn::StoreU(hn::Mul(hn::LoadU(d8, a + e), vc), d8, a + e);
 }
 
 void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,

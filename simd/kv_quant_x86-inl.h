@@ -45,7 +45,8 @@ HWY_INLINE VK LoadWide(const uint8_t* HWY_RESTRICT row, size_t e) {
       return hn::ZeroExtendVector(dk, hn::LoadU(dh, reinterpret_cast<const float*>(row) + e));
     } else {
       const hn::Rebind<hwy::float16_t, decltype(dh)> d16;
-      return hn::ZeroExtendVector(dk, hn::PromoteTo(dh, hn::LoadU(d16, reinterpret_cast<const hwy::float16_t*>(row) + e)));
+      const auto* h = reinterpret_cast<const hwy::float16_t*>(row);
+      return hn::ZeroExtendVector(dk, hn::PromoteTo(dh, hn::LoadU(d16, h + e)));
     }
   } else if constexpr (kQ == KvQuant::F32) {
     return hn::LoadU(dk, reinterpret_cast<const float*>(row) + e);
@@ -494,11 +495,12 @@ HWY_INLINE void AccumulateWideG(const float* const* HWY_RESTRICT pp, const uint8
 }
 
 // AccumulateGroupQ for F32/F16 and many queries: a chunk of vectors is first copied, as f32, to one
-// contiguous buffer, then each group of four queries runs over the copy (while the next chunk's
-// vectors, or the caller's next rows, are fetched: the copy itself is too quick to hide DRAM). In a KV cache a head's
-// vectors are a whole row apart (2 KiB for Llama-3.2-1B's f32 rows): their cache lines fall in a few
-// L1 sets, so a block of them does not stay in L1 between the groups of queries, where the copy does
-// (and F16 is converted once, not once per group). Same operations on the same values: same bits.
+// contiguous buffer, then each group of four queries runs over the copy, while the next chunk's
+// vectors (or the caller's next rows) are fetched: the copy itself is too quick to hide DRAM. In a KV
+// cache a head's vectors are a whole row apart (2 KiB for Llama-3.2-1B's f32 rows): their cache lines
+// fall in a few L1 sets, so a block of them does not stay in L1 between the groups of queries, where
+// the copy does (and F16 is converted once, not once per group). Same operations on the same values:
+// same bits.
 constexpr size_t kStageFloats = 8192;
 template <KvQuant kQ>
 HWY_NOINLINE void AccumulateStaged(const float* p, size_t p_stride, int n_q, const uint8_t* HWY_RESTRICT v,
