@@ -695,11 +695,7 @@ void AccumulateGroupQ(const float* p, size_t p_stride, int n_q, const uint8_t* v
                       int dim, float* acc) {
 #ifdef TOWERS_KV_WIDE_SUMS
   if (n_q >= kKeysInLanesMinQueries) {
-    if constexpr (kQ == KvQuant::F32 || kQ == KvQuant::F16) {
-      AccumulateStaged<kQ>(p, p_stride, n_q, v, stride, n, n_ahead, dim, acc);
-    } else {
-      AccumulateStagedQ<kQ>(p, p_stride, n_q, v, stride, n, n_ahead, dim, acc);
-    }
+    AccumulateStaged<kQ>(p, p_stride, n_q, v, stride, n, n_ahead, dim, acc);
     return;
   }
 #endif

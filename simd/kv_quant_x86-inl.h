@@ -494,61 +494,22 @@ HWY_INLINE void AccumulateWideG(const float* const* HWY_RESTRICT pp, const uint8
   }
 }
 
-// AccumulateGroupQ for F32/F16 and many queries: a chunk of vectors is first copied, as f32, to one
-// contiguous buffer, then each group of four queries runs over the copy, while the next chunk's
-// vectors (or the caller's next rows) are fetched: the copy itself is too quick to hide DRAM. In a KV
-// cache a head's vectors are a whole row apart (2 KiB for Llama-3.2-1B's f32 rows): their cache lines
-// fall in a few L1 sets, so a block of them does not stay in L1 between the groups of queries, where
-// the copy does (and F16 is converted once, not once per group). Same operations on the same values:
-// same bits.
+// AccumulateGroupQ for many queries: a chunk of vectors is first staged as f32 in one contiguous
+// buffer (F32 copied, F16 widened, Q8/Q6/Q4 codes decoded, with their parameters), then each group of
+// four queries runs over the copy, while the next chunk's vectors (or the caller's next rows) are
+// fetched: the copy itself is too quick to hide DRAM. In a KV cache a head's vectors are a whole row
+// apart (2 KiB for Llama-3.2-1B's f32 rows): their cache lines fall in a few L1 sets, so a block of
+// them does not stay in L1 between the groups of queries, where the copy does (and a vector is
+// converted or decoded once, not once per group). The weights are the 8-lane kernels': p_j itself
+// (F32/F16), or its products with the block's d_b and m_b; each element then gets the 8-lane kernels'
+// operations in 16 lanes (AccWide), so the same bits.
 constexpr size_t kStageFloats = 8192;
-template <KvQuant kQ>
-HWY_NOINLINE void AccumulateStaged(const float* p, size_t p_stride, int n_q, const uint8_t* HWY_RESTRICT v,
-                                   size_t stride, int n, int n_ahead, int dim, float* acc) {
-  HWY_ALIGN float vt[kStageFloats];
-  const size_t D = static_cast<size_t>(dim), vb = vec_bytes(kQ, dim);
-  const int rows = static_cast<int>(kStageFloats / D);
-  for (int j0 = 0; j0 < n; j0 += rows) {
-    const int cnt = std::min(rows, n - j0);
-    for (int j = 0; j < cnt; ++j) {
-      const uint8_t* row = v + size_t(j0 + j) * stride;
-      PrefetchAhead(v, j0 + j, n + n_ahead, stride, vb);
-      if constexpr (kQ == KvQuant::F32) {
-        std::memcpy(vt + size_t(j) * D, row, sizeof(float) * D);
-      } else {
-        F16ToF32(row, dim, vt + size_t(j) * D);
-      }
-    }
-    PrefetchRows(v, j0 + cnt, std::min(j0 + cnt + rows, n + n_ahead), stride, vb);
-    const auto* staged = reinterpret_cast<const uint8_t*>(vt);
-    for (int g0 = 0; g0 < n_q; g0 += 4) {
-      const int G = std::min(4, n_q - g0);
-      const float* pp[4];
-      float* ap[4];
-      for (int g = 0; g < G; ++g) {
-        pp[g] = p + size_t(g0 + g) * p_stride + j0;
-        ap[g] = acc + size_t(g0 + g) * D;
-      }
-      switch (G) {
-        case 4: AccumulateWideG<KvQuant::F32, 4>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
-        case 3: AccumulateWideG<KvQuant::F32, 3>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
-        case 2: AccumulateWideG<KvQuant::F32, 2>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
-        default: AccumulateWideG<KvQuant::F32, 1>(pp, staged, sizeof(float) * D, cnt, 0, dim, ap); break;
-      }
-    }
-  }
-}
-
-// Staged sums of Q8/Q6/Q4 vectors: the chunk's codes are decoded once, as f32, with their
-// parameters; per group of queries the weights are the 8-lane kernels' products w = p_j * d_b (and
-// p_j * m_b), and each element gets acc = fma(w, c, acc) (Q8) or acc + fma(w_d, c, w_m) (Q6/Q4), in
-// 16 lanes: the same operations per element, so the same bits.
 constexpr size_t kStageParams = 2048;  // rows * params per vector, at most 2048 (dim 8) for any dim
 
 // The last 8 elements (dim % 16 == 8) of the G queries over the n staged vectors, 8 lanes.
 template <KvQuant kQ, int G>
-HWY_INLINE void AccTailQG(const float* const* HWY_RESTRICT wp, size_t kw, const float* HWY_RESTRICT codes, size_t D,
-                          int n, float* const* HWY_RESTRICT ap) {
+HWY_INLINE void AccTailG(const float* const* HWY_RESTRICT wp, size_t kw, const float* HWY_RESTRICT codes, size_t D,
+                         int n, float* const* HWY_RESTRICT ap) {
   constexpr int P = params_per_block(kQ);
   const DF df;
   const size_t e = D - 8, b = e / kKvBlock;
@@ -567,9 +528,10 @@ HWY_INLINE void AccTailQG(const float* const* HWY_RESTRICT wp, size_t kw, const 
   }
 }
 
+// The G queries' sums over the n staged vectors; w_g: query g's weights, kw per vector.
 template <KvQuant kQ, int G>
-HWY_INLINE void AccStagedQG(const float* const* wp, size_t kw, const float* codes, size_t D, int n,
-                            float* const* ap) {
+HWY_INLINE void AccStagedG(const float* const* wp, size_t kw, const float* codes, size_t D, int n,
+                           float* const* ap) {
   constexpr int P = params_per_block(kQ);
   const auto* rows = reinterpret_cast<const uint8_t*>(codes);
   const size_t D16 = D / 16 * 16;
@@ -581,26 +543,33 @@ HWY_INLINE void AccStagedQG(const float* const* wp, size_t kw, const float* code
     case 1: AccWide<KvQuant::F32, P, 1, G>(wp, kw, rows, sizeof(float) * D, n, e0, ap); break;
     default: break;
   }
-  if (D16 < D) AccTailQG<kQ, G>(wp, kw, codes, D, n, ap);
+  if (D16 < D) AccTailG<kQ, G>(wp, kw, codes, D, n, ap);
 }
 
 template <KvQuant kQ>
-HWY_NOINLINE void AccumulateStagedQ(const float* p, size_t p_stride, int n_q, const uint8_t* HWY_RESTRICT v,
-                                    size_t stride, int n, int n_ahead, int dim, float* acc) {
+HWY_NOINLINE void AccumulateStaged(const float* p, size_t p_stride, int n_q, const uint8_t* HWY_RESTRICT v,
+                                   size_t stride, int n, int n_ahead, int dim, float* acc) {
   constexpr int P = params_per_block(kQ);
   HWY_ALIGN float codes[kStageFloats];
-  HWY_ALIGN float prm[kStageParams];
-  HWY_ALIGN float w[4][kStageParams];
+  HWY_ALIGN float prm[P == 0 ? 1 : kStageParams];
+  HWY_ALIGN float w[4][P == 0 ? 1 : kStageParams];
   const size_t D = static_cast<size_t>(dim), vb = vec_bytes(kQ, dim), hdr = header_bytes(kQ, dim);
-  const size_t kw = size_t(P * n_blocks(dim));
-  const int rows = static_cast<int>(std::min(kStageFloats / D, kStageParams / kw));
+  const size_t kw = P == 0 ? 1 : size_t(P * n_blocks(dim));
+  const int rows = static_cast<int>(P == 0 ? kStageFloats / D : std::min(kStageFloats / D, kStageParams / kw));
   for (int j0 = 0; j0 < n; j0 += rows) {
     const int cnt = std::min(rows, n - j0);
     for (int j = 0; j < cnt; ++j) {
       const uint8_t* row = v + size_t(j0 + j) * stride;
+      float* out = codes + size_t(j) * D;
       PrefetchAhead(v, j0 + j, n + n_ahead, stride, vb);
-      F16ToF32(row, static_cast<int>(kw), prm + size_t(j) * kw);
-      DecodeCodes<kQ>(row + hdr, D, codes + size_t(j) * D);
+      if constexpr (kQ == KvQuant::F32) {
+        std::memcpy(out, row, sizeof(float) * D);
+      } else if constexpr (kQ == KvQuant::F16) {
+        F16ToF32(row, dim, out);
+      } else {
+        F16ToF32(row, static_cast<int>(kw), prm + size_t(j) * kw);
+        DecodeCodes<kQ>(row + hdr, D, out);
+      }
     }
     PrefetchRows(v, j0 + cnt, std::min(j0 + cnt + rows, n + n_ahead), stride, vb);
     for (int g0 = 0; g0 < n_q; g0 += 4) {
@@ -609,17 +578,21 @@ HWY_NOINLINE void AccumulateStagedQ(const float* p, size_t p_stride, int n_q, co
       float* ap[4];
       for (int g = 0; g < G; ++g) {
         const float* pg = p + size_t(g0 + g) * p_stride + j0;
-        for (int j = 0; j < cnt; ++j) {
-          for (size_t i = 0; i < kw; ++i) w[g][size_t(j) * kw + i] = pg[j] * prm[size_t(j) * kw + i];
+        if constexpr (P == 0) {
+          wp[g] = pg;
+        } else {
+          for (int j = 0; j < cnt; ++j) {
+            for (size_t i = 0; i < kw; ++i) w[g][size_t(j) * kw + i] = pg[j] * prm[size_t(j) * kw + i];
+          }
+          wp[g] = w[g];
         }
-        wp[g] = w[g];
         ap[g] = acc + size_t(g0 + g) * D;
       }
       switch (G) {
-        case 4: AccStagedQG<kQ, 4>(wp, kw, codes, D, cnt, ap); break;
-        case 3: AccStagedQG<kQ, 3>(wp, kw, codes, D, cnt, ap); break;
-        case 2: AccStagedQG<kQ, 2>(wp, kw, codes, D, cnt, ap); break;
-        default: AccStagedQG<kQ, 1>(wp, kw, codes, D, cnt, ap); break;
+        case 4: AccStagedG<kQ, 4>(wp, kw, codes, D, cnt, ap); break;
+        case 3: AccStagedG<kQ, 3>(wp, kw, codes, D, cnt, ap); break;
+        case 2: AccStagedG<kQ, 2>(wp, kw, codes, D, cnt, ap); break;
+        default: AccStagedG<kQ, 1>(wp, kw, codes, D, cnt, ap); break;
       }
     }
   }
