@@ -1,11 +1,13 @@
 #include "simd/attention.h"
 
+#include "simd/int8_scores.h"
 #include "simd/ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/attention.cc"
@@ -89,21 +91,34 @@ HWY_INLINE void ScaleRow(float* HWY_RESTRICT a, int dim, float c) {
   for (int e = 0; e < dim; e += N) hn::StoreU(hn::Mul(hn::LoadU(d8, a + e), vc), d8, a + e);
 }
 
+// keys: nullptr for the exact scores, else the int8 blocks of the rows (kv_attend_int8).
 void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
-              float scale, float* m, float* l, float* acc, float softcap) {
+              float scale, float* m, float* l, float* acc, float softcap, const Int8Keys* keys) {
   // Queries per pass over a block (a prefill tile's 64): the kernels read or decode each K and V
   // vector once for all of them (the scores' keys-in-lanes path transposes a K block once for them).
   constexpr int kG = 64;
+  static_assert(kG <= kInt8MaxQueries && kAttnBlock == kInt8MaxKeys, "int8 scores: a pass's queries, a block's keys");
   HWY_ALIGN float s[kG * kAttnBlock];
   const auto* kb = static_cast<const uint8_t*>(k);
   const auto* vb = static_cast<const uint8_t*>(v);
+  thread_local std::vector<Int8Queries> int8_q;  // int8 scores: the queries, quantized once per call
+  if (keys) {
+    int8_q.resize(static_cast<size_t>((n_q + kG - 1) / kG));
+    for (int g0 = 0; g0 < n_q; g0 += kG) {
+      int8_queries(qv + size_t(g0) * dim, std::min(kG, n_q - g0), dim, &int8_q[static_cast<size_t>(g0 / kG)]);
+    }
+  }
   for (int j0 = 0; j0 < n; j0 += kAttnBlock) {
     const int nb = std::min(kAttnBlock, n - j0);
-    const uint8_t* kj = kb + size_t(j0) * stride;
     const uint8_t* vj = vb + size_t(j0) * stride;
     for (int g0 = 0; g0 < n_q; g0 += kG) {
       const int G = std::min(kG, n_q - g0);
-      kv_dot_group(q, qv + size_t(g0) * dim, G, kj, stride, nb, dim, s, kAttnBlock, n - j0 - nb);
+      if (keys) {
+        int8_scores(int8_q[static_cast<size_t>(g0 / kG)], qv + size_t(g0) * dim, 0, G, keys[j0 / kAttnBlock], s,
+                    kAttnBlock);
+      } else {
+        kv_dot_group(q, qv + size_t(g0) * dim, G, kb + size_t(j0) * stride, stride, nb, dim, s, kAttnBlock, n - j0 - nb);
+      }
       for (int g = 0; g < G; ++g) {
         float* sg = s + size_t(g) * kAttnBlock;
         float block_scale = scale;
@@ -139,7 +154,13 @@ float softmax_block(const float* s, int n, float scale, float* m, float* l, floa
 void kv_attend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
                float scale, float* m, float* l, float* acc, float softcap) {
   if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
-  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, k, v, stride, n, dim, scale, m, l, acc, softcap);
+  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, k, v, stride, n, dim, scale, m, l, acc, softcap, nullptr);
+}
+
+void kv_attend_int8(const Int8Keys* keys, KvQuant q, const float* qv, int n_q, const void* v, size_t stride, int n,
+                    int dim, float scale, float* m, float* l, float* acc, float softcap) {
+  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0 || !int8_scores_available()) return;
+  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, nullptr, v, stride, n, dim, scale, m, l, acc, softcap, keys);
 }
 }  // namespace towers::simd
 #endif

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstddef>
 
+#include "simd/int8_scores.h"
 #include "simd/kv_quant.h"
 
 namespace towers::simd {
@@ -45,5 +46,15 @@ float softmax_block(const float* s, int n, float scale, float* m, float* l, floa
 // softcap > 0: every scaled score x becomes softcap * tanh(x / softcap) before the softmax (Gemma 2).
 void kv_attend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
                float scale, float* m, float* l, float* acc, float softcap = 0);
+
+// kv_attend with int8 scores (simd/int8_scores.h; x86 AVX-512 VNNI, only when int8_scores_available()):
+// block i of the rows, [i * kAttnBlock, min(n, (i + 1) * kAttnBlock)), is scored against keys[i],
+// which int8_keys built from those rows of K (F32 or F16), so that a caller can build each block once
+// for every tile that reads it. Values as in kv_attend. Another arithmetic than kv_attend's: a query's
+// result depends only on that query, the blocks and the rows (not on the other queries of the call or
+// the threads), but it is not kv_attend's, so steps that use it no longer give decode's bits and the
+// codec never does (Forward::set_int8_attention).
+void kv_attend_int8(const Int8Keys* keys, KvQuant q, const float* qv, int n_q, const void* v, size_t stride, int n,
+                    int dim, float scale, float* m, float* l, float* acc, float softcap = 0);
 
 }  // namespace towers::simd

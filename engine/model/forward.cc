@@ -423,6 +423,56 @@ void Forward::add_bias(const Weight& b, float* y, int T) {
   }
 }
 
+bool Forward::int8_attention_for(int T) const {
+  return int8_attention_ && kernels_ == Kernels::Fast && onednn_min_tokens_ > 0 && T >= onednn_min_tokens_ &&
+         simd::int8_scores_available();
+}
+
+// The int8 key blocks of every F32/F16 span of the batch's sequences, for the whole blocks their
+// tiles read (rows below the sequence's last position), each built once for all tiles.
+void Forward::build_int8_keys(std::span<const Sequence> batch, int T) {
+  const int n_kv = cfg_.n_head_kv, hd = cfg_.head_dim;
+  int8_spans_.resize(batch.size());
+  std::vector<int32_t> last_pos(batch.size(), -1);
+  for (int t = 0; t < T; ++t) last_pos[size_t(seq_of_[t])] = std::max(last_pos[size_t(seq_of_[t])], pos_[t]);
+  int64_t total = 0;
+  for (size_t q = 0; q < batch.size(); ++q) {
+    int8_spans_[q].assign(spans_[q].size(), Int8Span{});
+    for (size_t si = 0; si < spans_[q].size(); ++si) {
+      const KvSpan& s = spans_[q][si];
+      if (s.format != simd::KvQuant::F32 && s.format != simd::KvQuant::F16) continue;
+      const int32_t rows = std::min<int32_t>(s.n, last_pos[q] - s.pos0 + 1);
+      if (rows < simd::kAttnBlock) continue;
+      int8_spans_[q][si] = {total, rows / simd::kAttnBlock};
+      total += int64_t(n_kv) * (rows / simd::kAttnBlock);
+    }
+  }
+  if (int8_keys_.size() < size_t(total)) int8_keys_.resize(size_t(total));
+  // One job per key block: its first row's K of its head, in int8_keys_ order.
+  struct Job {
+    const uint8_t* k;
+    size_t stride;
+    simd::KvQuant format;
+  };
+  std::vector<Job> jobs;
+  jobs.reserve(size_t(total));
+  for (size_t q = 0; q < batch.size(); ++q) {
+    for (size_t si = 0; si < spans_[q].size(); ++si) {
+      const KvSpan& s = spans_[q][si];
+      for (int h = 0; int8_spans_[q][si].first >= 0 && h < n_kv; ++h) {
+        for (int32_t b = 0; b < int8_spans_[q][si].blocks; ++b) {
+          jobs.push_back({s.k + size_t(b) * simd::kAttnBlock * s.row_bytes + size_t(h) * s.head_bytes, s.row_bytes, s.format});
+        }
+      }
+    }
+  }
+  pool_.parallel_dynamic(jobs.size(), [&](size_t i0, size_t i1, int) {
+    for (size_t i = i0; i < i1; ++i) {
+      simd::int8_keys(jobs[i].format, jobs[i].k, jobs[i].stride, simd::kAttnBlock, hd, &int8_keys_[i]);
+    }
+  });
+}
+
 // Rotates every head of token t by its position pos[t], with the layer's frequencies.
 void Forward::rope(float* vecs, int T, int n_heads, int layer) {
   for (int t = 0; t < T; ++t) {
@@ -472,6 +522,8 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
     t += n;
   }
   const size_t n_tiles = tiles_.size();
+  const bool int8 = window == 0 && int8_attention_for(T);
+  if (int8) build_int8_keys(batch, T);
   pool_.parallel_dynamic(n_tiles * n_kv, [&](size_t i0, size_t i1, int thread) {
     std::vector<float>& buf = scratch_[thread];
     const size_t nq_max = size_t(R) * group;
@@ -494,7 +546,9 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
       std::fill(m, m + nq, -INFINITY);
       std::fill(l, l + nq, 0.0f);
       std::fill(acc, acc + size_t(nq) * hd, 0.0f);
-      for (const KvSpan& s : spans_[seq_of_[tile.t0]]) {
+      for (size_t si = 0; si < spans_[seq_of_[tile.t0]].size(); ++si) {
+        const KvSpan& s = spans_[seq_of_[tile.t0]][si];
+        const Int8Span i8 = int8 ? int8_spans_[seq_of_[tile.t0]][si] : Int8Span{};
         // Row r of the tile attends to span rows [first(r), end(r)); both ascend with r.
         auto end = [&](int r) { return std::min<int32_t>(s.n, pos_[tile.t0 + r] - s.pos0 + 1); };  // causal
         auto first = [&](int r) {
@@ -516,10 +570,18 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
           qv = qs;
         }
         // kv_attend over span rows [from, to) for the queries of tile rows r0 .. r0 + n_rows - 1.
+        // Whole blocks (from a multiple of kAttnBlock) take the span's int8 key blocks when it has them.
         auto attend = [&](int r0, int n_rows, int32_t from, int32_t to) {
           const size_t at = size_t(r0) * group, row0 = size_t(from) * s.row_bytes + size_t(kvh) * s.head_bytes;
-          simd::kv_attend(s.format, qv + at * hd, n_rows * group, s.k + row0, s.v + row0, s.row_bytes, to - from,
-                          hd, scale, m + at, l + at, acc + at * hd, cfg_.attn_softcap);
+          if (i8.first >= 0 && from % simd::kAttnBlock == 0 && (to - from) % simd::kAttnBlock == 0 &&
+              to / simd::kAttnBlock <= i8.blocks) {
+            const simd::Int8Keys* keys = &int8_keys_[size_t(i8.first + int64_t(kvh) * i8.blocks + from / simd::kAttnBlock)];
+            simd::kv_attend_int8(keys, s.format, qv + at * hd, n_rows * group, s.v + row0, s.row_bytes, to - from, hd,
+                                 scale, m + at, l + at, acc + at * hd, cfg_.attn_softcap);
+          } else {
+            simd::kv_attend(s.format, qv + at * hd, n_rows * group, s.k + row0, s.v + row0, s.row_bytes, to - from,
+                            hd, scale, m + at, l + at, acc + at * hd, cfg_.attn_softcap);
+          }
         };
         const bool shared = first(0) == first(rows - 1);  // every row's blocks start at the same row
         auto full = [&](int r) {  // rows of row r's whole blocks (0 when the tile does not share them)

@@ -1,0 +1,374 @@
+#include "simd/int8_scores.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <hwy/targets.h>
+
+#include "simd/f16.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace towers::simd {
+namespace {
+
+int groups_of(int dim) { return (dim + kInt8Group - 1) / kInt8Group; }
+
+// max|x| / 127 and its inverse (0 and 0 for a group of zeros); the code of x is round(x * inv).
+struct Int8Scale {
+  float scale, inv;
+};
+Int8Scale int8_scale(float amax) {
+  if (!(amax > 0)) return {0.0f, 0.0f};
+  return {amax / 127.0f, 127.0f / amax};
+}
+
+int32_t int8_code(float x, float inv) {
+  const float r = std::nearbyint(x * inv);  // ties to even (the default rounding mode)
+  return static_cast<int32_t>(std::clamp(r, -127.0f, 127.0f));
+}
+
+// q·mu in 16 lanes (lane i: elements i, 16 + i, ... as fused multiply-adds, zeros past dim), then the
+// lanes added pairwise (i + 8, i + 4, i + 2, i + 1): the order the vector kernel uses.
+float centre_dot(const float* q, const float* mean, int dim) {
+  float part[16] = {};
+  for (int e0 = 0; e0 < dim; e0 += 16) {
+    for (int i = 0; i < 16; ++i) {
+      const int e = e0 + i;
+      part[i] = std::fma(e < dim ? q[e] : 0.0f, e < dim ? mean[e] : 0.0f, part[i]);
+    }
+  }
+  for (int w = 8; w > 0; w /= 2) {
+    for (int i = 0; i < w; ++i) part[i] = part[i] + part[i + w];
+  }
+  return part[0];
+}
+
+}  // namespace
+
+void int8_queries_reference(const float* qv, int n_q, int dim, Int8Queries* out) {
+  out->n = n_q;
+  out->dim = dim;
+  const int ng = groups_of(dim);
+  for (int g = 0; g < n_q; ++g) {
+    const float* q = qv + size_t(g) * dim;
+    for (int b = 0; b < ng; ++b) {
+      const int e0 = b * kInt8Group, e1 = std::min(dim, e0 + kInt8Group);
+      float amax = 0;
+      for (int e = e0; e < e1; ++e) amax = std::max(amax, std::fabs(q[e]));
+      const Int8Scale s = int8_scale(amax);
+      int32_t sum = 0;
+      for (int w = e0 / 4; w < e1 / 4; ++w) {
+        uint32_t word = 0;
+        for (int i = 0; i < 4; ++i) {
+          const int32_t c = int8_code(q[4 * w + i], s.inv);
+          sum += c;
+          word |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(c))) << (8 * i);
+        }
+        out->words[g][w] = static_cast<int32_t>(word);
+      }
+      out->scale[g][b] = s.scale;
+      out->offset[g][b] = 128 * sum;
+    }
+  }
+}
+
+void int8_keys_reference(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, Int8Keys* out) {
+  out->n = n;
+  out->dim = dim;
+  const int ng = groups_of(dim);
+  // The keys as f32, rows of kKvMaxDim (F16 widens exactly).
+  thread_local float rows[kInt8MaxKeys][kKvMaxDim];
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* kj = k + size_t(j) * stride;
+    if (format == KvQuant::F32) {
+      std::memcpy(rows[j], kj, size_t(dim) * sizeof(float));
+    } else {
+      for (int e = 0; e < dim; ++e) {
+        uint16_t h;
+        std::memcpy(&h, kj + 2 * size_t(e), 2);
+        rows[j][e] = fp16_to_f32(h);
+      }
+    }
+  }
+  // The block's mean: rows added in order, then divided by n.
+  float* mean = out->mean;
+  std::fill(mean, mean + dim, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    for (int e = 0; e < dim; ++e) mean[e] += rows[j][e];
+  }
+  const float fn = static_cast<float>(n);
+  for (int e = 0; e < dim; ++e) mean[e] = mean[e] / fn;
+  // Lanes past n: codes 0 (u8 128) and scale 0.
+  const int n_groups16 = (n + 15) / 16;
+  for (int j = n; j < n_groups16 * 16; ++j) {
+    for (int w = 0; w < dim / 4; ++w) out->word(j / 16, w)[j % 16] = 0x80808080u;
+    for (int b = 0; b < ng; ++b) out->scales(j / 16, b)[j % 16] = 0.0f;
+  }
+  for (int j = 0; j < n; ++j) {
+    float d[kKvMaxDim];
+    for (int e = 0; e < dim; ++e) d[e] = rows[j][e] - mean[e];
+    for (int b = 0; b < ng; ++b) {
+      const int e0 = b * kInt8Group, e1 = std::min(dim, e0 + kInt8Group);
+      float amax = 0;
+      for (int e = e0; e < e1; ++e) amax = std::max(amax, std::fabs(d[e]));
+      const Int8Scale s = int8_scale(amax);
+      for (int w = e0 / 4; w < e1 / 4; ++w) {
+        uint32_t word = 0;
+        for (int i = 0; i < 4; ++i) {
+          word |= static_cast<uint32_t>(int8_code(d[4 * w + i], s.inv) + 128) << (8 * i);
+        }
+        out->word(j / 16, w)[j % 16] = word;
+      }
+      out->scales(j / 16, b)[j % 16] = s.scale;
+    }
+  }
+}
+
+void int8_scores_reference(const Int8Queries& q, const float* qv, int g0, int n_g, const Int8Keys& keys, float* s,
+                           size_t s_stride) {
+  const int dim = keys.dim, ng = groups_of(dim);
+  for (int g = g0; g < g0 + n_g; ++g) {
+    const float qmu = centre_dot(qv + size_t(g) * dim, keys.mean, dim);
+    for (int j = 0; j < keys.n; ++j) {
+      const int t = j / 16, lane = j % 16;
+      float acc = qmu;
+      for (int b = 0; b < ng; ++b) {
+        int32_t dot = 0;
+        for (int w = b * kInt8Group / 4; w < std::min(dim, (b + 1) * kInt8Group) / 4; ++w) {
+          const uint32_t kw = keys.word(t, w)[lane], qw = static_cast<uint32_t>(q.words[g][w]);
+          for (int i = 0; i < 4; ++i) {
+            dot += static_cast<int32_t>(static_cast<uint8_t>(kw >> (8 * i))) *
+                   static_cast<int32_t>(static_cast<int8_t>(static_cast<uint8_t>(qw >> (8 * i))));
+          }
+        }
+        acc = std::fma(static_cast<float>(dot - q.offset[g][b]), keys.scales(t, b)[lane] * q.scale[g][b], acc);
+      }
+      s[size_t(g - g0) * s_stride + j] = acc;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+#define TOWERS_INT8_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+// GCC 12 warns that the intrinsics' _mm512_undefined_ps() pass-through "may be used uninitialized";
+// the unmasked forms write every lane.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace {
+
+// Lanes [e0, e0 + 16) of a vector of dim elements that exist.
+TOWERS_INT8_TARGET inline __mmask16 LanesFrom(int e0, int dim) {
+  return dim - e0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (dim - e0)) - 1);
+}
+
+// Elements [e0, e0 + 16) of an F32 or F16 vector as f32 (zeros past dim).
+TOWERS_INT8_TARGET inline __m512 LoadKey(KvQuant format, const uint8_t* row, int e0, int dim) {
+  const __mmask16 m = LanesFrom(e0, dim);
+  if (format == KvQuant::F32) return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + e0);
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + e0));
+}
+
+// One 32-element group of x (in two vectors, zeros past dim): its scale and its codes round(x * inv)
+// clamped to +-127 as int32 lanes: int8_code's operations, elementwise (max is exact in any order).
+struct GroupCodes {
+  Int8Scale s;
+  __m512i c0, c1;
+};
+TOWERS_INT8_TARGET inline GroupCodes QuantizeGroup(__m512 x0, __m512 x1) {
+  const __m512 amax = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
+  GroupCodes g;
+  g.s = int8_scale(_mm512_reduce_max_ps(amax));
+  const __m512 inv = _mm512_set1_ps(g.s.inv);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  g.c0 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv))));
+  g.c1 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv))));
+  return g;
+}
+
+TOWERS_INT8_TARGET void QueriesVnni(const float* qv, int n_q, int dim, Int8Queries* out) {
+  out->n = n_q;
+  out->dim = dim;
+  const int ng = groups_of(dim);
+  for (int g = 0; g < n_q; ++g) {
+    const float* q = qv + size_t(g) * dim;
+    for (int b = 0; b < ng; ++b) {
+      const int e0 = b * kInt8Group;
+      const __m512 x0 = _mm512_maskz_loadu_ps(LanesFrom(e0, dim), q + e0);
+      const __m512 x1 = e0 + 16 < dim ? _mm512_maskz_loadu_ps(LanesFrom(e0 + 16, dim), q + e0 + 16) : _mm512_setzero_ps();
+      const GroupCodes c = QuantizeGroup(x0, x1);
+      // Codes past dim are 0: they add nothing to the sum and are not stored.
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(c.c0, c.c1));
+      alignas(64) int8_t bytes[32];
+      _mm_store_si128(reinterpret_cast<__m128i*>(bytes), _mm512_cvtepi32_epi8(c.c0));
+      _mm_store_si128(reinterpret_cast<__m128i*>(bytes + 16), _mm512_cvtepi32_epi8(c.c1));
+      std::memcpy(&out->words[g][e0 / 4], bytes, size_t(std::min(dim, e0 + kInt8Group) - e0));
+      out->scale[g][b] = c.s.scale;
+      out->offset[g][b] = 128 * sum;
+    }
+  }
+}
+
+TOWERS_INT8_TARGET void KeysVnni(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, Int8Keys* out) {
+  out->n = n;
+  out->dim = dim;
+  const int ng = groups_of(dim), nv = (dim + 15) / 16;
+  // The block's mean: rows added in order, then divided by n (the reference's operations per element).
+  __m512 sum[kKvMaxDim / 16];
+  for (int v = 0; v < nv; ++v) sum[v] = _mm512_setzero_ps();
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* kj = k + size_t(j) * stride;
+    for (int v = 0; v < nv; ++v) sum[v] = _mm512_add_ps(sum[v], LoadKey(format, kj, 16 * v, dim));
+  }
+  const __m512 fn = _mm512_set1_ps(static_cast<float>(n));
+  for (int v = 0; v < nv; ++v) _mm512_mask_storeu_ps(out->mean + 16 * v, LanesFrom(16 * v, dim), _mm512_div_ps(sum[v], fn));
+  for (int j = n; j < (n + 15) / 16 * 16; ++j) {
+    for (int w = 0; w < dim / 4; ++w) out->word(j / 16, w)[j % 16] = 0x80808080u;
+    for (int b = 0; b < ng; ++b) out->scales(j / 16, b)[j % 16] = 0.0f;
+  }
+  const __m128i bias = _mm_set1_epi8(static_cast<char>(0x80));
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* kj = k + size_t(j) * stride;
+    const int lane = j % 16;
+    for (int b = 0; b < ng; ++b) {
+      const int e0 = b * kInt8Group;
+      // Past dim: key and mean both load as zeros, so the centred elements are zeros too.
+      const __m512 x0 =
+          _mm512_sub_ps(LoadKey(format, kj, e0, dim), _mm512_maskz_loadu_ps(LanesFrom(e0, dim), out->mean + e0));
+      const __m512 x1 = e0 + 16 < dim ? _mm512_sub_ps(LoadKey(format, kj, e0 + 16, dim),
+                                                      _mm512_maskz_loadu_ps(LanesFrom(e0 + 16, dim), out->mean + e0 + 16))
+                                      : _mm512_setzero_ps();
+      const GroupCodes c = QuantizeGroup(x0, x1);
+      alignas(64) uint32_t w32[8];
+      _mm_store_si128(reinterpret_cast<__m128i*>(w32), _mm_xor_si128(_mm512_cvtepi32_epi8(c.c0), bias));
+      _mm_store_si128(reinterpret_cast<__m128i*>(w32 + 4), _mm_xor_si128(_mm512_cvtepi32_epi8(c.c1), bias));
+      const int nw = (std::min(dim, e0 + kInt8Group) - e0) / 4;
+      for (int w = 0; w < nw; ++w) out->word(j / 16, e0 / 4 + w)[lane] = w32[w];
+      out->scales(j / 16, b)[lane] = c.s.scale;
+    }
+  }
+}
+
+// NQ queries from g against the 16 * NK keys of groups t .. t + NK - 1: the reference's operations,
+// 16 keys per vector. Each key word loaded serves NQ queries and each query word broadcast NK key
+// groups; the loops over them are unrolled so that the NQ * NK accumulators live in registers.
+template <int NQ, int NK>
+TOWERS_INT8_TARGET inline void ScoresVnni(const Int8Queries& q, const float* qmu, int g, const Int8Keys& keys, int t,
+                                          float* s, size_t s_stride) {
+  const int dim = keys.dim, ng = groups_of(dim), words = dim / 4;
+  __m512 sc[NQ][NK];
+#pragma GCC unroll 16
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 16
+    for (int u = 0; u < NK; ++u) sc[i][u] = _mm512_set1_ps(qmu[i]);
+  }
+  for (int b = 0; b < ng; ++b) {
+    __m512i dot[NQ][NK];
+#pragma GCC unroll 16
+    for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 16
+      for (int u = 0; u < NK; ++u) dot[i][u] = _mm512_setzero_si512();
+    }
+    const int w1 = std::min(words, (b + 1) * kInt8Group / 4);
+#pragma GCC unroll 8
+    for (int w = b * kInt8Group / 4; w < w1; ++w) {
+      __m512i kw[NK];
+#pragma GCC unroll 16
+      for (int u = 0; u < NK; ++u) kw[u] = _mm512_load_si512(keys.word(t + u, w));
+#pragma GCC unroll 16
+      for (int i = 0; i < NQ; ++i) {
+        const __m512i qw = _mm512_set1_epi32(q.words[g + i][w]);
+#pragma GCC unroll 16
+        for (int u = 0; u < NK; ++u) dot[i][u] = _mm512_dpbusd_epi32(dot[i][u], kw[u], qw);
+      }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < NQ; ++i) {
+      const __m512i off = _mm512_set1_epi32(q.offset[g + i][b]);
+      const __m512 sq = _mm512_set1_ps(q.scale[g + i][b]);
+#pragma GCC unroll 16
+      for (int u = 0; u < NK; ++u) {
+        const __m512 d = _mm512_maskz_cvtepi32_ps(__mmask16(0xFFFF), _mm512_sub_epi32(dot[i][u], off));
+        sc[i][u] = _mm512_fmadd_ps(d, _mm512_mul_ps(_mm512_load_ps(keys.scales(t + u, b)), sq), sc[i][u]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int u = 0; u < NK; ++u) {
+    const int cnt = std::min(16, keys.n - 16 * (t + u));
+    const __mmask16 mask = static_cast<__mmask16>((1u << cnt) - 1);
+#pragma GCC unroll 16
+    for (int i = 0; i < NQ; ++i) _mm512_mask_storeu_ps(s + size_t(i) * s_stride + 16 * (t + u), mask, sc[i][u]);
+  }
+}
+
+TOWERS_INT8_TARGET float CentreDotVnni(const float* q, const float* mean, int dim) {
+  __m512 part = _mm512_setzero_ps();
+  for (int e0 = 0; e0 < dim; e0 += 16) {
+    const __mmask16 m = dim - e0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (dim - e0)) - 1);
+    part = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + e0), _mm512_maskz_loadu_ps(m, mean + e0), part);
+  }
+  // centre_dot's tree: lanes i + 8, then i + 4, i + 2, i + 1 added to lane i.
+  part = _mm512_add_ps(part, _mm512_shuffle_f32x4(part, part, _MM_SHUFFLE(1, 0, 3, 2)));
+  part = _mm512_add_ps(part, _mm512_shuffle_f32x4(part, part, _MM_SHUFFLE(2, 3, 0, 1)));
+  part = _mm512_add_ps(part, _mm512_permute_ps(part, _MM_SHUFFLE(1, 0, 3, 2)));
+  part = _mm512_add_ps(part, _mm512_permute_ps(part, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_cvtss_f32(part);
+}
+
+TOWERS_INT8_TARGET void ScoresAllVnni(const Int8Queries& q, const float* qv, int g0, int n_g, const Int8Keys& keys,
+                                      float* s, size_t s_stride) {
+  float qmu[kInt8MaxQueries];
+  for (int g = 0; g < n_g; ++g) qmu[g] = CentreDotVnni(qv + size_t(g0 + g) * keys.dim, keys.mean, keys.dim);
+  const int n_t = (keys.n + 15) / 16;
+  int t = 0;
+  for (; t + 4 <= n_t; t += 4) {
+    int g = 0;
+    for (; g + 4 <= n_g; g += 4) ScoresVnni<4, 4>(q, qmu + g, g0 + g, keys, t, s + size_t(g) * s_stride, s_stride);
+    for (; g < n_g; ++g) ScoresVnni<1, 4>(q, qmu + g, g0 + g, keys, t, s + size_t(g) * s_stride, s_stride);
+  }
+  for (; t < n_t; ++t) {
+    int g = 0;
+    for (; g + 4 <= n_g; g += 4) ScoresVnni<4, 1>(q, qmu + g, g0 + g, keys, t, s + size_t(g) * s_stride, s_stride);
+    for (; g < n_g; ++g) ScoresVnni<1, 1>(q, qmu + g, g0 + g, keys, t, s + size_t(g) * s_stride, s_stride);
+  }
+}
+
+}  // namespace
+
+#pragma GCC diagnostic pop
+
+bool int8_scores_available() {
+  // Highway's AVX3_DL requires AVX512-VNNI. Asked once: hwy::SupportedTargets() runs CPUID on
+  // every call (it was 30% of a tile's time when asked per block).
+  static const bool available = (hwy::SupportedTargets() & HWY_AVX3_DL) != 0;
+  return available;
+}
+
+void int8_scores(const Int8Queries& q, const float* qv, int g0, int n_g, const Int8Keys& keys, float* s,
+                 size_t s_stride) {
+  ScoresAllVnni(q, qv, g0, n_g, keys, s, s_stride);
+}
+void int8_queries(const float* qv, int n_q, int dim, Int8Queries* out) { QueriesVnni(qv, n_q, dim, out); }
+void int8_keys(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, Int8Keys* out) {
+  KeysVnni(format, k, stride, n, dim, out);
+}
+#undef TOWERS_INT8_TARGET
+#else
+bool int8_scores_available() { return false; }
+
+void int8_queries(const float* qv, int n_q, int dim, Int8Queries* out) { int8_queries_reference(qv, n_q, dim, out); }
+void int8_keys(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, Int8Keys* out) {
+  int8_keys_reference(format, k, stride, n, dim, out);
+}
+
+void int8_scores(const Int8Queries& q, const float* qv, int g0, int n_g, const Int8Keys& keys, float* s,
+                 size_t s_stride) {
+  int8_scores_reference(q, qv, g0, n_g, keys, s, s_stride);
+}
+#endif
+
+}  // namespace towers::simd
