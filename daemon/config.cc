@@ -268,6 +268,7 @@ const std::vector<Key>& keys() {
       {"model", "chat_template", string_key(TOWERS_FIELD(chat_template))},
       {"model", "aliases", read_aliases},
       {"model", "onednn_prefill", bool_key(TOWERS_FIELD(onednn_prefill))},
+      {"model", "int8_attention", bool_key(TOWERS_FIELD(int8_attention))},
       {"model", "tail_format", read_tail_format},
       {"server", "socket", [](const toml::node& n, Config& c) { return read_non_empty(n, c.socket_path); }},
       {"server", "socket_group", string_key(TOWERS_FIELD(socket_group))},

@@ -128,10 +128,15 @@ Result<std::unique_ptr<OpenState>> open_state(Config& cfg, const OpenOptions& op
     } else {
       const int min_tokens = Forward::onednn_min_tokens_for(*st->model);
       st->forward->set_onednn_min_tokens(min_tokens);
+      st->forward->set_int8_attention(cfg.int8_attention);
+      const std::string attention = st->forward->int8_attention_for(min_tokens)
+                                        ? "int8 attention scores on whole blocks of F32/F16 rows (AVX-512 VNNI)"
+                                        : cfg.int8_attention ? "exact attention (int8 scores need AVX-512 VNNI)"
+                                                             : "exact attention (model.int8_attention = false)";
       st->prefill_kernels = std::string(simd::onednn_describe()) + " for steps of >= " + std::to_string(min_tokens) +
                             " tokens (int8 copies " + std::to_string(st->model->int8_copy_bytes() >> 20) + " MiB, " +
-                            (st->model->int8_copies_packed() ? "packed in oneDNN's layout" : "plain rows") + "), else " +
-                            st->prefill_kernels;
+                            (st->model->int8_copies_packed() ? "packed in oneDNN's layout" : "plain rows") + "; " +
+                            attention + "), else " + st->prefill_kernels;
     }
   }
 
