@@ -1,9 +1,9 @@
-// A prefill tile's attention, exact scores against int8 scores (simd/int8_scores.h): one KV head,
+// A prefill tile's attention, exact against int8 (simd/int8_attention.h): one KV head,
 // 64 query heads (16 tokens of a GQA group of 4, as Forward::attention hands kv_attend), over n cached
-// rows, F32 and F16 keys, single thread. Prints ns per (query, row) for each (int8: with its key
-// blocks built beforehand, as Forward::attention builds them once per layer for every tile), their
-// ratio, ns per row to build the key blocks, and the int8 output's error against the exact one
-// (max |int8 - exact| / max |exact| over the outputs).
+// rows, F32 and F16 rows, single thread. Prints ns per (query, row) for exact attention, int8 scores
+// with f32 sums, and int8 scores and sums (with their K/V blocks built beforehand, as
+// Forward::attention builds them once per layer for every tile), the speed-ups, ns per row to build
+// the blocks, and each int8 output's error against the exact one (max |x - exact| / max |exact|).
 // Keys are "outlier" keys: Gaussian plus a per-channel offset, 4 channels of 8 with offsets of +-6
 // (the shape of real models' RoPE'd K), so that the int8 path's centring is exercised.
 //   bench_tile_attention [seconds_per_measurement] [head_dim]
@@ -16,7 +16,7 @@
 
 #include "bench/timing.h"
 #include "simd/attention.h"
-#include "simd/int8_scores.h"
+#include "simd/int8_attention.h"
 #include "simd/kv_quant.h"
 #include "simd/ops.h"
 
@@ -31,9 +31,9 @@ int main(int argc, char** argv) {
   const int hd = argc > 2 ? std::atoi(argv[2]) : 64;
   constexpr int kQueries = 64;
   std::printf("Highway target: %s; int8 scores %s; %d queries x one KV head, head_dim %d, 1 thread\n", target_name(),
-              int8_scores_available() ? "on (AVX-512 VNNI)" : "unavailable (both columns exact)", kQueries, hd);
-  std::printf("%-4s %5s | %10s %10s %6s | %10s | %s\n", "fmt", "n", "exact ns", "int8 ns", "x", "keys ns",
-              "max |int8 - exact| / max |exact|");
+              int8_attention_available() ? "on (AVX-512 VNNI)" : "unavailable (both columns exact)", kQueries, hd);
+  std::printf("%-4s %5s | %8s %8s %8s | %5s %5s | %8s | %s\n", "fmt", "n", "exact", "scores", "int8", "x sc", "x int8",
+              "build ns", "max |x - exact| / max |exact|: scores, int8");
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> qv(size_t(kQueries) * hd), offset(hd);
@@ -54,40 +54,52 @@ int main(int argc, char** argv) {
       std::vector<float> m(kQueries), l(kQueries), acc(size_t(kQueries) * hd);
       // The int8 key blocks, built once (as Forward::attention builds them once per layer for all tiles).
       std::vector<Int8Keys> blocks((n + kAttnBlock - 1) / kAttnBlock);
+      std::vector<Int8Values> vblocks(blocks.size());
       auto build = [&] {
         for (size_t b = 0; b < blocks.size(); ++b) {
           const int j0 = static_cast<int>(b) * kAttnBlock;
           int8_keys(q, k.data() + size_t(j0) * vb, vb, std::min(kAttnBlock, n - j0), hd, &blocks[b]);
+          int8_values(q, v.data() + size_t(j0) * vb, vb, std::min(kAttnBlock, n - j0), hd, &vblocks[b]);
         }
       };
       build();
-      auto run = [&](bool int8, std::vector<float>& out) {
+      // mode 0: exact, 1: int8 scores, 2: int8 scores and sums.
+      auto run = [&](int mode, std::vector<float>& out) {
         std::fill(m.begin(), m.end(), -INFINITY);
         std::fill(l.begin(), l.end(), 0.0f);
         std::fill(acc.begin(), acc.end(), 0.0f);
-        if (int8) {
-          kv_attend_int8(blocks.data(), q, qv.data(), kQueries, v.data(), vb, n, hd, scale, m.data(), l.data(), acc.data());
+        if (mode > 0) {
+          kv_attend_int8(blocks.data(), mode == 2 ? vblocks.data() : nullptr, q, qv.data(), kQueries, v.data(), vb, n, hd,
+                         scale, m.data(), l.data(), acc.data());
         } else {
           kv_attend(q, qv.data(), kQueries, k.data(), v.data(), vb, n, hd, scale, m.data(), l.data(), acc.data());
         }
         out.resize(acc.size());
         for (size_t i = 0; i < acc.size(); ++i) out[i] = acc[i] / l[i / hd];
       };
-      std::vector<float> exact, int8;
-      run(false, exact);
-      run(true, int8);
-      double diff = 0, mag = 0;
-      for (size_t i = 0; i < exact.size(); ++i) {
-        diff = std::max(diff, double(std::fabs(int8[i] - exact[i])));
-        mag = std::max(mag, double(std::fabs(exact[i])));
-      }
+      std::vector<float> exact, scores, full;
+      run(0, exact);
+      run(1, scores);
+      run(2, full);
+      auto error = [&](const std::vector<float>& a) {
+        double diff = 0, mag = 0;
+        for (size_t i = 0; i < exact.size(); ++i) {
+          diff = std::max(diff, double(std::fabs(a[i] - exact[i])));
+          mag = std::max(mag, double(std::fabs(exact[i])));
+        }
+        return diff / mag;
+      };
       std::vector<float> sink;
       const double te = towers::bench::best_seconds_per_call(secs, 15, [&] {
-        run(false, sink);
+        run(0, sink);
+        g_sink = sink[0];
+      });
+      const double ts = towers::bench::best_seconds_per_call(secs, 15, [&] {
+        run(1, sink);
         g_sink = sink[0];
       });
       const double ti = towers::bench::best_seconds_per_call(secs, 15, [&] {
-        run(true, sink);
+        run(2, sink);
         g_sink = sink[0];
       });
       const double tb = towers::bench::best_seconds_per_call(secs, 15, [&] {
@@ -95,8 +107,8 @@ int main(int argc, char** argv) {
         g_sink = blocks[0].mean[0];
       });
       const double per = double(kQueries) * n;
-      std::printf("%-4s %5d | %10.3f %10.3f %6.2f | %10.2f | %.2e\n", kv_quant_name(q), n, te * 1e9 / per, ti * 1e9 / per,
-                  te / ti, tb * 1e9 / n, diff / mag);
+      std::printf("%-4s %5d | %8.3f %8.3f %8.3f | %5.2f %5.2f | %8.2f | %.2e %.2e\n", kv_quant_name(q), n, te * 1e9 / per,
+                  ts * 1e9 / per, ti * 1e9 / per, te / ts, te / ti, tb * 1e9 / n, error(scores), error(full));
       std::fflush(stdout);
     }
   }

@@ -128,10 +128,10 @@ Result<std::unique_ptr<OpenState>> open_state(Config& cfg, const OpenOptions& op
     } else {
       const int min_tokens = Forward::onednn_min_tokens_for(*st->model);
       st->forward->set_onednn_min_tokens(min_tokens);
-      st->forward->set_int8_attention(cfg.int8_attention);
+      st->forward->set_int8_attention(cfg.int8_attention ? Forward::Int8Attention::Full : Forward::Int8Attention::Off);
       const std::string attention = st->forward->int8_attention_for(min_tokens)
-                                        ? "int8 attention scores on whole blocks of F32/F16 rows (AVX-512 VNNI)"
-                                        : cfg.int8_attention ? "exact attention (int8 scores need AVX-512 VNNI)"
+                                        ? "int8 attention on whole blocks of F32/F16 rows (AVX-512 VNNI)"
+                                        : cfg.int8_attention ? "exact attention (int8 attention needs AVX-512 VNNI)"
                                                              : "exact attention (model.int8_attention = false)";
       st->prefill_kernels = std::string(simd::onednn_describe()) + " for steps of >= " + std::to_string(min_tokens) +
                             " tokens (int8 copies " + std::to_string(st->model->int8_copy_bytes() >> 20) + " MiB, " +

@@ -8,7 +8,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install-deps.sh" --arm64
-TESTS=(test_ops test_ggml_blocks test_attention test_int8_scores test_codec_portable test_quant_dot)
+TESTS=(test_ops test_ggml_blocks test_attention test_int8_attention test_codec_portable test_quant_dot)
 "$root/scripts/build-arm64.sh" "${TESTS[@]}"
 regex="^($(IFS='|'; echo "${TESTS[*]}"))/"
 ctest --test-dir "${TOWERS_ARM64_BUILD_DIR:-$root/build-arm64}" -R "$regex" --output-on-failure \

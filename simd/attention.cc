@@ -1,6 +1,6 @@
 #include "simd/attention.h"
 
-#include "simd/int8_scores.h"
+#include "simd/int8_attention.h"
 #include "simd/ops.h"
 
 #include <algorithm>
@@ -91,9 +91,11 @@ HWY_INLINE void ScaleRow(float* HWY_RESTRICT a, int dim, float c) {
   for (int e = 0; e < dim; e += N) hn::StoreU(hn::Mul(hn::LoadU(d8, a + e), vc), d8, a + e);
 }
 
-// keys: nullptr for the exact scores, else the int8 blocks of the rows (kv_attend_int8).
+// keys: nullptr for the exact scores, else the int8 key blocks of the rows; values likewise for the
+// weighted sums (kv_attend_int8).
 void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
-              float scale, float* m, float* l, float* acc, float softcap, const Int8Keys* keys) {
+              float scale, float* m, float* l, float* acc, float softcap, const Int8Keys* keys,
+              const Int8Values* values) {
   // Queries per pass over a block (a prefill tile's 64): the kernels read or decode each K and V
   // vector once for all of them (the scores' keys-in-lanes path transposes a K block once for them).
   constexpr int kG = 64;
@@ -129,7 +131,11 @@ void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v,
         const float c = SoftmaxBlockImpl(sg, nb, block_scale, m + g0 + g, l + g0 + g, sg);
         if (c != 1.0f) ScaleRow(acc + size_t(g0 + g) * dim, dim, c);
       }
-      kv_accumulate_group(q, s, kAttnBlock, G, vj, stride, nb, dim, acc + size_t(g0) * dim, n - j0 - nb);
+      if (values) {
+        int8_accumulate(s, kAttnBlock, G, values[j0 / kAttnBlock], acc + size_t(g0) * dim);
+      } else {
+        kv_accumulate_group(q, s, kAttnBlock, G, vj, stride, nb, dim, acc + size_t(g0) * dim, n - j0 - nb);
+      }
     }
   }
 }
@@ -154,13 +160,13 @@ float softmax_block(const float* s, int n, float scale, float* m, float* l, floa
 void kv_attend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
                float scale, float* m, float* l, float* acc, float softcap) {
   if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0) return;
-  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, k, v, stride, n, dim, scale, m, l, acc, softcap, nullptr);
+  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, k, v, stride, n, dim, scale, m, l, acc, softcap, nullptr, nullptr);
 }
 
-void kv_attend_int8(const Int8Keys* keys, KvQuant q, const float* qv, int n_q, const void* v, size_t stride, int n,
-                    int dim, float scale, float* m, float* l, float* acc, float softcap) {
-  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0 || !int8_scores_available()) return;
-  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, nullptr, v, stride, n, dim, scale, m, l, acc, softcap, keys);
+void kv_attend_int8(const Int8Keys* keys, const Int8Values* values, KvQuant q, const float* qv, int n_q, const void* v,
+                    size_t stride, int n, int dim, float scale, float* m, float* l, float* acc, float softcap) {
+  if (!kv_quant_ok(q, dim) || n <= 0 || n_q <= 0 || !int8_attention_available()) return;
+  HWY_DYNAMIC_DISPATCH(KvAttend)(q, qv, n_q, nullptr, v, stride, n, dim, scale, m, l, acc, softcap, keys, values);
 }
 }  // namespace towers::simd
 #endif

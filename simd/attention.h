@@ -20,7 +20,7 @@
 #pragma once
 #include <cstddef>
 
-#include "simd/int8_scores.h"
+#include "simd/int8_attention.h"
 #include "simd/kv_quant.h"
 
 namespace towers::simd {
@@ -47,14 +47,15 @@ float softmax_block(const float* s, int n, float scale, float* m, float* l, floa
 void kv_attend(KvQuant q, const float* qv, int n_q, const void* k, const void* v, size_t stride, int n, int dim,
                float scale, float* m, float* l, float* acc, float softcap = 0);
 
-// kv_attend with int8 scores (simd/int8_scores.h; x86 AVX-512 VNNI, only when int8_scores_available()):
-// block i of the rows, [i * kAttnBlock, min(n, (i + 1) * kAttnBlock)), is scored against keys[i],
-// which int8_keys built from those rows of K (F32 or F16), so that a caller can build each block once
-// for every tile that reads it. Values as in kv_attend. Another arithmetic than kv_attend's: a query's
-// result depends only on that query, the blocks and the rows (not on the other queries of the call or
-// the threads), but it is not kv_attend's, so steps that use it no longer give decode's bits and the
+// kv_attend in int8 (simd/int8_attention.h; x86 AVX-512 VNNI, only when int8_attention_available()):
+// block i of the rows, [i * kAttnBlock, min(n, (i + 1) * kAttnBlock)), is scored against keys[i] and,
+// when values is not nullptr, summed from values[i] (else in f32 from v, as kv_attend does), which
+// int8_keys / int8_values built from those rows of K and V (F32 or F16), so that a caller can build
+// each block once for every tile that reads it. Another arithmetic than kv_attend's: a query's result
+// depends only on that query, the blocks and the rows (not on the other queries of the call or the
+// threads), but it is not kv_attend's, so steps that use it no longer give decode's bits and the
 // codec never does (Forward::set_int8_attention).
-void kv_attend_int8(const Int8Keys* keys, KvQuant q, const float* qv, int n_q, const void* v, size_t stride, int n,
-                    int dim, float scale, float* m, float* l, float* acc, float softcap = 0);
+void kv_attend_int8(const Int8Keys* keys, const Int8Values* values, KvQuant q, const float* qv, int n_q, const void* v,
+                    size_t stride, int n, int dim, float scale, float* m, float* l, float* acc, float softcap = 0);
 
 }  // namespace towers::simd

@@ -267,9 +267,9 @@ TEST_CASE("the codec never takes the oneDNN kernels or int8 attention: encoding 
   CHECK(*back == toks);
 }
 
-TEST_CASE("int8 attention scores in oneDNN steps: close to the exact ones, independent of split and threads") {
+TEST_CASE("int8 attention in oneDNN steps: close to the exact one, independent of split and threads") {
   if (!have_onednn()) return;
-  if (!simd::int8_scores_available()) {
+  if (!simd::int8_attention_available()) {
     MESSAGE("SKIP: this CPU has no AVX-512 VNNI (int8 attention scores)");
     return;
   }
@@ -278,11 +278,12 @@ TEST_CASE("int8 attention scores in oneDNN steps: close to the exact ones, indep
   REQUIRE(model->build_int8_copies(pool2).ok());
   std::vector<int32_t> ids(300);  // two whole blocks of 128 rows and a partial one
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(7 + (i * 113) % 1000);
-  auto run = [&](ThreadPool& pool, bool int8, std::vector<int> steps) {
+  using A = Forward::Int8Attention;
+  auto run = [&](ThreadPool& pool, A int8, std::vector<int> steps) {
     Forward f(*model, pool, Kernels::Fast);
     f.set_onednn_min_tokens(16);
     f.set_int8_attention(int8);
-    CHECK(f.int8_attention_for(16) == int8);
+    CHECK(f.int8_attention_for(16) == (int8 != A::Off));
     CHECK(!f.int8_attention_for(15));
     DenseKvCache c(model->config(), 512);
     std::vector<float> all, l;
@@ -294,25 +295,31 @@ TEST_CASE("int8 attention scores in oneDNN steps: close to the exact ones, indep
     }
     return all;
   };
-  const std::vector<float> exact = run(pool2, false, {300}), int8 = run(pool2, true, {300});
-  const size_t V = exact.size() / ids.size();
-  // Rows before the first whole block never take the int8 scores: the same bits.
-  CHECK(std::equal(exact.begin(), exact.begin() + 127 * V, int8.begin()));
-  CHECK(int8 != exact);
   std::vector<float> ref;
   {
     Forward f(*model, pool2, Kernels::Reference);
     DenseKvCache c(model->config(), 512);
     REQUIRE(f.eval(c, ids, Logits::All, ref).ok());
   }
-  const double d = rel_rms(int8, exact), e_exact = rel_rms(exact, ref), e_int8 = rel_rms(int8, ref);
-  MESSAGE("relative rms logit difference, int8 against exact attention scores: " << d << "; against the reference "
-          "kernels: oneDNN with exact attention " << e_exact << ", with int8 scores " << e_int8);
-  // The int8 scores add less than the oneDNN matrices' own 7/8-bit rounding does (a broken kernel,
-  // e.g. without the keys' centring or with a wrong block, is far above).
-  CHECK(d < e_exact);
-  CHECK(e_int8 < 1.5 * e_exact);
-  CHECK(run(pool1, true, {300}) == int8);
-  CHECK(run(pool2, true, {150, 150}) == int8);
-  CHECK(run(pool2, true, {40, 200, 60}) == int8);
+  const std::vector<float> exact = run(pool2, A::Off, {300});
+  const size_t V = exact.size() / ids.size();
+  const double e_exact = rel_rms(exact, ref);
+  for (A mode : {A::Scores, A::Full}) {
+    const std::string name = mode == A::Scores ? "int8 scores" : "int8 scores and sums";
+    CAPTURE(name);
+    const std::vector<float> int8 = run(pool2, mode, {300});
+    // Rows before the first whole block never take the int8 kernels: the same bits.
+    CHECK(std::equal(exact.begin(), exact.begin() + 127 * V, int8.begin()));
+    CHECK(int8 != exact);
+    const double d = rel_rms(int8, exact), e_int8 = rel_rms(int8, ref);
+    MESSAGE(name << ": relative rms logit difference against exact attention " << d << "; against the reference kernels: "
+                 "oneDNN with exact attention " << e_exact << ", with " << name << " " << e_int8);
+    // int8 attention adds less than the oneDNN matrices' own 7/8-bit rounding does (a broken kernel,
+    // e.g. without the keys' centring or with a wrong block, is far above).
+    CHECK(d < e_exact);
+    CHECK(e_int8 < 1.5 * e_exact);
+    CHECK(run(pool1, mode, {300}) == int8);
+    CHECK(run(pool2, mode, {150, 150}) == int8);
+    CHECK(run(pool2, mode, {40, 200, 60}) == int8);
+  }
 }

@@ -424,13 +424,13 @@ void Forward::add_bias(const Weight& b, float* y, int T) {
 }
 
 bool Forward::int8_attention_for(int T) const {
-  return int8_attention_ && kernels_ == Kernels::Fast && onednn_min_tokens_ > 0 && T >= onednn_min_tokens_ &&
-         simd::int8_scores_available();
+  return int8_attention_ != Int8Attention::Off && kernels_ == Kernels::Fast && onednn_min_tokens_ > 0 && T >= onednn_min_tokens_ &&
+         simd::int8_attention_available();
 }
 
-// The int8 key blocks of every F32/F16 span of the batch's sequences, for the whole blocks their
-// tiles read (rows below the sequence's last position), each built once for all tiles.
-void Forward::build_int8_keys(std::span<const Sequence> batch, int T) {
+// The int8 blocks (keys, and values when Full) of every F32/F16 span of the batch's sequences, for the
+// whole blocks their tiles read (rows below the sequence's last position), each built once for all tiles.
+void Forward::build_int8_blocks(std::span<const Sequence> batch, int T) {
   const int n_kv = cfg_.n_head_kv, hd = cfg_.head_dim;
   int8_spans_.resize(batch.size());
   std::vector<int32_t> last_pos(batch.size(), -1);
@@ -447,10 +447,12 @@ void Forward::build_int8_keys(std::span<const Sequence> batch, int T) {
       total += int64_t(n_kv) * (rows / simd::kAttnBlock);
     }
   }
+  const bool sums = int8_attention_ == Int8Attention::Full;
   if (int8_keys_.size() < size_t(total)) int8_keys_.resize(size_t(total));
-  // One job per key block: its first row's K of its head, in int8_keys_ order.
+  if (sums && int8_values_.size() < size_t(total)) int8_values_.resize(size_t(total));
+  // One job per block: its first row's K and V of its head, in int8_keys_ order.
   struct Job {
-    const uint8_t* k;
+    const uint8_t *k, *v;
     size_t stride;
     simd::KvQuant format;
   };
@@ -461,7 +463,8 @@ void Forward::build_int8_keys(std::span<const Sequence> batch, int T) {
       const KvSpan& s = spans_[q][si];
       for (int h = 0; int8_spans_[q][si].first >= 0 && h < n_kv; ++h) {
         for (int32_t b = 0; b < int8_spans_[q][si].blocks; ++b) {
-          jobs.push_back({s.k + size_t(b) * simd::kAttnBlock * s.row_bytes + size_t(h) * s.head_bytes, s.row_bytes, s.format});
+          const size_t at = size_t(b) * simd::kAttnBlock * s.row_bytes + size_t(h) * s.head_bytes;
+          jobs.push_back({s.k + at, s.v + at, s.row_bytes, s.format});
         }
       }
     }
@@ -469,6 +472,7 @@ void Forward::build_int8_keys(std::span<const Sequence> batch, int T) {
   pool_.parallel_dynamic(jobs.size(), [&](size_t i0, size_t i1, int) {
     for (size_t i = i0; i < i1; ++i) {
       simd::int8_keys(jobs[i].format, jobs[i].k, jobs[i].stride, simd::kAttnBlock, hd, &int8_keys_[i]);
+      if (sums) simd::int8_values(jobs[i].format, jobs[i].v, jobs[i].stride, simd::kAttnBlock, hd, &int8_values_[i]);
     }
   });
 }
@@ -523,7 +527,7 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
   }
   const size_t n_tiles = tiles_.size();
   const bool int8 = window == 0 && int8_attention_for(T);
-  if (int8) build_int8_keys(batch, T);
+  if (int8) build_int8_blocks(batch, T);
   pool_.parallel_dynamic(n_tiles * n_kv, [&](size_t i0, size_t i1, int thread) {
     std::vector<float>& buf = scratch_[thread];
     const size_t nq_max = size_t(R) * group;
@@ -570,13 +574,14 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
           qv = qs;
         }
         // kv_attend over span rows [from, to) for the queries of tile rows r0 .. r0 + n_rows - 1.
-        // Whole blocks (from a multiple of kAttnBlock) take the span's int8 key blocks when it has them.
+        // Whole blocks (from a multiple of kAttnBlock) take the span's int8 blocks when it has them.
         auto attend = [&](int r0, int n_rows, int32_t from, int32_t to) {
           const size_t at = size_t(r0) * group, row0 = size_t(from) * s.row_bytes + size_t(kvh) * s.head_bytes;
           if (i8.first >= 0 && from % simd::kAttnBlock == 0 && (to - from) % simd::kAttnBlock == 0 &&
               to / simd::kAttnBlock <= i8.blocks) {
-            const simd::Int8Keys* keys = &int8_keys_[size_t(i8.first + int64_t(kvh) * i8.blocks + from / simd::kAttnBlock)];
-            simd::kv_attend_int8(keys, s.format, qv + at * hd, n_rows * group, s.v + row0, s.row_bytes, to - from, hd,
+            const size_t b = size_t(i8.first + int64_t(kvh) * i8.blocks + from / simd::kAttnBlock);
+            const simd::Int8Values* values = int8_attention_ == Int8Attention::Full ? &int8_values_[b] : nullptr;
+            simd::kv_attend_int8(&int8_keys_[b], values, s.format, qv + at * hd, n_rows * group, s.v + row0, s.row_bytes, to - from, hd,
                                  scale, m + at, l + at, acc + at * hd, cfg_.attn_softcap);
           } else {
             simd::kv_attend(s.format, qv + at * hd, n_rows * group, s.k + row0, s.v + row0, s.row_bytes, to - from,

@@ -13,7 +13,7 @@
 #include "engine/model/model.h"
 #include "engine/model/rope.h"
 #include "engine/base/thread_pool.h"
-#include "simd/int8_scores.h"
+#include "simd/int8_attention.h"
 #include "simd/quant_dot.h"
 
 namespace towers {
@@ -82,16 +82,17 @@ class Forward {
   }
   void set_onednn_min_tokens(int min_tokens) { onednn_min_tokens_ = min_tokens; }
   int onednn_min_tokens() const { return onednn_min_tokens_; }
-  // int8 attention scores in the steps that take oneDNN (on by default; only where the CPU has
-  // AVX-512 VNNI, simd::int8_scores_available): the scores of a tile's whole blocks of F32/F16 KV rows
-  // (a prompt's own rows, an F16 lease tail) with int8 products, each block's keys quantized once per
-  // layer for all tiles (simd/int8_scores.h; docs/numerics.md, "int8 prefill attention"). Windowed
-  // layers, quantized spans and a row's last partial block keep the exact kernels. It rides on the
-  // oneDNN threshold so that one switch (set_onednn_min_tokens(0), what the codec does) gives back
-  // the fast kernels' arithmetic everywhere.
-  void set_int8_attention(bool on) { int8_attention_ = on; }
-  bool int8_attention() const { return int8_attention_; }
-  // Whether a step of T tokens runs int8 attention scores.
+  // int8 attention in the steps that take oneDNN (Full by default; only where the CPU has AVX-512
+  // VNNI, simd::int8_attention_available): a tile's whole blocks of F32/F16 KV rows (a prompt's own
+  // rows, an F16 lease tail) scored (Scores), and summed too (Full), with int8 products, each block's
+  // K and V quantized once per layer for all tiles (simd/int8_attention.h; docs/numerics.md, "int8
+  // prefill attention"). Windowed layers, quantized spans and a row's last partial block keep the
+  // exact kernels. It rides on the oneDNN threshold so that one switch (set_onednn_min_tokens(0), what
+  // the codec does) gives back the fast kernels' arithmetic everywhere.
+  enum class Int8Attention : uint8_t { Off, Scores, Full };
+  void set_int8_attention(Int8Attention a) { int8_attention_ = a; }
+  Int8Attention int8_attention() const { return int8_attention_; }
+  // Whether a step of T tokens runs int8 attention.
   bool int8_attention_for(int T) const;
   // Rounding::Ggml (the default) rounds where ggml's CPU backend rounds to f16, so that logits follow
   // llama.cpp's: the scales of 32-element activation blocks (simd::ActScales::F16: Q4_0, Q4_1, Q5_0,
@@ -169,21 +170,22 @@ class Forward {
     int32_t t0, n;  // tokens [t0, t0 + n) of one sequence
   };
   std::vector<AttentionTile> tiles_;  // the current batch's attention tiles, in zigzag order
-  // int8 attention: per (sequence, span) the index of its first key block in int8_keys_ (blocks of
-  // KV head h at first + h * blocks + i), or -1 when the span keeps the exact kernels.
+  // int8 attention: per (sequence, span) the index of its first block in int8_keys_ / int8_values_
+  // (blocks of KV head h at first + h * blocks + i), or -1 when the span keeps the exact kernels.
   struct Int8Span {
     int64_t first = -1;
     int32_t blocks = 0;
   };
   std::vector<std::vector<Int8Span>> int8_spans_;
   std::vector<simd::Int8Keys> int8_keys_;
-  void build_int8_keys(std::span<const Sequence> batch, int T);
+  std::vector<simd::Int8Values> int8_values_;  // empty blocks unless Full
+  void build_int8_blocks(std::span<const Sequence> batch, int T);
   int tile_rows_ = 0;
   std::vector<uint8_t> act_;  // activations quantized for the fast kernels, [T][act_bytes]
   std::vector<int8_t> act8_;  // and for oneDNN, [T][cols], with [T][groups] scales
   std::vector<float> act8_scales_;
   int onednn_min_tokens_ = 0;
-  bool int8_attention_ = true;
+  Int8Attention int8_attention_ = Int8Attention::Full;
   Rounding rounding_ = Rounding::Ggml;
   PackedSet packed_set_ = kLatestPackedSet;
   bool onednn_omp_ = false;

@@ -1,23 +1,28 @@
-// int8 attention scores for long prefill (kv_attend with KvScores::Int8): another arithmetic than
-// kv_dot_group's, used only in the steps that take the oneDNN prefill kernels, never by the codec
-// (docs/numerics.md, "int8 prefill attention").
+// int8 attention for long prefill (kv_attend_int8): another arithmetic than kv_attend's, used only in
+// the steps that take the oneDNN prefill kernels, never by the codec (docs/numerics.md, "int8
+// prefill attention"). Per block of up to kInt8MaxKeys rows of F32 or F16 K and V:
 //
-// Per block of up to kInt8MaxKeys keys (F32 or F16 vectors): mu = the block's mean key; each key's
-// centred elements k - mu are quantized per 32-element group to int8 (sk = max|k - mu| / 127, round
-// to nearest even), and each query's elements likewise (once per call, sq). Then
+// Scores. mu = the block's mean key; each key's centred elements k - mu are quantized per 32-element
+// group to int8 (sk = max|k - mu| / 127, round to nearest even), each query's elements likewise (once
+// per call, sq). Then
 //   score(q, k) = q·mu + sum_b (sk_b * sq_b) * sum_{e in b} q8_e * k8_e
-// The integer sums are exact (VNNI vpdpbusd: keys as u8 = k8 + 128, the offset taken back with
-// 128 * sum q8) and every float step has a fixed order, so a score depends only on the query and the
-// block's keys: never on the threads, the other queries of the call or how they are grouped.
 // Why centre the keys: keys of real models carry large per-channel offsets, the same sign in most
 // tokens (RoPE'd outlier channels); the block's mean takes them out of the int8 range, and q·mu,
 // which is the same for every key of the block, is added back in f32.
-// Why only the scores: they are 4 FMAs (dim 64, 16 lanes) per (query, key) in f32 and 1 vpdpbusd in
-// int8; the weighted sums keep f32 (an 8-bit p would drop the small weights' mass).
 //
-// The kernel is x86 AVX-512 VNNI (raw intrinsics, like gemm_packed_vnni-inl.h); int8_scores_available
-// says whether this CPU runs it (and Highway's AVX3_DL target is enabled). int8_scores_reference gives
-// the same bits in portable C++ (the tests compare them).
+// Weighted sums. Each value row is quantized to int8 with one scale (sv = max|v| / 127); per query
+// and block the weights p'_j = p_j * sv_j are quantized to u8 (sp = max_j p'_j / 255, round to
+// nearest even: the largest weight of the block gets 255 steps, one below 1/510 of it becomes 0), and
+//   acc[e] = fma(sum_j p8_j * v8_j[e], sp, acc[e])
+//
+// The integer sums are exact (VNNI vpdpbusd: 4 products per lane where f32 does one; keys as
+// u8 = k8 + 128, the offset taken back with 128 * sum q8) and every float step has a fixed order, so
+// a result depends only on the query and the block's rows: never on the threads, the other queries of
+// the call or how they are grouped.
+//
+// The kernels are x86 AVX-512 VNNI (raw intrinsics, like gemm_packed_vnni-inl.h);
+// int8_attention_available says whether this CPU runs them. The *_reference functions give the same
+// bits in portable C++ (the tests compare them).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -53,10 +58,22 @@ struct Int8Keys {
   const float* scales(int t, int b) const { return scale + (size_t(t) * ((dim + kInt8Group - 1) / kInt8Group) + b) * 16; }
 };
 
-// True when int8_scores runs its VNNI kernel on this CPU.
-bool int8_scores_available();
+// One block of values: row j quantized to int8 with one scale, four rows per 32-bit word: word (i, e)
+// holds the codes of rows 4i .. 4i + 3 at element e, row 4i in bits 0-7 (zeros past n). Packed for
+// the block's dim like Int8Keys.
+struct Int8Values {
+  Int8Values() {}  // user-provided: a vector of them does not zero (touch) the arrays
+  int n = 0, dim = 0;
+  alignas(64) uint32_t words[kInt8MaxKeys / 4 * kKvMaxDim];  // [i][e]
+  alignas(64) float scale[kInt8MaxKeys];                     // sv_j, 0 past n
+  uint32_t* word(int i) { return words + size_t(i) * dim; }
+  const uint32_t* word(int i) const { return words + size_t(i) * dim; }
+};
 
-// The kernels below run only when int8_scores_available() (elsewhere they give the reference's bits).
+// True when the int8 kernels run on this CPU (x86 with AVX-512 VNNI).
+bool int8_attention_available();
+
+// The kernels below run only when int8_attention_available() (elsewhere they give the reference's bits).
 // Queries qv[g * dim ..] for g < n_q (n_q <= kInt8MaxQueries; F32/F16 dims, multiples of 8 up to 256).
 void int8_queries(const float* qv, int n_q, int dim, Int8Queries* out);
 // Keys k + j * stride for j < n (n <= kInt8MaxKeys), format F32 or F16 (kv_quant.h).
@@ -65,10 +82,17 @@ void int8_keys(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, 
 // f32 queries int8_queries was given (for q·mu).
 void int8_scores(const Int8Queries& q, const float* qv, int g0, int n_g, const Int8Keys& keys, float* s,
                  size_t s_stride);
+// Values v + j * stride for j < n (n <= kInt8MaxKeys), format F32 or F16.
+void int8_values(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out);
+// acc[g * dim + e] += the weighted sum of the values' rows for query g < n_g, weights p[g * p_stride + j]
+// for j < values.n (those past it are not read).
+void int8_accumulate(const float* p, size_t p_stride, int n_g, const Int8Values& values, float* acc);
 // The same bits in portable scalar C++ (tests).
 void int8_queries_reference(const float* qv, int n_q, int dim, Int8Queries* out);
 void int8_keys_reference(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, Int8Keys* out);
 void int8_scores_reference(const Int8Queries& q, const float* qv, int g0, int n_g, const Int8Keys& keys, float* s,
                            size_t s_stride);
+void int8_values_reference(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out);
+void int8_accumulate_reference(const float* p, size_t p_stride, int n_g, const Int8Values& values, float* acc);
 
 }  // namespace towers::simd

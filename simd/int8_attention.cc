@@ -1,4 +1,4 @@
-#include "simd/int8_scores.h"
+#include "simd/int8_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -47,6 +47,38 @@ float centre_dot(const float* q, const float* mean, int dim) {
   return part[0];
 }
 
+
+// Row j of F32/F16 vectors as f32 (F16 widens exactly).
+void load_row(KvQuant format, const uint8_t* row, int dim, float* out) {
+  if (format == KvQuant::F32) {
+    std::memcpy(out, row, size_t(dim) * sizeof(float));
+  } else {
+    for (int e = 0; e < dim; ++e) {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * size_t(e), 2);
+      out[e] = fp16_to_f32(h);
+    }
+  }
+}
+
+// The u8 weights of one query over a block: p'_j = p_j * sv_j, sp = max p' / 255, codes round(p' * inv).
+struct Int8Weights {
+  float sp;
+  uint8_t code[kInt8MaxKeys];
+};
+void int8_weights(const float* p, const Int8Values& values, Int8Weights* w) {
+  float pq[kInt8MaxKeys];
+  float pmax = 0;
+  for (int j = 0; j < values.n; ++j) {
+    pq[j] = p[j] * values.scale[j];
+    pmax = std::max(pmax, pq[j]);
+  }
+  const float inv = pmax > 0 ? 255.0f / pmax : 0.0f;
+  w->sp = pmax > 0 ? pmax / 255.0f : 0.0f;
+  for (int j = 0; j < kInt8MaxKeys; ++j) {
+    w->code[j] = j < values.n ? static_cast<uint8_t>(std::clamp(std::nearbyint(pq[j] * inv), 0.0f, 255.0f)) : 0;
+  }
+}
 }  // namespace
 
 void int8_queries_reference(const float* qv, int n_q, int dim, Int8Queries* out) {
@@ -82,18 +114,7 @@ void int8_keys_reference(KvQuant format, const uint8_t* k, size_t stride, int n,
   const int ng = groups_of(dim);
   // The keys as f32, rows of kKvMaxDim (F16 widens exactly).
   thread_local float rows[kInt8MaxKeys][kKvMaxDim];
-  for (int j = 0; j < n; ++j) {
-    const uint8_t* kj = k + size_t(j) * stride;
-    if (format == KvQuant::F32) {
-      std::memcpy(rows[j], kj, size_t(dim) * sizeof(float));
-    } else {
-      for (int e = 0; e < dim; ++e) {
-        uint16_t h;
-        std::memcpy(&h, kj + 2 * size_t(e), 2);
-        rows[j][e] = fp16_to_f32(h);
-      }
-    }
-  }
+  for (int j = 0; j < n; ++j) load_row(format, k + size_t(j) * stride, dim, rows[j]);
   // The block's mean: rows added in order, then divided by n.
   float* mean = out->mean;
   std::fill(mean, mean + dim, 0.0f);
@@ -148,6 +169,41 @@ void int8_scores_reference(const Int8Queries& q, const float* qv, int g0, int n_
         acc = std::fma(static_cast<float>(dot - q.offset[g][b]), keys.scales(t, b)[lane] * q.scale[g][b], acc);
       }
       s[size_t(g - g0) * s_stride + j] = acc;
+    }
+  }
+}
+
+void int8_values_reference(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out) {
+  out->n = n;
+  out->dim = dim;
+  std::fill(out->words, out->words + size_t((n + 3) / 4) * dim, 0u);
+  for (int j = 0; j < kInt8MaxKeys; ++j) out->scale[j] = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    float x[kKvMaxDim];
+    load_row(format, v + size_t(j) * stride, dim, x);
+    float amax = 0;
+    for (int e = 0; e < dim; ++e) amax = std::max(amax, std::fabs(x[e]));
+    const Int8Scale s = int8_scale(amax);
+    for (int e = 0; e < dim; ++e) {
+      out->word(j / 4)[e] |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(int8_code(x[e], s.inv))))
+                             << (8 * (j % 4));
+    }
+    out->scale[j] = s.scale;
+  }
+}
+
+void int8_accumulate_reference(const float* p, size_t p_stride, int n_g, const Int8Values& values, float* acc) {
+  const int dim = values.dim;
+  for (int g = 0; g < n_g; ++g) {
+    Int8Weights w;
+    int8_weights(p + size_t(g) * p_stride, values, &w);
+    for (int e = 0; e < dim; ++e) {
+      int32_t sum = 0;
+      for (int j = 0; j < values.n; ++j) {
+        sum += int32_t{w.code[j]} * static_cast<int8_t>(static_cast<uint8_t>(values.word(j / 4)[e] >> (8 * (j % 4))));
+      }
+      float& a = acc[size_t(g) * dim + e];
+      a = std::fma(static_cast<float>(sum), w.sp, a);
     }
   }
 }
@@ -337,11 +393,115 @@ TOWERS_INT8_TARGET void ScoresAllVnni(const Int8Queries& q, const float* qv, int
   }
 }
 
+
+// Lanes [e0, e0 + 16) of dim elements that exist (none when e0 >= dim).
+TOWERS_INT8_TARGET inline __mmask16 ChunkMask(int e0, int dim) {
+  return dim - e0 >= 16 ? __mmask16(0xFFFF) : dim <= e0 ? __mmask16(0) : static_cast<__mmask16>((1u << (dim - e0)) - 1);
+}
+
+TOWERS_INT8_TARGET void ValuesVnni(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out) {
+  out->n = n;
+  out->dim = dim;
+  for (int j = 0; j < kInt8MaxKeys; j += 16) _mm512_store_ps(out->scale + j, _mm512_setzero_ps());
+  const int nc = (dim + 15) / 16;
+  for (int i = 0; i < (n + 3) / 4; ++i) {
+    float inv[4];
+    for (int r = 0; r < 4; ++r) {  // the quad's scales (rows past n: 0, so their codes are 0)
+      const int j = 4 * i + r;
+      __m512 amax = _mm512_setzero_ps();
+      for (int c = 0; j < n && c < nc; ++c) amax = _mm512_max_ps(amax, _mm512_abs_ps(LoadKey(format, v + size_t(j) * stride, 16 * c, dim)));
+      const Int8Scale s = j < n ? int8_scale(_mm512_reduce_max_ps(amax)) : Int8Scale{0.0f, 0.0f};
+      if (j < n) out->scale[j] = s.scale;
+      inv[r] = s.inv;
+    }
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127), byte = _mm512_set1_epi32(0xFF);
+    for (int c = 0; c < nc; ++c) {
+      __m512i word = _mm512_setzero_si512();
+      for (int r = 0; r < 4 && 4 * i + r < n; ++r) {
+        const __m512 x = LoadKey(format, v + size_t(4 * i + r) * stride, 16 * c, dim);
+        const __m512i code = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(inv[r])))));
+        word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(code, byte), 8 * r));
+      }
+      _mm512_mask_storeu_epi32(out->word(i) + 16 * c, ChunkMask(16 * c, dim), word);
+    }
+  }
+}
+
+// NQ queries from g, elements [16 * c0, 16 * (c0 + NC)): the reference's integer sums over the
+// block's quads, then acc = fma(sum, sp, acc). codes: each query's u8 weights (kInt8MaxKeys bytes).
+template <int NQ, int NC>
+TOWERS_INT8_TARGET inline void AccumulateVnniG(const uint8_t (*codes)[kInt8MaxKeys], const float* sp, int g,
+                                               const Int8Values& values, int c0, float* acc) {
+  const int dim = values.dim, quads = (values.n + 3) / 4;
+  __mmask16 mask[NC];
+#pragma GCC unroll 16
+  for (int c = 0; c < NC; ++c) mask[c] = ChunkMask(16 * (c0 + c), dim);
+  __m512i sum[NQ][NC];
+#pragma GCC unroll 16
+  for (int q = 0; q < NQ; ++q) {
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c) sum[q][c] = _mm512_setzero_si512();
+  }
+  for (int i = 0; i < quads; ++i) {
+    __m512i vw[NC];
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c) vw[c] = _mm512_maskz_loadu_epi32(mask[c], values.word(i) + 16 * (c0 + c));
+#pragma GCC unroll 16
+    for (int q = 0; q < NQ; ++q) {
+      uint32_t pw;
+      std::memcpy(&pw, &codes[g + q][4 * i], 4);
+      const __m512i p4 = _mm512_set1_epi32(static_cast<int32_t>(pw));
+#pragma GCC unroll 16
+      for (int c = 0; c < NC; ++c) sum[q][c] = _mm512_dpbusd_epi32(sum[q][c], p4, vw[c]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int q = 0; q < NQ; ++q) {
+    const __m512 s = _mm512_set1_ps(sp[g + q]);
+    float* a = acc + size_t(g + q) * dim + 16 * c0;
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; ++c) {
+      const __m512 d = _mm512_maskz_cvtepi32_ps(__mmask16(0xFFFF), sum[q][c]);
+      _mm512_mask_storeu_ps(a + 16 * c, mask[c], _mm512_fmadd_ps(d, s, _mm512_maskz_loadu_ps(mask[c], a + 16 * c)));
+    }
+  }
+}
+
+TOWERS_INT8_TARGET void AccumulateVnni(const float* p, size_t p_stride, int n_g, const Int8Values& values, float* acc) {
+  alignas(64) uint8_t codes[kInt8MaxQueries][kInt8MaxKeys];
+  float sp[kInt8MaxQueries];
+  const int n = values.n;
+  for (int g = 0; g < n_g; ++g) {  // int8_weights' operations, 16 weights per vector
+    const float* pg = p + size_t(g) * p_stride;
+    __m512 pq[kInt8MaxKeys / 16];
+    __m512 pmax = _mm512_setzero_ps();
+    for (int v = 0; v < kInt8MaxKeys / 16; ++v) {
+      const __mmask16 m = ChunkMask(16 * v, n);
+      pq[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pg + 16 * v), _mm512_maskz_loadu_ps(m, values.scale + 16 * v));
+      pmax = _mm512_max_ps(pmax, pq[v]);
+    }
+    const float mx = _mm512_reduce_max_ps(pmax);
+    const __m512 inv = _mm512_set1_ps(mx > 0 ? 255.0f / mx : 0.0f);
+    sp[g] = mx > 0 ? mx / 255.0f : 0.0f;
+    const __m512i lo = _mm512_setzero_si512(), hi = _mm512_set1_epi32(255);
+    for (int v = 0; v < kInt8MaxKeys / 16; ++v) {
+      const __m512i c = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(pq[v], inv))));
+      _mm_store_si128(reinterpret_cast<__m128i*>(&codes[g][16 * v]), _mm512_cvtepi32_epi8(c));
+    }
+  }
+  const int nc = (values.dim + 15) / 16;
+  for (int c0 = 0; c0 < nc; c0 += 4) {
+    int g = 0;
+    for (; g + 4 <= n_g; g += 4) AccumulateVnniG<4, 4>(codes, sp, g, values, c0, acc);
+    for (; g < n_g; ++g) AccumulateVnniG<1, 4>(codes, sp, g, values, c0, acc);
+  }
+}
+
 }  // namespace
 
 #pragma GCC diagnostic pop
 
-bool int8_scores_available() {
+bool int8_attention_available() {
   // Highway's AVX3_DL requires AVX512-VNNI. Asked once: hwy::SupportedTargets() runs CPUID on
   // every call (it was 30% of a tile's time when asked per block).
   static const bool available = (hwy::SupportedTargets() & HWY_AVX3_DL) != 0;
@@ -356,13 +516,25 @@ void int8_queries(const float* qv, int n_q, int dim, Int8Queries* out) { Queries
 void int8_keys(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, Int8Keys* out) {
   KeysVnni(format, k, stride, n, dim, out);
 }
+void int8_values(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out) {
+  ValuesVnni(format, v, stride, n, dim, out);
+}
+void int8_accumulate(const float* p, size_t p_stride, int n_g, const Int8Values& values, float* acc) {
+  AccumulateVnni(p, p_stride, n_g, values, acc);
+}
 #undef TOWERS_INT8_TARGET
 #else
-bool int8_scores_available() { return false; }
+bool int8_attention_available() { return false; }
 
 void int8_queries(const float* qv, int n_q, int dim, Int8Queries* out) { int8_queries_reference(qv, n_q, dim, out); }
 void int8_keys(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, Int8Keys* out) {
   int8_keys_reference(format, k, stride, n, dim, out);
+}
+void int8_values(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out) {
+  int8_values_reference(format, v, stride, n, dim, out);
+}
+void int8_accumulate(const float* p, size_t p_stride, int n_g, const Int8Values& values, float* acc) {
+  int8_accumulate_reference(p, p_stride, n_g, values, acc);
 }
 
 void int8_scores(const Int8Queries& q, const float* qv, int g0, int n_g, const Int8Keys& keys, float* s,

@@ -1,7 +1,8 @@
-// simd/int8_scores and kv_attend_int8: the VNNI kernels give the portable reference's bits; scores
+// simd/int8_attention and kv_attend_int8: the VNNI kernels give the portable reference's bits; scores
 // are within the int8 error of the exact dot products, also for keys with large channel offsets (the
-// centring); kv_attend_int8 tracks kv_attend, and a query's result does not depend on the other
-// queries of the call or on splitting the rows at block boundaries. Kernel checks skip (SKIP:) on a
+// centring), and weighted sums within the int8 error of the exact ones; kv_attend_int8 tracks
+// kv_attend, and a query's result does not depend on the other queries of the call or on splitting
+// the rows at block boundaries. Kernel checks skip (SKIP:) on a
 // CPU without AVX-512 VNNI; the reference's own checks run everywhere.
 #include <algorithm>
 #include <cmath>
@@ -13,7 +14,7 @@
 #include <doctest/doctest.h>
 
 #include "simd/attention.h"
-#include "simd/int8_scores.h"
+#include "simd/int8_attention.h"
 #include "simd/kv_quant.h"
 
 using namespace towers::simd;
@@ -70,7 +71,7 @@ std::vector<float> block_scores(bool fast, const std::vector<float>& qv, int n_q
 }  // namespace
 
 TEST_CASE("int8 scores: the VNNI kernels give the reference's bits") {
-  if (!int8_scores_available()) {
+  if (!int8_attention_available()) {
     MESSAGE("SKIP: this CPU has no AVX-512 VNNI; kv_attend_int8 is never called here");
     return;
   }
@@ -110,6 +111,84 @@ TEST_CASE("int8 scores: the VNNI kernels give the reference's bits") {
         }
       }
     }
+  }
+}
+
+TEST_CASE("int8 sums: the VNNI kernels give the reference's bits") {
+  if (!int8_attention_available()) {
+    MESSAGE("SKIP: this CPU has no AVX-512 VNNI");
+    return;
+  }
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> ud(0.f, 1.f);
+  static Int8Values va, vb;
+  for (KvQuant format : {KvQuant::F32, KvQuant::F16}) {
+    for (int dim : {8, 16, 24, 40, 64, 72, 128, 136, 256}) {
+      for (int n : {1, 3, 4, 5, 16, 17, 100, 128}) {
+        for (int n_g : {1, 3, 4, 5, 13, 64}) {
+          const std::string fmt = kv_quant_name(format);
+          CAPTURE(fmt);
+          CAPTURE(dim);
+          CAPTURE(n);
+          CAPTURE(n_g);
+          const Keys v = make_keys(rng, format, n, dim, 0.0f);
+          int8_values(format, v.bytes.data(), v.stride, n, dim, &va);
+          int8_values_reference(format, v.bytes.data(), v.stride, n, dim, &vb);
+          REQUIRE(same_bytes(va.words, vb.words, size_t((n + 3) / 4) * dim * sizeof(uint32_t)));
+          REQUIRE(same_bytes(va.scale, vb.scale, sizeof(va.scale)));
+          // Weights as a softmax leaves them: in [0, 1], some exactly 0, one 1; past n garbage (not read).
+          std::vector<float> p(size_t(n_g) * kInt8MaxKeys, 1e30f);
+          for (int g = 0; g < n_g; ++g) {
+            for (int j = 0; j < n; ++j) p[size_t(g) * kInt8MaxKeys + j] = j % 7 == 3 ? 0.0f : j == g % n ? 1.0f : ud(rng) * ud(rng);
+          }
+          std::vector<float> a = randn(rng, size_t(n_g) * dim), b = a;
+          int8_accumulate(p.data(), kInt8MaxKeys, n_g, va, a.data());
+          int8_accumulate_reference(p.data(), kInt8MaxKeys, n_g, vb, b.data());
+          REQUIRE(same_bytes(a.data(), b.data(), a.size() * sizeof(float)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("int8 sums: within the int8 error of the exact weighted sums") {
+  // Per element: each value is off by at most half its row's step (sv/2), each weight p' = p * sv by
+  // at most half the query's step (sp/2) in units of the code, so
+  // |sum - exact| <= sum_j (p_j * sv_j / 2 + sp / 2 * |v8_j[e]|) + a few ulps.
+  std::mt19937 rng(19);
+  std::uniform_real_distribution<float> ud(0.f, 1.f);
+  static Int8Values iv;
+  for (int dim : {32, 64, 128}) {
+    CAPTURE(dim);
+    const int n = 128, n_g = 8;
+    const Keys v = make_keys(rng, KvQuant::F32, n, dim, 0.0f);
+    int8_values_reference(KvQuant::F32, v.bytes.data(), v.stride, n, dim, &iv);
+    std::vector<float> p(size_t(n_g) * kInt8MaxKeys);
+    for (auto& x : p) x = std::exp(-8.0f * ud(rng));  // a softmax's spread: weights from 1 down to e^-8
+    std::vector<float> acc(size_t(n_g) * dim, 0.0f);
+    int8_accumulate_reference(p.data(), kInt8MaxKeys, n_g, iv, acc.data());
+    double worst = 0, num = 0, den = 0;
+    for (int g = 0; g < n_g; ++g) {
+      float pmax = 0;
+      for (int j = 0; j < n; ++j) pmax = std::max(pmax, p[size_t(g) * kInt8MaxKeys + j] * iv.scale[j]);
+      const double sp = pmax / 255.0;
+      for (int e = 0; e < dim; ++e) {
+        double exact = 0, bound = 0;
+        for (int j = 0; j < n; ++j) {
+          const double pj = p[size_t(g) * kInt8MaxKeys + j], x = v.kf[size_t(j) * dim + e];
+          exact += pj * x;
+          const int8_t code = static_cast<int8_t>(static_cast<uint8_t>(iv.word(j / 4)[e] >> (8 * (j % 4))));
+          bound += pj * iv.scale[j] / 2 + sp / 2 * std::abs(code);
+        }
+        const double err = std::fabs(acc[size_t(g) * dim + e] - exact);
+        worst = std::max(worst, err / (bound + 1e-6));
+        num += err * err;
+        den += exact * exact;
+      }
+    }
+    MESSAGE("dim " << dim << ": error / bound at most " << worst << ", relative rms error " << std::sqrt(num / den));
+    CHECK(worst <= 1.0);
+    CHECK(std::sqrt(num / den) < 0.02);
   }
 }
 
@@ -166,7 +245,7 @@ TEST_CASE("int8 scores: within the int8 error of the exact dot products, with or
 }
 
 TEST_CASE("kv_attend_int8 tracks kv_attend, and a query's result depends only on it and the blocks") {
-  if (!int8_scores_available()) {
+  if (!int8_attention_available()) {
     MESSAGE("SKIP: this CPU has no AVX-512 VNNI");
     return;
   }
@@ -186,10 +265,16 @@ TEST_CASE("kv_attend_int8 tracks kv_attend, and a query's result depends only on
           const int j0 = int(b) * kAttnBlock;
           int8_keys(format, k.bytes.data() + size_t(j0) * k.stride, k.stride, std::min(kAttnBlock, n - j0), dim, &blocks[b]);
         }
+        std::vector<Int8Values> vblocks(blocks.size());
+        for (size_t b = 0; b < blocks.size(); ++b) {
+          const int j0 = int(b) * kAttnBlock;
+          int8_values(format, v.bytes.data() + size_t(j0) * v.stride, v.stride, std::min(kAttnBlock, n - j0), dim, &vblocks[b]);
+        }
         const auto qv = randn(rng, size_t(n_q) * dim);
         const float scale = 1.0f / std::sqrt(float(dim));
         // Rows [0, n) in calls cut at `cuts` (multiples of kAttnBlock); queries [g0, g0 + count).
-        auto run = [&](bool int8, int g0, int count, std::vector<int> cuts) {
+        // int8: 0 exact, 1 int8 scores, 2 int8 scores and sums.
+        auto run = [&](int int8, int g0, int count, std::vector<int> cuts) {
           std::vector<float> m(count, -INFINITY), l(count, 0.0f), acc(size_t(count) * dim, 0.0f);
           cuts.push_back(n);
           int r0 = 0;
@@ -197,8 +282,8 @@ TEST_CASE("kv_attend_int8 tracks kv_attend, and a query's result depends only on
             const float* q = qv.data() + size_t(g0) * dim;
             const uint8_t* vr = v.bytes.data() + size_t(r0) * v.stride;
             if (int8) {
-              kv_attend_int8(blocks.data() + r0 / kAttnBlock, format, q, count, vr, v.stride, r1 - r0, dim, scale,
-                             m.data(), l.data(), acc.data());
+              kv_attend_int8(blocks.data() + r0 / kAttnBlock, int8 == 2 ? vblocks.data() + r0 / kAttnBlock : nullptr,
+                             format, q, count, vr, v.stride, r1 - r0, dim, scale, m.data(), l.data(), acc.data());
             } else {
               kv_attend(format, q, count, k.bytes.data() + size_t(r0) * k.stride, vr, v.stride, r1 - r0, dim, scale,
                         m.data(), l.data(), acc.data());
@@ -210,25 +295,30 @@ TEST_CASE("kv_attend_int8 tracks kv_attend, and a query's result depends only on
           }
           return acc;
         };
-        const auto exact = run(false, 0, n_q, {}), int8 = run(true, 0, n_q, {});
-        double err = 0, mag = 0, vmag = 0;
-        for (size_t i = 0; i < exact.size(); ++i) {
-          err = std::max(err, double(std::fabs(int8[i] - exact[i])));
-          mag = std::max(mag, double(std::fabs(exact[i])));
-        }
+        const auto exact = run(0, 0, n_q, {});
+        double vmag = 0;
         for (float x : v.kf) vmag = std::max(vmag, double(std::fabs(x)));
-        MESSAGE(fmt << " dim " << dim << " n " << n << ": max |int8 - exact| " << err
-                                      << " (outputs up to " << mag << ", values up to " << vmag << ")");
-        CHECK(int8 != exact);  // the int8 scores did run
-        CHECK(err <= 0.01 * vmag);
-        // Query g alone, in another grouping, or with the rows cut at a block boundary: the same bits.
-        for (int g : {0, 5, 63, 64, 66}) {
-          const auto one = run(true, g, 1, {});
-          CHECK(same_bytes(one.data(), int8.data() + size_t(g) * dim, size_t(dim) * sizeof(float)));
+        for (int mode : {1, 2}) {
+          CAPTURE(mode);
+          const auto int8 = run(mode, 0, n_q, {});
+          double err = 0, mag = 0;
+          for (size_t i = 0; i < exact.size(); ++i) {
+            err = std::max(err, double(std::fabs(int8[i] - exact[i])));
+            mag = std::max(mag, double(std::fabs(exact[i])));
+          }
+          MESSAGE(fmt << " dim " << dim << " n " << n << (mode == 1 ? " int8 scores" : " int8 scores and sums")
+                      << ": max |int8 - exact| " << err << " (outputs up to " << mag << ", values up to " << vmag << ")");
+          CHECK(int8 != exact);  // the int8 kernels did run
+          CHECK(err <= (mode == 1 ? 0.01 : 0.02) * vmag);
+          // Query g alone, in another grouping, or with the rows cut at a block boundary: the same bits.
+          for (int g : {0, 5, 63, 64, 66}) {
+            const auto one = run(mode, g, 1, {});
+            CHECK(same_bytes(one.data(), int8.data() + size_t(g) * dim, size_t(dim) * sizeof(float)));
+          }
+          const auto tail = run(mode, 3, n_q - 3, {});
+          CHECK(same_bytes(tail.data(), int8.data() + size_t(3) * dim, tail.size() * sizeof(float)));
+          if (n > kAttnBlock) CHECK(run(mode, 0, n_q, {kAttnBlock}) == int8);
         }
-        const auto tail = run(true, 3, n_q - 3, {});
-        CHECK(same_bytes(tail.data(), int8.data() + size_t(3) * dim, tail.size() * sizeof(float)));
-        if (n > kAttnBlock) CHECK(run(true, 0, n_q, {kAttnBlock}) == int8);
       }
     }
   }
