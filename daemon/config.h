@@ -38,7 +38,7 @@ struct Config {
   std::string chat_template;         // "" = detected from the model
   std::vector<std::string> aliases;  // other names a request's "model" may give (besides the file's)
   bool onednn_prefill = false;       // steps of >= Forward::onednn_min_tokens_for tokens through oneDNN
-  bool int8_attention = true;        // and their attention scores in int8 (Forward::set_int8_attention)
+  bool int8_attention = true;        // and their attention in int8 (Forward::set_int8_attention)
   // Lease tails (a request's KV before it is sealed): f32 or f16. With tail_format_auto (the default,
   // "auto") open_state picks once the model is loaded (resolve_for_model).
   KvQuant tail_format = KvQuant::F32;

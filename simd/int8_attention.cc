@@ -508,39 +508,42 @@ bool int8_attention_available() {
   return available;
 }
 
-void int8_scores(const Int8Queries& q, const float* qv, int g0, int n_g, const Int8Keys& keys, float* s,
-                 size_t s_stride) {
-  ScoresAllVnni(q, qv, g0, n_g, keys, s, s_stride);
-}
-void int8_queries(const float* qv, int n_q, int dim, Int8Queries* out) { QueriesVnni(qv, n_q, dim, out); }
-void int8_keys(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, Int8Keys* out) {
-  KeysVnni(format, k, stride, n, dim, out);
-}
-void int8_values(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out) {
-  ValuesVnni(format, v, stride, n, dim, out);
-}
-void int8_accumulate(const float* p, size_t p_stride, int n_g, const Int8Values& values, float* acc) {
-  AccumulateVnni(p, p_stride, n_g, values, acc);
-}
 #undef TOWERS_INT8_TARGET
 #else
 bool int8_attention_available() { return false; }
+#endif
 
-void int8_queries(const float* qv, int n_q, int dim, Int8Queries* out) { int8_queries_reference(qv, n_q, dim, out); }
+// The kernels this build has: the VNNI ones on x86-64 (run only where int8_attention_available()),
+// the reference elsewhere.
+namespace {
+struct Int8Kernels {
+  decltype(&int8_queries_reference) queries;
+  decltype(&int8_keys_reference) keys;
+  decltype(&int8_scores_reference) scores;
+  decltype(&int8_values_reference) values;
+  decltype(&int8_accumulate_reference) accumulate;
+};
+#if defined(__x86_64__)
+constexpr Int8Kernels kKernels{QueriesVnni, KeysVnni, ScoresAllVnni, ValuesVnni, AccumulateVnni};
+#else
+constexpr Int8Kernels kKernels{int8_queries_reference, int8_keys_reference, int8_scores_reference,
+                               int8_values_reference, int8_accumulate_reference};
+#endif
+}  // namespace
+
+void int8_queries(const float* qv, int n_q, int dim, Int8Queries* out) { kKernels.queries(qv, n_q, dim, out); }
 void int8_keys(KvQuant format, const uint8_t* k, size_t stride, int n, int dim, Int8Keys* out) {
-  int8_keys_reference(format, k, stride, n, dim, out);
+  kKernels.keys(format, k, stride, n, dim, out);
 }
-void int8_values(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out) {
-  int8_values_reference(format, v, stride, n, dim, out);
-}
-void int8_accumulate(const float* p, size_t p_stride, int n_g, const Int8Values& values, float* acc) {
-  int8_accumulate_reference(p, p_stride, n_g, values, acc);
-}
-
 void int8_scores(const Int8Queries& q, const float* qv, int g0, int n_g, const Int8Keys& keys, float* s,
                  size_t s_stride) {
-  int8_scores_reference(q, qv, g0, n_g, keys, s, s_stride);
+  kKernels.scores(q, qv, g0, n_g, keys, s, s_stride);
 }
-#endif
+void int8_values(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out) {
+  kKernels.values(format, v, stride, n, dim, out);
+}
+void int8_accumulate(const float* p, size_t p_stride, int n_g, const Int8Values& values, float* acc) {
+  kKernels.accumulate(p, p_stride, n_g, values, acc);
+}
 
 }  // namespace towers::simd
