@@ -69,8 +69,8 @@ int main(int argc, char** argv) {
         std::fill(l.begin(), l.end(), 0.0f);
         std::fill(acc.begin(), acc.end(), 0.0f);
         if (mode > 0) {
-          kv_attend_int8(blocks.data(), mode == 2 ? vblocks.data() : nullptr, q, qv.data(), kQueries, v.data(), vb, n, hd,
-                         scale, m.data(), l.data(), acc.data());
+          kv_attend_int8(blocks.data(), mode == 2 ? vblocks.data() : nullptr, q, qv.data(), kQueries, v.data(), vb, n,
+                         hd, scale, m.data(), l.data(), acc.data());
         } else {
           kv_attend(q, qv.data(), kQueries, k.data(), v.data(), vb, n, hd, scale, m.data(), l.data(), acc.data());
         }
@@ -107,8 +107,9 @@ int main(int argc, char** argv) {
         g_sink = blocks[0].mean[0];
       });
       const double per = double(kQueries) * n;
-      std::printf("%-4s %5d | %8.3f %8.3f %8.3f | %5.2f %5.2f | %8.2f | %.2e %.2e\n", kv_quant_name(q), n, te * 1e9 / per,
-                  ts * 1e9 / per, ti * 1e9 / per, te / ts, te / ti, tb * 1e9 / n, error(scores), error(full));
+      std::printf("%-4s %5d | %8.3f %8.3f %8.3f | %5.2f %5.2f | %8.2f | %.2e %.2e\n", kv_quant_name(q), n,
+                  te * 1e9 / per, ts * 1e9 / per, ti * 1e9 / per, te / ts, te / ti, tb * 1e9 / n, error(scores),
+                  error(full));
       std::fflush(stdout);
     }
   }

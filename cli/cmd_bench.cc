@@ -78,10 +78,10 @@ void add_bench(CLI::App& app) {
                 "and shorter steps keep the fast kernels (docs/numerics.md, \"oneDNN prefill kernels\")")
       ->excludes("--reference");
   cmd->add_option("--attention", o->attention,
-                  "With --onednn, the attention of its steps: int8 (the default, as towerd with [model] int8_attention = "
-                  "true: whole 128-row blocks of F32/F16 KV rows scored and summed with int8 products where the CPU has "
-                  "AVX-512 VNNI), int8-scores (int8 scores, f32 sums) or exact (the kernels decode uses) "
-                  "(docs/numerics.md, \"int8 prefill attention\")")
+                  "With --onednn, the attention of its steps: int8 (the default, as towerd with [model] "
+                  "int8_attention = true: whole 128-row blocks of F32/F16 KV rows scored and summed with int8 "
+                  "products where the CPU has AVX-512 VNNI), int8-scores (int8 scores, f32 sums) or exact (the "
+                  "kernels decode uses) (docs/numerics.md, \"int8 prefill attention\")")
       ->check(CLI::IsMember({"int8", "int8-scores", "exact"}))
       ->needs("--onednn");
   cmd->callback([o] {
@@ -106,8 +106,8 @@ void add_bench(CLI::App& app) {
                                                              : Forward::Int8Attention::Full);
       std::fprintf(stderr, "attention in those steps: %s\n",
                    !fwd.int8_attention_for(1 << 30) ? "exact kernels"
-                   : o->attention == "int8"         ? "int8 scores and sums on whole blocks of F32/F16 rows (AVX-512 VNNI)"
-                                                    : "int8 scores on whole blocks of F32/F16 rows (AVX-512 VNNI), f32 sums");
+                   : o->attention == "int8" ? "int8 scores and sums on whole blocks of F32/F16 rows (AVX-512 VNNI)"
+                                            : "int8 scores on whole blocks of F32/F16 rows (AVX-512 VNNI), f32 sums");
     }
     const int ctx = std::min(cfg.n_ctx_train, o->prompt + o->gen + 1);
     // Token ids spread over the vocabulary, fixed for reproducibility.

@@ -119,7 +119,8 @@ void KvAttend(KvQuant q, const float* qv, int n_q, const void* k, const void* v,
         int8_scores(int8_q[static_cast<size_t>(g0 / kG)], qv + size_t(g0) * dim, 0, G, keys[j0 / kAttnBlock], s,
                     kAttnBlock);
       } else {
-        kv_dot_group(q, qv + size_t(g0) * dim, G, kb + size_t(j0) * stride, stride, nb, dim, s, kAttnBlock, n - j0 - nb);
+        kv_dot_group(q, qv + size_t(g0) * dim, G, kb + size_t(j0) * stride, stride, nb, dim, s, kAttnBlock,
+                     n - j0 - nb);
       }
       for (int g = 0; g < G; ++g) {
         float* sg = s + size_t(g) * kAttnBlock;

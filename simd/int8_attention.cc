@@ -47,7 +47,6 @@ float centre_dot(const float* q, const float* mean, int dim) {
   return part[0];
 }
 
-
 // Row j of F32/F16 vectors as f32 (F16 widens exactly).
 void load_row(KvQuant format, const uint8_t* row, int dim, float* out) {
   if (format == KvQuant::F32) {
@@ -254,7 +253,8 @@ TOWERS_INT8_TARGET void QueriesVnni(const float* qv, int n_q, int dim, Int8Queri
     for (int b = 0; b < ng; ++b) {
       const int e0 = b * kInt8Group;
       const __m512 x0 = _mm512_maskz_loadu_ps(LanesFrom(e0, dim), q + e0);
-      const __m512 x1 = e0 + 16 < dim ? _mm512_maskz_loadu_ps(LanesFrom(e0 + 16, dim), q + e0 + 16) : _mm512_setzero_ps();
+      const __m512 x1 =
+          e0 + 16 < dim ? _mm512_maskz_loadu_ps(LanesFrom(e0 + 16, dim), q + e0 + 16) : _mm512_setzero_ps();
       const GroupCodes c = QuantizeGroup(x0, x1);
       // Codes past dim are 0: they add nothing to the sum and are not stored.
       const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(c.c0, c.c1));
@@ -280,7 +280,8 @@ TOWERS_INT8_TARGET void KeysVnni(KvQuant format, const uint8_t* k, size_t stride
     for (int v = 0; v < nv; ++v) sum[v] = _mm512_add_ps(sum[v], LoadKey(format, kj, 16 * v, dim));
   }
   const __m512 fn = _mm512_set1_ps(static_cast<float>(n));
-  for (int v = 0; v < nv; ++v) _mm512_mask_storeu_ps(out->mean + 16 * v, LanesFrom(16 * v, dim), _mm512_div_ps(sum[v], fn));
+  for (int v = 0; v < nv; ++v)
+    _mm512_mask_storeu_ps(out->mean + 16 * v, LanesFrom(16 * v, dim), _mm512_div_ps(sum[v], fn));
   for (int j = n; j < (n + 15) / 16 * 16; ++j) {
     for (int w = 0; w < dim / 4; ++w) out->word(j / 16, w)[j % 16] = 0x80808080u;
     for (int b = 0; b < ng; ++b) out->scales(j / 16, b)[j % 16] = 0.0f;
@@ -294,9 +295,10 @@ TOWERS_INT8_TARGET void KeysVnni(KvQuant format, const uint8_t* k, size_t stride
       // Past dim: key and mean both load as zeros, so the centred elements are zeros too.
       const __m512 x0 =
           _mm512_sub_ps(LoadKey(format, kj, e0, dim), _mm512_maskz_loadu_ps(LanesFrom(e0, dim), out->mean + e0));
-      const __m512 x1 = e0 + 16 < dim ? _mm512_sub_ps(LoadKey(format, kj, e0 + 16, dim),
-                                                      _mm512_maskz_loadu_ps(LanesFrom(e0 + 16, dim), out->mean + e0 + 16))
-                                      : _mm512_setzero_ps();
+      const __m512 x1 = e0 + 16 < dim
+                            ? _mm512_sub_ps(LoadKey(format, kj, e0 + 16, dim),
+                                            _mm512_maskz_loadu_ps(LanesFrom(e0 + 16, dim), out->mean + e0 + 16))
+                            : _mm512_setzero_ps();
       const GroupCodes c = QuantizeGroup(x0, x1);
       alignas(64) uint32_t w32[8];
       _mm_store_si128(reinterpret_cast<__m128i*>(w32), _mm_xor_si128(_mm512_cvtepi32_epi8(c.c0), bias));
@@ -393,7 +395,6 @@ TOWERS_INT8_TARGET void ScoresAllVnni(const Int8Queries& q, const float* qv, int
   }
 }
 
-
 // Lanes [e0, e0 + 16) of dim elements that exist (none when e0 >= dim).
 TOWERS_INT8_TARGET inline __mmask16 ChunkMask(int e0, int dim) {
   return dim - e0 >= 16 ? __mmask16(0xFFFF) : dim <= e0 ? __mmask16(0) : static_cast<__mmask16>((1u << (dim - e0)) - 1);
@@ -409,7 +410,8 @@ TOWERS_INT8_TARGET void ValuesVnni(KvQuant format, const uint8_t* v, size_t stri
     for (int r = 0; r < 4; ++r) {  // the quad's scales (rows past n: 0, so their codes are 0)
       const int j = 4 * i + r;
       __m512 amax = _mm512_setzero_ps();
-      for (int c = 0; j < n && c < nc; ++c) amax = _mm512_max_ps(amax, _mm512_abs_ps(LoadKey(format, v + size_t(j) * stride, 16 * c, dim)));
+      for (int c = 0; j < n && c < nc; ++c)
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(LoadKey(format, v + size_t(j) * stride, 16 * c, dim)));
       const Int8Scale s = j < n ? int8_scale(_mm512_reduce_max_ps(amax)) : Int8Scale{0.0f, 0.0f};
       if (j < n) out->scale[j] = s.scale;
       inv[r] = s.inv;
@@ -419,7 +421,8 @@ TOWERS_INT8_TARGET void ValuesVnni(KvQuant format, const uint8_t* v, size_t stri
       __m512i word = _mm512_setzero_si512();
       for (int r = 0; r < 4 && 4 * i + r < n; ++r) {
         const __m512 x = LoadKey(format, v + size_t(4 * i + r) * stride, 16 * c, dim);
-        const __m512i code = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(inv[r])))));
+        const __m512i code =
+            _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(inv[r])))));
         word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(code, byte), 8 * r));
       }
       _mm512_mask_storeu_epi32(out->word(i) + 16 * c, ChunkMask(16 * c, dim), word);

@@ -50,12 +50,14 @@ struct Int8Keys {
   Int8Keys() {}  // user-provided: a vector of them does not zero (touch) the arrays
   int n = 0, dim = 0;
   alignas(64) float mean[kKvMaxDim];
-  alignas(64) uint32_t words[kInt8MaxKeys / 16 * kKvMaxDim / 4 * 16];  // [t][w][key]: codes + 128 of 4w .. 4w + 3
+  alignas(64) uint32_t words[kInt8MaxKeys / 16 * kKvMaxDim / 4 * 16];        // [t][w][key]: codes + 128 of 4w .. 4w + 3
   alignas(64) float scale[kInt8MaxKeys / 16 * kKvMaxDim / kInt8Group * 16];  // [t][b][key]: sk_b, 0 past n
   uint32_t* word(int t, int w) { return words + (size_t(t) * (dim / 4) + w) * 16; }
   const uint32_t* word(int t, int w) const { return words + (size_t(t) * (dim / 4) + w) * 16; }
   float* scales(int t, int b) { return scale + (size_t(t) * ((dim + kInt8Group - 1) / kInt8Group) + b) * 16; }
-  const float* scales(int t, int b) const { return scale + (size_t(t) * ((dim + kInt8Group - 1) / kInt8Group) + b) * 16; }
+  const float* scales(int t, int b) const {
+    return scale + (size_t(t) * ((dim + kInt8Group - 1) / kInt8Group) + b) * 16;
+  }
 };
 
 // One block of values: row j quantized to int8 with one scale, four rows per 32-bit word: word (i, e)

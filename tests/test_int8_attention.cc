@@ -104,7 +104,8 @@ TEST_CASE("int8 scores: the VNNI kernels give the reference's bits") {
           REQUIRE(same_bytes(ka.words, kb.words, size_t(t_used) * dim / 4 * 16 * sizeof(uint32_t)));
           REQUIRE(same_bytes(ka.scale, kb.scale, size_t(t_used) * ((dim + 31) / 32) * 16 * sizeof(float)));
           for (int g = 0; g < n_q; ++g) {
-            REQUIRE(same_bytes(&fast[size_t(g) * kInt8MaxKeys], &ref[size_t(g) * kInt8MaxKeys], size_t(n) * sizeof(float)));
+            REQUIRE(
+                same_bytes(&fast[size_t(g) * kInt8MaxKeys], &ref[size_t(g) * kInt8MaxKeys], size_t(n) * sizeof(float)));
             // Nothing written past the block's keys.
             for (int j = n; j < kInt8MaxKeys; ++j) REQUIRE(fast[size_t(g) * kInt8MaxKeys + j] == -1.0f);
           }
@@ -139,7 +140,8 @@ TEST_CASE("int8 sums: the VNNI kernels give the reference's bits") {
           // Weights as a softmax leaves them: in [0, 1], some exactly 0, one 1; past n garbage (not read).
           std::vector<float> p(size_t(n_g) * kInt8MaxKeys, 1e30f);
           for (int g = 0; g < n_g; ++g) {
-            for (int j = 0; j < n; ++j) p[size_t(g) * kInt8MaxKeys + j] = j % 7 == 3 ? 0.0f : j == g % n ? 1.0f : ud(rng) * ud(rng);
+            for (int j = 0; j < n; ++j)
+              p[size_t(g) * kInt8MaxKeys + j] = j % 7 == 3 ? 0.0f : j == g % n ? 1.0f : ud(rng) * ud(rng);
           }
           std::vector<float> a = randn(rng, size_t(n_g) * dim), b = a;
           int8_accumulate(p.data(), kInt8MaxKeys, n_g, va, a.data());
@@ -226,8 +228,7 @@ TEST_CASE("int8 scores: within the int8 error of the exact dot products, with or
             exact += qe * ke;
             mag += std::fabs(qe * ke);
             const int b = e / 32;
-            bound += std::fabs(qe) * ik.scales(j / 16, b)[j % 16] / 2 +
-                     std::fabs(ke - ik.mean[e]) * iq.scale[g][b] / 2;
+            bound += std::fabs(qe) * ik.scales(j / 16, b)[j % 16] / 2 + std::fabs(ke - ik.mean[e]) * iq.scale[g][b] / 2;
           }
           const double err = std::fabs(s[size_t(g) * kInt8MaxKeys + j] - exact);
           worst_ratio = std::max(worst_ratio, err / (bound + 1e-5 * mag + 1e-6));
@@ -254,7 +255,7 @@ TEST_CASE("kv_attend_int8 tracks kv_attend, and a query's result depends only on
     for (int dim : {64, 128}) {
       for (int n : {128, 300, 512}) {
         const std::string fmt = kv_quant_name(format);
-          CAPTURE(fmt);
+        CAPTURE(fmt);
         CAPTURE(dim);
         CAPTURE(n);
         const int n_q = 67;  // two passes of the kernel's 64 queries
@@ -263,12 +264,14 @@ TEST_CASE("kv_attend_int8 tracks kv_attend, and a query's result depends only on
         std::vector<Int8Keys> blocks((n + kAttnBlock - 1) / kAttnBlock);
         for (size_t b = 0; b < blocks.size(); ++b) {
           const int j0 = int(b) * kAttnBlock;
-          int8_keys(format, k.bytes.data() + size_t(j0) * k.stride, k.stride, std::min(kAttnBlock, n - j0), dim, &blocks[b]);
+          int8_keys(format, k.bytes.data() + size_t(j0) * k.stride, k.stride, std::min(kAttnBlock, n - j0), dim,
+                    &blocks[b]);
         }
         std::vector<Int8Values> vblocks(blocks.size());
         for (size_t b = 0; b < blocks.size(); ++b) {
           const int j0 = int(b) * kAttnBlock;
-          int8_values(format, v.bytes.data() + size_t(j0) * v.stride, v.stride, std::min(kAttnBlock, n - j0), dim, &vblocks[b]);
+          int8_values(format, v.bytes.data() + size_t(j0) * v.stride, v.stride, std::min(kAttnBlock, n - j0), dim,
+                      &vblocks[b]);
         }
         const auto qv = randn(rng, size_t(n_q) * dim);
         const float scale = 1.0f / std::sqrt(float(dim));
@@ -307,7 +310,8 @@ TEST_CASE("kv_attend_int8 tracks kv_attend, and a query's result depends only on
             mag = std::max(mag, double(std::fabs(exact[i])));
           }
           MESSAGE(fmt << " dim " << dim << " n " << n << (mode == 1 ? " int8 scores" : " int8 scores and sums")
-                      << ": max |int8 - exact| " << err << " (outputs up to " << mag << ", values up to " << vmag << ")");
+                      << ": max |int8 - exact| " << err << " (outputs up to " << mag << ", values up to " << vmag
+                      << ")");
           CHECK(int8 != exact);  // the int8 kernels did run
           CHECK(err <= (mode == 1 ? 0.01 : 0.02) * vmag);
           // Query g alone, in another grouping, or with the rows cut at a block boundary: the same bits.

@@ -312,8 +312,9 @@ TEST_CASE("int8 attention in oneDNN steps: close to the exact one, independent o
     CHECK(std::equal(exact.begin(), exact.begin() + 127 * V, int8.begin()));
     CHECK(int8 != exact);
     const double d = rel_rms(int8, exact), e_int8 = rel_rms(int8, ref);
-    MESSAGE(name << ": relative rms logit difference against exact attention " << d << "; against the reference kernels: "
-                 "oneDNN with exact attention " << e_exact << ", with " << name << " " << e_int8);
+    MESSAGE(name << ": relative rms logit difference against exact attention " << d
+                 << "; against the reference kernels: oneDNN with exact attention " << e_exact << ", with " << name
+                 << " " << e_int8);
     // int8 attention adds less than the oneDNN matrices' own 7/8-bit rounding does (a broken kernel,
     // e.g. without the keys' centring or with a wrong block, is far above).
     CHECK(d < e_exact);

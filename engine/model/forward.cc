@@ -424,8 +424,8 @@ void Forward::add_bias(const Weight& b, float* y, int T) {
 }
 
 bool Forward::int8_attention_for(int T) const {
-  return int8_attention_ != Int8Attention::Off && kernels_ == Kernels::Fast && onednn_min_tokens_ > 0 && T >= onednn_min_tokens_ &&
-         simd::int8_attention_available();
+  return int8_attention_ != Int8Attention::Off && kernels_ == Kernels::Fast && onednn_min_tokens_ > 0 &&
+         T >= onednn_min_tokens_ && simd::int8_attention_available();
 }
 
 // The int8 blocks (keys, and values when Full) of every F32/F16 span of the batch's sequences, for the
@@ -581,11 +581,11 @@ void Forward::attention(std::span<const Sequence> batch, int layer, int T) {
               to / simd::kAttnBlock <= i8.blocks) {
             const size_t b = size_t(i8.first + int64_t(kvh) * i8.blocks + from / simd::kAttnBlock);
             const simd::Int8Values* values = int8_attention_ == Int8Attention::Full ? &int8_values_[b] : nullptr;
-            simd::kv_attend_int8(&int8_keys_[b], values, s.format, qv + at * hd, n_rows * group, s.v + row0, s.row_bytes, to - from, hd,
-                                 scale, m + at, l + at, acc + at * hd, cfg_.attn_softcap);
+            simd::kv_attend_int8(&int8_keys_[b], values, s.format, qv + at * hd, n_rows * group, s.v + row0,
+                                 s.row_bytes, to - from, hd, scale, m + at, l + at, acc + at * hd, cfg_.attn_softcap);
           } else {
-            simd::kv_attend(s.format, qv + at * hd, n_rows * group, s.k + row0, s.v + row0, s.row_bytes, to - from,
-                            hd, scale, m + at, l + at, acc + at * hd, cfg_.attn_softcap);
+            simd::kv_attend(s.format, qv + at * hd, n_rows * group, s.k + row0, s.v + row0, s.row_bytes, to - from, hd,
+                            scale, m + at, l + at, acc + at * hd, cfg_.attn_softcap);
           }
         };
         const bool shared = first(0) == first(rows - 1);  // every row's blocks start at the same row
