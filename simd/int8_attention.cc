@@ -28,6 +28,7 @@ Int8Scale int8_scale(float amax) {
 
 int32_t int8_code(float x, float inv) {
   const float r = std::nearbyint(x * inv);  // ties to even (the default rounding mode)
+  if (std::isnan(r)) return -127;           // what cvtps_epi32's 0x80000000 clamps to (no UB on NaN)
   return static_cast<int32_t>(std::clamp(r, -127.0f, 127.0f));
 }
 
@@ -75,7 +76,8 @@ void int8_weights(const float* p, const Int8Values& values, Int8Weights* w) {
   const float inv = pmax > 0 ? 255.0f / pmax : 0.0f;
   w->sp = pmax > 0 ? pmax / 255.0f : 0.0f;
   for (int j = 0; j < kInt8MaxKeys; ++j) {
-    w->code[j] = j < values.n ? static_cast<uint8_t>(std::clamp(std::nearbyint(pq[j] * inv), 0.0f, 255.0f)) : 0;
+    const float r = j < values.n ? std::nearbyint(pq[j] * inv) : 0.0f;
+    w->code[j] = std::isnan(r) ? 0 : static_cast<uint8_t>(std::clamp(r, 0.0f, 255.0f));
   }
 }
 }  // namespace
