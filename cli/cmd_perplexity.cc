@@ -12,6 +12,7 @@
 #include "engine/generate/perplexity.h"
 #include "engine/model/forward.h"
 #include "engine/text/tokenizer.h"
+#include "simd/onednn_matmul.h"
 
 namespace towers::cli {
 namespace {
@@ -49,7 +50,8 @@ void add_perplexity(CLI::App& app) {
     int threads = 0;
     int ctx = 0;
     int batch = 512;
-    bool reference = false;
+    bool reference = false, onednn = false;
+    std::string attention = "int8";
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("perplexity",
@@ -78,6 +80,15 @@ void add_perplexity(CLI::App& app) {
   cmd->add_flag("--reference", o->reference,
                 "With --kl-divergence-base: use the reference kernels (dequantize + f32 dot) instead of the "
                 "8-bit activation ones");
+  cmd->add_flag("--onednn", o->onednn,
+                "With --file: forward calls of >= 16 tokens (64 where oneDNN keeps plain rows) through oneDNN's int8 "
+                "GEMM, as towerd with [model] onednn_prefill = true (docs/numerics.md, \"oneDNN prefill kernels\")")
+      ->excludes(kl);
+  cmd->add_option("--attention", o->attention,
+                  "With --onednn, the attention of those calls: int8 (the default, as towerd), int8-scores or exact "
+                  "(docs/numerics.md, \"int8 prefill attention\"): what it costs in NLL on a text")
+      ->check(CLI::IsMember({"int8", "int8-scores", "exact"}))
+      ->needs("--onednn");
   cmd->add_option("-t,--threads", o->threads, "Worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("-c,--ctx", o->ctx, "Window size in tokens (0 = the model's training context)")
       ->check(CLI::Range(0, 1 << 20));
@@ -110,6 +121,20 @@ void add_perplexity(CLI::App& app) {
     PerplexityOptions popt;
     popt.window = o->ctx;
     popt.batch = o->batch;
+    if (o->onednn) {
+      if (!simd::onednn_available()) std::exit(fail(std::string("--onednn: ") + simd::onednn_describe()));
+      if (Status s = (*model)->build_int8_copies(pool); !s) std::exit(fail("--onednn: " + s.message()));
+      const int min_tokens = Forward::onednn_min_tokens_for(**model);
+      const auto attention = o->attention == "exact"         ? Forward::Int8Attention::Off
+                             : o->attention == "int8-scores" ? Forward::Int8Attention::Scores
+                                                             : Forward::Int8Attention::Full;
+      popt.configure_forward = [min_tokens, attention](Forward& f) {
+        f.set_onednn_min_tokens(min_tokens);
+        f.set_int8_attention(attention);
+      };
+      std::fprintf(stderr, "%s: int8 copies %.1f MB; calls of >= %d tokens use them, attention: %s\n",
+                   simd::onednn_describe(), (*model)->int8_copy_bytes() / 1e6, min_tokens, o->attention.c_str());
+    }
     popt.progress = [](int done, int total) {
       std::fprintf(stderr, "\rperplexity: %d/%d tokens", done, total);
       if (done == total) std::fprintf(stderr, "\n");

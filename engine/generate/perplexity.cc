@@ -27,6 +27,7 @@ Result<PerplexityResult> perplexity(const Model& model, ThreadPool& pool, std::s
   PerplexityResult r;
   r.tokens = static_cast<int>(ids.size());
   Forward fwd(model, pool);
+  if (options.configure_forward) options.configure_forward(fwd);
   std::vector<float> logits;
   for (size_t w0 = 0; w0 < ids.size(); w0 += window) {
     const size_t w1 = std::min(ids.size(), w0 + window);

@@ -9,9 +9,13 @@
 
 namespace towers {
 
+class Forward;
+
 struct PerplexityOptions {
   int window = 0;  // tokens per window; 0 = the model's training context
   int batch = 512;  // tokens per forward call
+  // Called once on the Forward that scores the text (e.g. oneDNN prefill and its int8 attention).
+  std::function<void(Forward&)> configure_forward;
   std::function<void(int done, int total)> progress;
 };
 
