@@ -217,9 +217,10 @@ void int8_accumulate_reference(const float* p, size_t p_stride, int n_g, const I
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 namespace {
 
-// Lanes [e0, e0 + 16) of a vector of dim elements that exist.
+// Lanes [e0, e0 + 16) of a vector of dim elements that exist (none when e0 >= dim).
 TOWERS_INT8_TARGET inline __mmask16 LanesFrom(int e0, int dim) {
-  return dim - e0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (dim - e0)) - 1);
+  if (dim - e0 >= 16) return __mmask16(0xFFFF);
+  return dim <= e0 ? __mmask16(0) : static_cast<__mmask16>((1u << (dim - e0)) - 1);
 }
 
 // Elements [e0, e0 + 16) of an F32 or F16 vector as f32 (zeros past dim).
@@ -397,11 +398,6 @@ TOWERS_INT8_TARGET void ScoresAllVnni(const Int8Queries& q, const float* qv, int
   }
 }
 
-// Lanes [e0, e0 + 16) of dim elements that exist (none when e0 >= dim).
-TOWERS_INT8_TARGET inline __mmask16 ChunkMask(int e0, int dim) {
-  return dim - e0 >= 16 ? __mmask16(0xFFFF) : dim <= e0 ? __mmask16(0) : static_cast<__mmask16>((1u << (dim - e0)) - 1);
-}
-
 TOWERS_INT8_TARGET void ValuesVnni(KvQuant format, const uint8_t* v, size_t stride, int n, int dim, Int8Values* out) {
   out->n = n;
   out->dim = dim;
@@ -427,7 +423,7 @@ TOWERS_INT8_TARGET void ValuesVnni(KvQuant format, const uint8_t* v, size_t stri
             _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(inv[r])))));
         word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(code, byte), 8 * r));
       }
-      _mm512_mask_storeu_epi32(out->word(i) + 16 * c, ChunkMask(16 * c, dim), word);
+      _mm512_mask_storeu_epi32(out->word(i) + 16 * c, LanesFrom(16 * c, dim), word);
     }
   }
 }
@@ -440,7 +436,7 @@ TOWERS_INT8_TARGET inline void AccumulateVnniG(const uint8_t (*codes)[kInt8MaxKe
   const int dim = values.dim, quads = (values.n + 3) / 4;
   __mmask16 mask[NC];
 #pragma GCC unroll 16
-  for (int c = 0; c < NC; ++c) mask[c] = ChunkMask(16 * (c0 + c), dim);
+  for (int c = 0; c < NC; ++c) mask[c] = LanesFrom(16 * (c0 + c), dim);
   __m512i sum[NQ][NC];
 #pragma GCC unroll 16
   for (int q = 0; q < NQ; ++q) {
@@ -481,7 +477,7 @@ TOWERS_INT8_TARGET void AccumulateVnni(const float* p, size_t p_stride, int n_g,
     __m512 pq[kInt8MaxKeys / 16];
     __m512 pmax = _mm512_setzero_ps();
     for (int v = 0; v < kInt8MaxKeys / 16; ++v) {
-      const __mmask16 m = ChunkMask(16 * v, n);
+      const __mmask16 m = LanesFrom(16 * v, n);
       pq[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pg + 16 * v), _mm512_maskz_loadu_ps(m, values.scale + 16 * v));
       pmax = _mm512_max_ps(pmax, pq[v]);
     }
