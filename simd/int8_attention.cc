@@ -17,13 +17,14 @@ namespace {
 
 int groups_of(int dim) { return (dim + kInt8Group - 1) / kInt8Group; }
 
-// max|x| / 127 and its inverse (0 and 0 for a group of zeros); the code of x is round(x * inv).
+// max|x| / levels and its inverse (0 and 0 for a group of zeros); the code of x is round(x * inv).
+// levels: 127 for int8 codes, 255 for the u8 weights.
 struct Int8Scale {
   float scale, inv;
 };
-Int8Scale int8_scale(float amax) {
+Int8Scale int8_scale(float amax, float levels = 127.0f) {
   if (!(amax > 0)) return {0.0f, 0.0f};
-  return {amax / 127.0f, 127.0f / amax};
+  return {amax / levels, levels / amax};
 }
 
 int32_t int8_code(float x, float inv) {
@@ -73,10 +74,10 @@ void int8_weights(const float* p, const Int8Values& values, Int8Weights* w) {
     pq[j] = p[j] * values.scale[j];
     pmax = std::max(pmax, pq[j]);
   }
-  const float inv = pmax > 0 ? 255.0f / pmax : 0.0f;
-  w->sp = pmax > 0 ? pmax / 255.0f : 0.0f;
+  const Int8Scale s = int8_scale(pmax, 255.0f);
+  w->sp = s.scale;
   for (int j = 0; j < kInt8MaxKeys; ++j) {
-    const float r = j < values.n ? std::nearbyint(pq[j] * inv) : 0.0f;
+    const float r = j < values.n ? std::nearbyint(pq[j] * s.inv) : 0.0f;
     w->code[j] = std::isnan(r) ? 0 : static_cast<uint8_t>(std::clamp(r, 0.0f, 255.0f));
   }
 }
@@ -230,20 +231,29 @@ TOWERS_INT8_TARGET inline __m512 LoadKey(KvQuant format, const uint8_t* row, int
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + e0));
 }
 
+// Elements [e0, e0 + 16) of a key minus the block's mean (zeros past dim: both load as zeros).
+TOWERS_INT8_TARGET inline __m512 Centred(KvQuant format, const uint8_t* key, const float* mean, int e0, int dim) {
+  return _mm512_sub_ps(LoadKey(format, key, e0, dim), _mm512_maskz_loadu_ps(LanesFrom(e0, dim), mean + e0));
+}
+
 // One 32-element group of x (in two vectors, zeros past dim): its scale and its codes round(x * inv)
 // clamped to +-127 as int32 lanes: int8_code's operations, elementwise (max is exact in any order).
 struct GroupCodes {
   Int8Scale s;
   __m512i c0, c1;
 };
+// int8_code on 16 lanes: round(x * inv) (ties to even), clamped to [lo, hi].
+TOWERS_INT8_TARGET inline __m512i Codes(__m512 x, float inv, int lo, int hi) {
+  const __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(inv)));
+  return _mm512_min_epi32(_mm512_set1_epi32(hi), _mm512_max_epi32(_mm512_set1_epi32(lo), c));
+}
+
 TOWERS_INT8_TARGET inline GroupCodes QuantizeGroup(__m512 x0, __m512 x1) {
   const __m512 amax = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
   GroupCodes g;
   g.s = int8_scale(_mm512_reduce_max_ps(amax));
-  const __m512 inv = _mm512_set1_ps(g.s.inv);
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-  g.c0 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv))));
-  g.c1 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv))));
+  g.c0 = Codes(x0, g.s.inv, -127, 127);
+  g.c1 = Codes(x1, g.s.inv, -127, 127);
   return g;
 }
 
@@ -255,10 +265,9 @@ TOWERS_INT8_TARGET void QueriesVnni(const float* qv, int n_q, int dim, Int8Queri
     const float* q = qv + size_t(g) * dim;
     for (int b = 0; b < ng; ++b) {
       const int e0 = b * kInt8Group;
-      const __m512 x0 = _mm512_maskz_loadu_ps(LanesFrom(e0, dim), q + e0);
-      const __m512 x1 =
-          e0 + 16 < dim ? _mm512_maskz_loadu_ps(LanesFrom(e0 + 16, dim), q + e0 + 16) : _mm512_setzero_ps();
-      const GroupCodes c = QuantizeGroup(x0, x1);
+      // Past dim the masked loads give zeros.
+      const GroupCodes c = QuantizeGroup(_mm512_maskz_loadu_ps(LanesFrom(e0, dim), q + e0),
+                                         _mm512_maskz_loadu_ps(LanesFrom(e0 + 16, dim), q + e0 + 16));
       // Codes past dim are 0: they add nothing to the sum and are not stored.
       const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(c.c0, c.c1));
       alignas(64) int8_t bytes[32];
@@ -295,14 +304,8 @@ TOWERS_INT8_TARGET void KeysVnni(KvQuant format, const uint8_t* k, size_t stride
     const int lane = j % 16;
     for (int b = 0; b < ng; ++b) {
       const int e0 = b * kInt8Group;
-      // Past dim: key and mean both load as zeros, so the centred elements are zeros too.
-      const __m512 x0 =
-          _mm512_sub_ps(LoadKey(format, kj, e0, dim), _mm512_maskz_loadu_ps(LanesFrom(e0, dim), out->mean + e0));
-      const __m512 x1 = e0 + 16 < dim
-                            ? _mm512_sub_ps(LoadKey(format, kj, e0 + 16, dim),
-                                            _mm512_maskz_loadu_ps(LanesFrom(e0 + 16, dim), out->mean + e0 + 16))
-                            : _mm512_setzero_ps();
-      const GroupCodes c = QuantizeGroup(x0, x1);
+      const GroupCodes c =
+          QuantizeGroup(Centred(format, kj, out->mean, e0, dim), Centred(format, kj, out->mean, e0 + 16, dim));
       alignas(64) uint32_t w32[8];
       _mm_store_si128(reinterpret_cast<__m128i*>(w32), _mm_xor_si128(_mm512_cvtepi32_epi8(c.c0), bias));
       _mm_store_si128(reinterpret_cast<__m128i*>(w32 + 4), _mm_xor_si128(_mm512_cvtepi32_epi8(c.c1), bias));
@@ -369,7 +372,7 @@ TOWERS_INT8_TARGET inline void ScoresVnni(const Int8Queries& q, const float* qmu
 TOWERS_INT8_TARGET float CentreDotVnni(const float* q, const float* mean, int dim) {
   __m512 part = _mm512_setzero_ps();
   for (int e0 = 0; e0 < dim; e0 += 16) {
-    const __mmask16 m = dim - e0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (dim - e0)) - 1);
+    const __mmask16 m = LanesFrom(e0, dim);
     part = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + e0), _mm512_maskz_loadu_ps(m, mean + e0), part);
   }
   // centre_dot's tree: lanes i + 8, then i + 4, i + 2, i + 1 added to lane i.
@@ -410,17 +413,15 @@ TOWERS_INT8_TARGET void ValuesVnni(KvQuant format, const uint8_t* v, size_t stri
       __m512 amax = _mm512_setzero_ps();
       for (int c = 0; j < n && c < nc; ++c)
         amax = _mm512_max_ps(amax, _mm512_abs_ps(LoadKey(format, v + size_t(j) * stride, 16 * c, dim)));
-      const Int8Scale s = j < n ? int8_scale(_mm512_reduce_max_ps(amax)) : Int8Scale{0.0f, 0.0f};
+      const Int8Scale s = int8_scale(_mm512_reduce_max_ps(amax));  // past n: amax 0, so {0, 0}
       if (j < n) out->scale[j] = s.scale;
       inv[r] = s.inv;
     }
-    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127), byte = _mm512_set1_epi32(0xFF);
+    const __m512i byte = _mm512_set1_epi32(0xFF);
     for (int c = 0; c < nc; ++c) {
       __m512i word = _mm512_setzero_si512();
       for (int r = 0; r < 4 && 4 * i + r < n; ++r) {
-        const __m512 x = LoadKey(format, v + size_t(4 * i + r) * stride, 16 * c, dim);
-        const __m512i code =
-            _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(inv[r])))));
+        const __m512i code = Codes(LoadKey(format, v + size_t(4 * i + r) * stride, 16 * c, dim), inv[r], -127, 127);
         word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(code, byte), 8 * r));
       }
       _mm512_mask_storeu_epi32(out->word(i) + 16 * c, LanesFrom(16 * c, dim), word);
@@ -481,13 +482,11 @@ TOWERS_INT8_TARGET void AccumulateVnni(const float* p, size_t p_stride, int n_g,
       pq[v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pg + 16 * v), _mm512_maskz_loadu_ps(m, values.scale + 16 * v));
       pmax = _mm512_max_ps(pmax, pq[v]);
     }
-    const float mx = _mm512_reduce_max_ps(pmax);
-    const __m512 inv = _mm512_set1_ps(mx > 0 ? 255.0f / mx : 0.0f);
-    sp[g] = mx > 0 ? mx / 255.0f : 0.0f;
-    const __m512i lo = _mm512_setzero_si512(), hi = _mm512_set1_epi32(255);
+    const Int8Scale s = int8_scale(_mm512_reduce_max_ps(pmax), 255.0f);
+    sp[g] = s.scale;
     for (int v = 0; v < kInt8MaxKeys / 16; ++v) {
-      const __m512i c = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(pq[v], inv))));
-      _mm_store_si128(reinterpret_cast<__m128i*>(&codes[g][16 * v]), _mm512_cvtepi32_epi8(c));
+      const __m128i c = _mm512_cvtepi32_epi8(Codes(pq[v], s.inv, 0, 255));
+      _mm_store_si128(reinterpret_cast<__m128i*>(&codes[g][16 * v]), c);
     }
   }
   const int nc = (values.dim + 15) / 16;
