@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "cli/attention_option.h"
 #include "cli/commands.h"
 #include "engine/model/forward.h"
 #include "engine/base/membw.h"
@@ -77,13 +78,11 @@ void add_bench(CLI::App& app) {
                 "true: the 7-bit copies of the layer matrices are built first (time and size on stderr); decode "
                 "and shorter steps keep the fast kernels (docs/numerics.md, \"oneDNN prefill kernels\")")
       ->excludes("--reference");
-  cmd->add_option("--attention", o->attention,
-                  "With --onednn, the attention of its steps: int8 (the default, as towerd with [model] "
-                  "int8_attention = true: whole 128-row blocks of F32/F16 KV rows scored and summed with int8 "
-                  "products where the CPU has AVX-512 VNNI), int8-scores (int8 scores, f32 sums) or exact (the "
-                  "kernels decode uses) (docs/numerics.md, \"int8 prefill attention\")")
-      ->check(CLI::IsMember({"int8", "int8-scores", "exact"}))
-      ->needs("--onednn");
+  add_attention_option(cmd, &o->attention,
+                       "With --onednn, the attention of its steps: int8 (the default, as towerd with [model] "
+                       "int8_attention = true: whole 128-row blocks of F32/F16 KV rows scored and summed with int8 "
+                       "products where the CPU has AVX-512 VNNI), int8-scores (int8 scores, f32 sums) or exact (the "
+                       "kernels decode uses) (docs/numerics.md, \"int8 prefill attention\")");
   cmd->callback([o] {
     auto loaded = Model::load(o->model);
     if (!loaded) std::exit(fail(loaded.error()));
@@ -101,13 +100,12 @@ void add_bench(CLI::App& app) {
                    model.int8_copies_packed() ? "packed in oneDNN's layout" : "plain rows",
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), min_tokens);
       fwd.set_onednn_min_tokens(min_tokens);
-      fwd.set_int8_attention(o->attention == "exact"         ? Forward::Int8Attention::Off
-                             : o->attention == "int8-scores" ? Forward::Int8Attention::Scores
-                                                             : Forward::Int8Attention::Full);
+      fwd.set_int8_attention(attention_mode(o->attention));
       std::fprintf(stderr, "attention in those steps: %s\n",
                    !fwd.int8_attention_for(1 << 30) ? "exact kernels"
-                   : o->attention == "int8" ? "int8 scores and sums on whole blocks of F32/F16 rows (AVX-512 VNNI)"
-                                            : "int8 scores on whole blocks of F32/F16 rows (AVX-512 VNNI), f32 sums");
+                   : o->attention == "int8"
+                       ? "int8 scores and sums on whole blocks of F32/F16 rows (AVX-512 VNNI)"
+                       : "int8 scores on whole blocks of F32/F16 rows (AVX-512 VNNI), f32 sums");
     }
     const int ctx = std::min(cfg.n_ctx_train, o->prompt + o->gen + 1);
     // Token ids spread over the vocabulary, fixed for reproducibility.

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/attention_option.h"
 #include "cli/commands.h"
 #include "engine/generate/kl_divergence.h"
 #include "engine/generate/perplexity.h"
@@ -84,11 +85,9 @@ void add_perplexity(CLI::App& app) {
                 "With --file: forward calls of >= 16 tokens (64 where oneDNN keeps plain rows) through oneDNN's int8 "
                 "GEMM, as towerd with [model] onednn_prefill = true (docs/numerics.md, \"oneDNN prefill kernels\")")
       ->excludes(kl);
-  cmd->add_option("--attention", o->attention,
-                  "With --onednn, the attention of those calls: int8 (the default, as towerd), int8-scores or exact "
-                  "(docs/numerics.md, \"int8 prefill attention\"): what it costs in NLL on a text")
-      ->check(CLI::IsMember({"int8", "int8-scores", "exact"}))
-      ->needs("--onednn");
+  add_attention_option(cmd, &o->attention,
+                       "With --onednn, the attention of those calls: int8 (the default, as towerd), int8-scores or "
+                       "exact (docs/numerics.md, \"int8 prefill attention\"): what it costs in NLL on a text");
   cmd->add_option("-t,--threads", o->threads, "Worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("-c,--ctx", o->ctx, "Window size in tokens (0 = the model's training context)")
       ->check(CLI::Range(0, 1 << 20));
@@ -125,15 +124,14 @@ void add_perplexity(CLI::App& app) {
       if (!simd::onednn_available()) std::exit(fail(std::string("--onednn: ") + simd::onednn_describe()));
       if (Status s = (*model)->build_int8_copies(pool); !s) std::exit(fail("--onednn: " + s.message()));
       const int min_tokens = Forward::onednn_min_tokens_for(**model);
-      const auto attention = o->attention == "exact"         ? Forward::Int8Attention::Off
-                             : o->attention == "int8-scores" ? Forward::Int8Attention::Scores
-                                                             : Forward::Int8Attention::Full;
+      const Forward::Int8Attention attention = attention_mode(o->attention);
       popt.configure_forward = [min_tokens, attention](Forward& f) {
         f.set_onednn_min_tokens(min_tokens);
         f.set_int8_attention(attention);
       };
       std::fprintf(stderr, "%s: int8 copies %.1f MB; calls of >= %d tokens use them, attention: %s\n",
-                   simd::onednn_describe(), (*model)->int8_copy_bytes() / 1e6, min_tokens, o->attention.c_str());
+                   simd::onednn_describe(), (*model)->int8_copy_bytes() / 1e6, min_tokens,
+                   o->attention.c_str());
     }
     popt.progress = [](int done, int total) {
       std::fprintf(stderr, "\rperplexity: %d/%d tokens", done, total);
